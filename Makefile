@@ -1,0 +1,24 @@
+# One command per job; each sets up .venv first (CPU torch from the local wheel cache or PyPI).
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: setup test bench clean
+
+$(BIN)/.installed: requirements.txt requirements-dev.txt
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q "torch==2.13.0" || $(BIN)/pip install -q torch --index-url https://download.pytorch.org/whl/cpu
+	$(BIN)/pip install -q -r requirements.txt -r requirements-dev.txt
+	touch $@
+
+setup: $(BIN)/.installed
+
+test: setup
+	$(BIN)/python -m pytest -q tests
+
+bench: setup
+	$(BIN)/python -m benchmarks.compare_methods
+
+clean:
+	rm -rf $(VENV)

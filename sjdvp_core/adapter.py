@@ -1,0 +1,83 @@
+"""The model-adapter interface and the token layout an adapter describes.
+
+The engine never knows which family it runs: an adapter prefills the condition (and its CFG twin),
+scores windows of tokens, and says which generated positions are image cells, which are forced
+structure tokens (row ends, end of image) and which vocabulary ids are image tokens. The engine works
+in a compact "local" vocabulary: image tokens first, in codebook order (so local id == codebook index,
+which LANTERN and GSD rely on), then the structure tokens.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol, Sequence
+
+import torch
+from torch import Tensor
+
+
+@dataclass(frozen=True)
+class TokenLayout:
+    """Where the generated tokens go. Positions count generated tokens from 0."""
+    image_tokens: Tensor    # [K] vocabulary id of codebook entry c at index c
+    special_tokens: Tensor  # [S] vocabulary ids of forced structure tokens (disjoint from image_tokens)
+    forced: Tensor          # [L] vocabulary id forced at each position, -1 where the model chooses
+    grid: Tensor            # [h, w] position of each image cell, raster order
+
+    def __post_init__(self):
+        L = self.forced.numel()
+        if self.grid.numel() == 0 or int(self.grid.max()) >= L or int(self.grid.min()) < 0:
+            raise ValueError("TokenLayout.grid must hold positions inside the generated sequence")
+        if bool((self.forced[self.grid.flatten()] >= 0).any()):
+            raise ValueError("TokenLayout: an image cell cannot be a forced position")
+        if torch.isin(self.special_tokens, self.image_tokens).any():
+            raise ValueError("TokenLayout: special tokens must not be image tokens")
+        forced_ids = self.forced[self.forced >= 0]
+        if not bool(torch.isin(forced_ids, self.special_tokens).all()):
+            raise ValueError("TokenLayout: every forced token must be listed in special_tokens")
+
+    @property
+    def length(self) -> int:
+        return self.forced.numel()
+
+    @property
+    def jacobi_span(self) -> tuple[int, int]:
+        """Positions that may be drafted: the image grid. Structure tokens outside it decode as AR."""
+        return int(self.grid.min()), int(self.grid.max()) + 1
+
+    @classmethod
+    def raster(cls, image_tokens: Tensor, height: int, width: int, *, row_end: int | None = None,
+               prefix: Sequence[int] = (), suffix: Sequence[int] = ()) -> "TokenLayout":
+        """The common layout: forced prefix, h rows of w cells (each followed by row_end if given),
+        forced suffix."""
+        row = width + (row_end is not None)
+        forced = [*prefix] + ([-1] * width + ([row_end] if row_end is not None else [])) * height + [*suffix]
+        forced = torch.tensor(forced, dtype=torch.long)
+        grid = len(prefix) + torch.arange(height)[:, None] * row + torch.arange(width)[None, :]
+        specials = sorted({int(t) for t in forced.tolist() if t >= 0})
+        return cls(image_tokens.long().cpu(), torch.tensor(specials, dtype=torch.long), forced, grid)
+
+
+class ModelAdapter(Protocol):
+    """What a model family implements for the engine. Rows R = B, or 2B with CFG (cond rows first)."""
+    device: torch.device
+
+    def start(self, conditions: Sequence[Any], negatives: Sequence[Any] | None, cfg: bool,
+              window: int) -> tuple[TokenLayout, Tensor]:
+        """Prefill the condition prefix (and with cfg, the unconditional or negative twin); return the
+        layout and the logits [R, V] for generated position 0. Caches are sized for the layout plus a
+        window of `window` tokens."""
+
+    def forward(self, tokens: Tensor, positions: Tensor) -> Tensor:
+        """Score a window: tokens [R, W] placed at generated positions [R, W] (consecutive per row) ->
+        logits [R, W, V]; slot i predicts position positions[:, i] + 1. Cache entries at or after a
+        row's first window position are overwritten, which is the rollback."""
+
+    def rollback(self, lengths: Tensor) -> None:
+        """Only the first lengths[r] generated positions of row r stay valid in the cache. A cache
+        written by position needs nothing here."""
+
+    def codebook(self) -> Tensor | None:
+        """[K, d] VQ embedding of each image token, in TokenLayout.image_tokens order."""
+
+    def decode_image(self, codes: Tensor) -> Tensor:
+        """codes [B, h, w] (codebook indices) -> images [B, H, W, 3] float in [0, 1]."""

@@ -1,0 +1,1 @@
+"""Model adapters, one module per family."""

@@ -1,0 +1,127 @@
+"""Decode settings: frozen dataclasses, validated once at construction.
+
+Every out-of-range value raises ValueError naming the setting, the value and the valid range, so the
+ComfyUI nodes and the CLI can show the message as is. Defaults live here and nowhere else.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+MAX_WINDOW = 128
+DRAFT_INITS = ("random", "repeat_left", "repeat_above")
+VERIFIERS = ("sjd", "lantern", "gsd")
+
+
+def _check(ok: bool, name: str, value, valid: str) -> None:
+    if not ok:
+        raise ValueError(f"{name}={value!r} is out of range: {name} must be {valid}")
+
+
+def _check_int(name: str, value, lo: int, hi: int | None = None) -> None:
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= lo and (hi is None or value <= hi)
+    _check(ok, name, value, f"an integer in [{lo}, {hi}]" if hi is not None else f"an integer >= {lo}")
+
+
+def _check_real(name: str, value) -> None:
+    _check(isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value),
+           name, value, "a finite number")
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    """How the target distribution p is formed from the model's logits."""
+    cfg_scale: float = 1.0    # 1 = no guidance (no unconditional rows are run); 0 = unconditional only
+    temperature: float = 1.0  # ignored when greedy
+    top_k: int = 0            # 0 = keep the whole (image) vocabulary
+    top_p: float = 1.0        # nucleus mass kept, in (0, 1]
+    greedy: bool = False      # argmax decoding: SJD then returns the AR tokens token for token
+
+    def __post_init__(self):
+        _check_real("cfg_scale", self.cfg_scale)
+        _check(self.cfg_scale >= 0, "cfg_scale", self.cfg_scale, ">= 0")
+        _check_real("temperature", self.temperature)
+        _check(self.greedy or self.temperature > 0, "temperature", self.temperature,
+               "> 0 (or set greedy=True for argmax decoding)")
+        _check_int("top_k", self.top_k, 0)
+        _check_real("top_p", self.top_p)
+        _check(0 < self.top_p <= 1, "top_p", self.top_p, "in (0, 1]")
+
+    @property
+    def uses_cfg(self) -> bool:
+        return self.cfg_scale != 1.0
+
+
+@dataclass(frozen=True)
+class WindowSettings:
+    """The Jacobi window: how many tokens one forward pass scores, and how new drafts start."""
+    size: int = 16          # W; 1 is plain AR through the same loop
+    init: str = "random"    # random over the image vocabulary | repeat_left | repeat_above
+
+    def __post_init__(self):
+        _check_int("window", self.size, 1, MAX_WINDOW)
+        _check(self.init in DRAFT_INITS, "init", self.init, f"one of {DRAFT_INITS}")
+
+
+@dataclass(frozen=True)
+class VPSettings:
+    """Verification Prediction: fuse each carried draft's target with its probability history."""
+    growth_steps: int = 2             # N: a token must have risen in each of the last N observations
+    beta: float = 0.5                 # EWA decay of the history pbar
+    top_k: int = 50                   # k_vp: fusion touches only the top-k_vp candidates of p
+    strength: float = 1.0             # lambda: weight of the log-gain score
+    max_score: float = math.log(4.0)  # s_max: the log-gain score is clipped to [0, s_max]
+    lossless: bool = True             # False verifies against the unfused p (a biased ablation)
+
+    def __post_init__(self):
+        _check_int("vp_growth_steps", self.growth_steps, 1, 64)
+        _check_real("vp_beta", self.beta)
+        _check(0 <= self.beta < 1, "vp_beta", self.beta, "in [0, 1)")
+        _check_int("vp_top_k", self.top_k, 1)
+        _check_real("vp_strength", self.strength)
+        _check_real("vp_max_score", self.max_score)
+        _check(self.max_score > 0, "vp_max_score", self.max_score, "> 0")
+
+
+@dataclass(frozen=True)
+class DrafterSettings:
+    """Which verifier judges the drafts, its knobs, and whether drafts use VP."""
+    verifier: str = "sjd"               # sjd (exact) | lantern | gsd (both relaxed, lossy)
+    lantern_k: int = 1000               # latent neighbours considered per token
+    lantern_delta: float = 0.1          # total-variation budget; 0 = exact SJD
+    gsd_group: int = 14                 # G: tokens around the draft by target rank; 1 = exact SJD
+    gsd_max_gap: float = 0.15           # cluster members differ from p(x) by less than this
+    gsd_max_distance: float | None = None  # optional codebook L2 distance filter
+    vp: VPSettings | None = None
+
+    def __post_init__(self):
+        _check(self.verifier in VERIFIERS, "verifier", self.verifier, f"one of {VERIFIERS}")
+        _check_int("lantern_k", self.lantern_k, 1)
+        _check_real("lantern_delta", self.lantern_delta)
+        _check(0 <= self.lantern_delta <= 1, "lantern_delta", self.lantern_delta, "in [0, 1]")
+        _check_int("gsd_group", self.gsd_group, 1)
+        _check_real("gsd_max_gap", self.gsd_max_gap)
+        _check(0 < self.gsd_max_gap <= 1, "gsd_max_gap", self.gsd_max_gap, "in (0, 1]")
+        if self.gsd_max_distance is not None:
+            _check_real("gsd_max_distance", self.gsd_max_distance)
+            _check(self.gsd_max_distance > 0, "gsd_max_distance", self.gsd_max_distance, "> 0 or None")
+        _check(self.vp is None or isinstance(self.vp, VPSettings), "vp", self.vp, "a VPSettings or None")
+
+    @property
+    def name(self) -> str:
+        return self.verifier.upper() + ("-VP" if self.vp is not None else "")
+
+
+@dataclass(frozen=True)
+class DecodeSettings:
+    window: WindowSettings = field(default_factory=WindowSettings)
+    drafter: DrafterSettings = field(default_factory=DrafterSettings)
+    sampling: SamplingSettings = field(default_factory=SamplingSettings)
+    seed: int = 0
+    batch_size: int = 1
+
+    def __post_init__(self):
+        _check_int("seed", self.seed, 0, 2**63 - 1)
+        _check_int("batch_size", self.batch_size, 1)
+        for name, cls in (("window", WindowSettings), ("drafter", DrafterSettings), ("sampling", SamplingSettings)):
+            _check(isinstance(getattr(self, name), cls), name, getattr(self, name), f"a {cls.__name__}")

@@ -1,0 +1,77 @@
+"""What a decode measured: forward passes, acceptance, where and when tokens were committed, timing,
+VP's effect and the momentum statistic that says whether VP's premise holds on this model."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+
+@dataclass
+class DecodeStats:
+    length: int                        # generated tokens per image (L)
+    window: int
+    forward_passes: int = 0            # NFE, prefill included; one CFG-doubled batch counts once
+    row_forward_passes: Tensor | None = None  # [B] NFE until each image was complete
+    committed_per_iter: list = field(default_factory=list)  # one [B] tensor per iteration
+    commit_iter: Tensor | None = None  # [B, L] iteration at which each position was committed
+    slot_verified: Tensor | None = None  # [W-1] drafts verified at each window slot
+    slot_accepted: Tensor | None = None
+    # VP's effect, in exact-verifier acceptance probability (sum of min(p, q)) of carried drafts
+    vp_drafts: int = 0
+    vp_expected_accept: float = 0.0    # with the fused q actually used
+    plain_expected_accept: float = 0.0  # had the draft come from the unfused p
+    # momentum: acceptance of carried drafts whose probability rose at their last observation or not
+    rose_verified: int = 0
+    rose_accepted: int = 0
+    flat_verified: int = 0
+    flat_accepted: int = 0
+    time_forward: float = 0.0
+    time_draft: float = 0.0
+    time_verify: float = 0.0
+    time_total: float = 0.0
+
+    @property
+    def step_compression(self) -> float:
+        """AR forward passes / this run's, per image, averaged over the batch."""
+        passes = self.row_forward_passes.float()
+        return float((self.length / passes).mean())
+
+    @property
+    def mean_accepted(self) -> float:
+        """Tokens committed per forward pass, per image (prefill excluded)."""
+        return float(((self.length - 1) / (self.row_forward_passes.float() - 1).clamp_min(1)).mean())
+
+    @property
+    def acceptance_rate(self) -> float:
+        verified = int(self.slot_verified.sum())
+        return int(self.slot_accepted.sum()) / verified if verified else 0.0
+
+    @property
+    def vp_gain(self) -> float | None:
+        """Expected-acceptance ratio of fused drafts over the plain drafts they replaced."""
+        if not self.vp_drafts or self.plain_expected_accept <= 0:
+            return None
+        return self.vp_expected_accept / self.plain_expected_accept
+
+    def momentum(self) -> dict:
+        """Acceptance when the drafted token had just risen vs not, and the risen share of accepts."""
+        def rate(a, n):
+            return a / n if n else float("nan")
+        accepted = self.rose_accepted + self.flat_accepted
+        return {"accept_if_rose": rate(self.rose_accepted, self.rose_verified),
+                "accept_if_not": rate(self.flat_accepted, self.flat_verified),
+                "rose_share_of_accepted": rate(self.rose_accepted, accepted)}
+
+    def summary(self) -> dict:
+        out = {"length": self.length, "window": self.window, "forward_passes": self.forward_passes,
+               "step_compression": round(self.step_compression, 4),
+               "mean_accepted": round(self.mean_accepted, 4),
+               "acceptance_rate": round(self.acceptance_rate, 4),
+               "time_total_s": round(self.time_total, 4), "time_forward_s": round(self.time_forward, 4),
+               "time_draft_s": round(self.time_draft, 4), "time_verify_s": round(self.time_verify, 4)}
+        out.update({k: round(v, 4) for k, v in self.momentum().items()})
+        if self.vp_gain is not None:
+            out["vp_expected_gain"] = round(self.vp_gain, 4)
+        return out

@@ -1,0 +1,89 @@
+"""The target distribution p: logits -> probabilities, vectorised over [B, W, V], in fp32.
+
+Order: CFG mix -> structural forcing -> image-vocabulary restriction -> temperature -> top-k -> top-p.
+Temperature comes before the truncations as in LlamaGen's sampler and transformers' warpers (top-k is
+unaffected by the order; top-p is not, and this is the order those models were tuned with).
+Each stage returns a new tensor. Greedy decoding turns p into a one-hot on the argmax.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .settings import SamplingSettings
+
+NEG_INF = float("-inf")
+
+
+def cfg_mix(logits: Tensor, scale: float, cfg: bool) -> Tensor:
+    """[R, W, V] -> [B, W, V]: uncond + scale * (cond - uncond); cond rows come first."""
+    logits = logits.float()
+    if not cfg:
+        return logits
+    cond, uncond = logits.chunk(2, dim=0)
+    return uncond + scale * (cond - uncond)
+
+
+def force_tokens(logits: Tensor, forced: Tensor) -> Tensor:
+    """forced [B, W] local id or -1: a forced slot keeps only its token."""
+    vocab = torch.arange(logits.shape[-1], device=logits.device)
+    keep = (vocab == forced[..., None]) | (forced[..., None] < 0)
+    return logits.masked_fill(~keep, NEG_INF)
+
+
+def restrict_to_image(logits: Tensor, forced: Tensor, num_image: int) -> Tensor:
+    """Free slots may only produce image tokens (local ids < num_image)."""
+    vocab = torch.arange(logits.shape[-1], device=logits.device)
+    drop = (vocab >= num_image) & (forced[..., None] < 0)
+    return logits.masked_fill(drop, NEG_INF)
+
+
+def top_k_filter(logits: Tensor, k: int) -> Tensor:
+    if k <= 0 or k >= logits.shape[-1]:
+        return logits
+    kth = logits.topk(k, dim=-1).values[..., -1:]
+    return logits.masked_fill(logits < kth, NEG_INF)
+
+
+def top_p_filter(logits: Tensor, top_p: float) -> Tensor:
+    """Keep the smallest set of most likely tokens whose mass reaches top_p (at least one)."""
+    if top_p >= 1.0:
+        return logits
+    sorted_logits, order = logits.sort(dim=-1, descending=True)
+    probs = sorted_logits.softmax(-1)
+    drop_sorted = (probs.cumsum(-1) - probs) >= top_p  # mass before this token already reaches top_p
+    drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+    return logits.masked_fill(drop, NEG_INF)
+
+
+def process_logits(logits: Tensor, forced: Tensor, num_image: int, s: SamplingSettings) -> Tensor:
+    """Mixed logits [B, W, V] -> filtered logits: forcing, image restriction, temperature, top-k, top-p."""
+    logits = restrict_to_image(force_tokens(logits, forced), forced, num_image)
+    if s.greedy:
+        return logits
+    logits = logits / s.temperature
+    return top_p_filter(top_k_filter(logits, s.top_k), s.top_p)
+
+
+def target_probs(logits: Tensor, forced: Tensor, num_image: int, s: SamplingSettings) -> Tensor:
+    """Mixed logits [B, W, V] -> p [B, W, V] (fp32, rows sum to 1)."""
+    logits = process_logits(logits, forced, num_image, s)
+    if s.greedy:
+        return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
+    return logits.softmax(-1)
+
+
+def sample(probs: Tensor, generator: torch.Generator) -> Tensor:
+    """One draw per row of probs [..., V] -> [...], through the run's generator."""
+    flat = probs.reshape(-1, probs.shape[-1])
+    return torch.multinomial(flat, 1, generator=generator).view(probs.shape[:-1])
+
+
+def residual(p: Tensor, q: Tensor) -> Tensor:
+    """norm(max(0, p - q)), the exact speculative-sampling residual. It inherits p's processing: its
+    support lies inside p's (forced, image-only, top-k/top-p kept). Re-running top-k/top-p on it, as
+    the SJD reference code does, would bias the output, so we don't. If p == q the residual is empty
+    (rejection then has probability 0); fall back to p so no NaN can appear."""
+    r = (p - q).clamp_min(0)
+    mass = r.sum(-1, keepdim=True)
+    return torch.where(mass > 1e-12, r / mass.clamp_min(1e-30), p)

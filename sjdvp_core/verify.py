@@ -1,0 +1,107 @@
+"""Verifiers: the probability of accepting each draft, and the first rejection.
+
+Convention (as in DESIGN.md, and the opposite of gpt-fast's comments): p is the target, the processed
+model distribution at the draft's position given the accepted prefix; q is the distribution the draft
+was really sampled from. A draft x is accepted iff u < a(x), u ~ U(0, 1):
+- SJD (Teng et al. 2024), exact: a = min(1, p(x) / q(x)); on rejection the next token is drawn from
+  norm(max(0, p - q)).
+- LANTERN (Jang et al. 2024): p(x) is raised by the mass of x's nearest codebook neighbours, as many
+  as fit in a total-variation budget delta; delta = 0 is SJD.
+- GSD (So et al. 2025): a = min(1, p(C) / q(C)) over a dynamic cluster C of about G tokens around x
+  by target rank, filtered by probability gap (and optionally codebook distance); G = 1 is SJD.
+Tensors are [B, S, V] for p and q, [B, S] for drafts x; all in the engine's local vocabulary, where
+image token c is codebook entry c.
+"""
+from __future__ import annotations
+
+import weakref
+
+import torch
+from torch import Tensor
+
+from .settings import DrafterSettings
+
+_NEIGHBOUR_CACHE: "weakref.WeakKeyDictionary[Tensor, Tensor]" = weakref.WeakKeyDictionary()
+
+
+def latent_neighbours(codebook: Tensor, k: int, chunk: int = 1024) -> Tensor:
+    """[K, d] codebook -> [K, k] indices of each code's k nearest other codes (L2), nearest first.
+    Computed once per codebook tensor (and reused for any smaller k), in chunks to bound memory."""
+    k = min(k, codebook.shape[0] - 1)
+    table = _NEIGHBOUR_CACHE.get(codebook)
+    if table is None or table.shape[1] < k:
+        emb = codebook.float()
+        rows = []
+        for start in range(0, emb.shape[0], chunk):
+            d = torch.cdist(emb[start:start + chunk], emb)
+            d[torch.arange(d.shape[0]), torch.arange(start, start + d.shape[0])] = float("inf")
+            rows.append(d.topk(k, dim=-1, largest=False).indices)
+        table = torch.cat(rows)
+        _NEIGHBOUR_CACHE[codebook] = table
+    return table[:, :k]
+
+
+def first_rejection(accept: Tensor) -> Tensor:
+    """accept [B, S] bool -> [B] number of leading accepted drafts (one cumulative op, no host sync)."""
+    return accept.long().cumprod(dim=-1).sum(dim=-1)
+
+
+def _gather(t: Tensor, x: Tensor) -> Tensor:
+    return t.gather(-1, x[..., None]).squeeze(-1)
+
+
+class Verifier:
+    """Built once per decode from the drafter settings and the model's codebook."""
+
+    def __init__(self, settings: DrafterSettings, codebook: Tensor | None, num_image: int):
+        self.s = settings
+        self.num_image = num_image
+        self.codebook = codebook
+        needs_codebook = (settings.verifier == "lantern" and settings.lantern_delta > 0) or (
+            settings.verifier == "gsd" and settings.gsd_max_distance is not None)
+        if needs_codebook and codebook is None:
+            raise ValueError(f"verifier={settings.verifier!r} with these settings needs the model's "
+                             "VQ codebook, and this model adapter has none; use verifier='sjd'")
+        self.neighbours = None
+        if settings.verifier == "lantern" and settings.lantern_delta > 0:
+            self.neighbours = latent_neighbours(codebook, settings.lantern_k)
+
+    def accept_prob(self, p: Tensor, q: Tensor, x: Tensor) -> Tensor:
+        """[B, S] probability of accepting each draft."""
+        px, qx = _gather(p, x), _gather(q, x)
+        if self.s.verifier == "lantern" and self.neighbours is not None:
+            px = px + self._lantern_bonus(p, x)
+        elif self.s.verifier == "gsd" and self.s.gsd_group > 1:
+            px, qx = self._gsd_masses(p, q, x)
+        return (px / qx.clamp_min(1e-30)).clamp(max=1.0)
+
+    def _lantern_bonus(self, p: Tensor, x: Tensor) -> Tensor:
+        """Largest prefix mass of x's latent neighbours that stays within delta (0 for non-image x)."""
+        is_image = x < self.num_image
+        nb = self.neighbours.to(x.device)[x.clamp(max=self.num_image - 1)]   # [B, S, k]
+        mass = p.gather(-1, nb).cumsum(-1)
+        bonus = (mass * (mass <= self.s.lantern_delta)).amax(-1)
+        return torch.where(is_image, bonus, torch.zeros_like(bonus))
+
+    def _gsd_masses(self, p: Tensor, q: Tensor, x: Tensor) -> tuple[Tensor, Tensor]:
+        """p(C), q(C) for the cluster of ranks around x's rank in p, filtered by gap and distance."""
+        V, G = p.shape[-1], self.s.gsd_group
+        order = p.argsort(dim=-1, descending=True, stable=True)            # [B, S, V]
+        rank = torch.empty_like(order).scatter_(-1, order, torch.arange(V, device=p.device).expand_as(order))
+        offsets = torch.arange(G, device=p.device) - (G - 1) // 2
+        ranks = _gather(rank, x)[..., None] + offsets                      # [B, S, G]
+        valid = (ranks >= 0) & (ranks < V)
+        members = order.gather(-1, ranks.clamp(0, V - 1))                 # [B, S, G]
+        pm, qm, px = p.gather(-1, members), q.gather(-1, members), _gather(p, x)
+        keep = valid & ((pm - px[..., None]).abs() < self.s.gsd_max_gap) | (members == x[..., None])
+        if self.s.gsd_max_distance is not None:
+            keep &= self._close(members, x) | (members == x[..., None])
+        pm, qm = pm * keep, qm * keep
+        return pm.sum(-1), qm.sum(-1)
+
+    def _close(self, members: Tensor, x: Tensor) -> Tensor:
+        emb = self.codebook.to(members.device).float()
+        image = (members < self.num_image) & (x[..., None] < self.num_image)
+        em = emb[members.clamp(max=self.num_image - 1)]
+        ex = emb[x.clamp(max=self.num_image - 1)][..., None, :]
+        return image & ((em - ex).norm(dim=-1) < self.s.gsd_max_distance)

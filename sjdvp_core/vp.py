@@ -1,0 +1,81 @@
+"""Verification Prediction (Shan et al. 2026, "SJD-VP"): drafts informed by probability history.
+
+Every not-yet-committed position keeps, across the Jacobi iterations that scored it, an exponentially
+weighted average of its target probabilities pbar, its previous observation, and per token a count of
+consecutive increases. When a carried position is re-drafted from its new target p, VP samples from
+    log p'(v) = log p(v) + lambda * M(v) * S(v)  on the top-k_vp candidates of p, renormalised,
+with S = clip(log p - log pbar_prev, 0, s_max) and M(v) = 1 iff p(v) rose in each of the last N
+observations. The draft is stored with q = p', so the exact verifier stays lossless. Histories are kept
+per window slot, aligned with the draft positions, and shifted as the window slides.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .settings import VPSettings
+
+EPS = 1e-10
+
+
+def shift_slots(t: Tensor, shift: Tensor, width: int, fill=0) -> Tensor:
+    """Per row b, new slot s <- old slot shift[b] + s (fill where that runs past the old slots).
+    t [B, S_old, ...] -> [B, width, ...]."""
+    B, S_old = t.shape[:2]
+    idx = shift[:, None] + torch.arange(width, device=t.device)              # [B, width]
+    valid = idx < S_old
+    idx = idx.clamp(max=S_old - 1).view(B, width, *([1] * (t.dim() - 2))).expand(B, width, *t.shape[2:])
+    out = t.gather(1, idx)
+    mask = valid.view(B, width, *([1] * (t.dim() - 2)))
+    return torch.where(mask, out, torch.full_like(out, fill))
+
+
+class History:
+    """Probability history of the window's undecided positions: slots [B, S] with S = W - 1."""
+
+    def __init__(self, batch: int, slots: int, vocab: int, device):
+        self.pbar = torch.zeros(batch, slots, vocab, device=device)
+        self.prev = torch.zeros(batch, slots, vocab, device=device)
+        self.growth = torch.zeros(batch, slots, vocab, dtype=torch.int16, device=device)
+        self.seen = torch.zeros(batch, slots, dtype=torch.long, device=device)
+
+    def padded(self, width: int) -> "History":
+        """A view with `width` slots (extra slots empty), to align with a window's observations."""
+        out = History.__new__(History)
+        pad = width - self.seen.shape[1]
+        out.pbar, out.prev, out.growth = (torch.nn.functional.pad(t, (0, 0, 0, pad))
+                                          for t in (self.pbar, self.prev, self.growth))
+        out.seen = torch.nn.functional.pad(self.seen, (0, pad))
+        return out
+
+    def observe(self, p: Tensor, observed: Tensor, beta: float) -> Tensor:
+        """Fold observations p [B, S, V] into observed slots [B, S]; return the new growth counts."""
+        seen = (self.seen > 0)[..., None]
+        rose = seen & (p > self.prev)
+        growth = torch.where(rose, self.growth + 1, torch.zeros_like(self.growth))
+        pbar = torch.where(seen, beta * self.pbar + (1 - beta) * p, p)
+        obs = observed[..., None]
+        self.growth = torch.where(obs, growth, self.growth)
+        self.pbar = torch.where(obs, pbar, self.pbar)
+        self.prev = torch.where(obs, p, self.prev)
+        self.seen = self.seen + observed.long()
+        return growth
+
+    def shift(self, shift: Tensor, width: int) -> "History":
+        out = History.__new__(History)
+        out.pbar, out.prev, out.growth, out.seen = (shift_slots(t, shift, width)
+                                                    for t in (self.pbar, self.prev, self.growth, self.seen))
+        return out
+
+
+def fuse(p: Tensor, pbar_prev: Tensor, growth: Tensor, eligible: Tensor, s: VPSettings) -> Tensor:
+    """p [B, S, V] -> p' [B, S, V]. pbar_prev is the history before this observation, growth the
+    counts after it; eligible [B, S] marks slots that may be fused (history, not forced)."""
+    score = (torch.log(p + EPS) - torch.log(pbar_prev + EPS)).clamp(0, s.max_score)
+    mask = growth >= s.growth_steps
+    k = min(s.top_k, p.shape[-1])
+    kth = p.topk(k, dim=-1).values[..., -1:]
+    candidates = (p >= kth) & (p > 0)
+    boost = torch.where(mask & candidates & eligible[..., None], s.strength * score, torch.zeros_like(p))
+    logp = torch.log(p).masked_fill(p <= 0, float("-inf"))
+    return (logp + boost).softmax(-1)
