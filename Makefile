@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 $(BIN)/.installed: requirements.txt requirements-dev.txt
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q "torch==2.13.0" || $(BIN)/pip install -q torch --index-url https://download.pytorch.org/whl/cpu
+	$(BIN)/pip install -q "torch==2.13.0"
 	$(BIN)/pip install -q -r requirements.txt -r requirements-dev.txt
 	touch $@
 

@@ -21,15 +21,15 @@ from torch import Tensor
 
 from .settings import DrafterSettings
 
-_NEIGHBOUR_CACHE: "weakref.WeakKeyDictionary[Tensor, Tensor]" = weakref.WeakKeyDictionary()
+_NEIGHBOUR_CACHE: dict[int, tuple[weakref.ref, Tensor]] = {}  # id(codebook) -> (codebook ref, table)
 
 
 def latent_neighbours(codebook: Tensor, k: int, chunk: int = 1024) -> Tensor:
     """[K, d] codebook -> [K, k] indices of each code's k nearest other codes (L2), nearest first.
     Computed once per codebook tensor (and reused for any smaller k), in chunks to bound memory."""
     k = min(k, codebook.shape[0] - 1)
-    table = _NEIGHBOUR_CACHE.get(codebook)
-    if table is None or table.shape[1] < k:
+    ref, table = _NEIGHBOUR_CACHE.get(id(codebook), (None, None))
+    if ref is None or ref() is not codebook or table.shape[1] < k:
         emb = codebook.float()
         rows = []
         for start in range(0, emb.shape[0], chunk):
@@ -37,7 +37,8 @@ def latent_neighbours(codebook: Tensor, k: int, chunk: int = 1024) -> Tensor:
             d[torch.arange(d.shape[0]), torch.arange(start, start + d.shape[0])] = float("inf")
             rows.append(d.topk(k, dim=-1, largest=False).indices)
         table = torch.cat(rows)
-        _NEIGHBOUR_CACHE[codebook] = table
+        _NEIGHBOUR_CACHE[id(codebook)] = (weakref.ref(codebook), table)
+        weakref.finalize(codebook, _NEIGHBOUR_CACHE.pop, id(codebook), None)
     return table[:, :k]
 
 

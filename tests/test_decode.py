@@ -1,0 +1,109 @@
+"""The loop's invariants on the toy model: greedy == AR token for token, W = 1 is AR, determinism,
+independent batch rows, structure tokens where the layout puts them, progress and abort."""
+import pytest
+import torch
+
+from sjdvp_core import DecodeSettings, DrafterSettings, SamplingSettings, VPSettings, WindowSettings, decode
+from sjdvp_core.models.toy import ToyGridAdapter
+from tests.toy_reference import ar_greedy
+
+TOY = ToyGridAdapter(height=6, width=6, levels=4, sharpness=6.0, seed=1)
+DRAFTERS = {
+    "sjd": DrafterSettings(),
+    "sjd-vp": DrafterSettings(vp=VPSettings(growth_steps=1, top_k=8)),
+    "lantern-0": DrafterSettings(verifier="lantern", lantern_delta=0.0),
+    "gsd-1": DrafterSettings(verifier="gsd", gsd_group=1),
+}
+
+
+def settings(W, drafter, cfg=1.0, batch=1, seed=0, greedy=False, init="random", **sampling):
+    return DecodeSettings(window=WindowSettings(W, init=init), drafter=drafter, seed=seed, batch_size=batch,
+                          sampling=SamplingSettings(cfg_scale=cfg, greedy=greedy, **sampling))
+
+
+@pytest.mark.parametrize("drafter", DRAFTERS, ids=list(DRAFTERS))
+@pytest.mark.parametrize("cfg", [1.0, 2.5])
+@pytest.mark.parametrize("W", [1, 2, 4, 16, 64])
+def test_greedy_equals_ar(W, cfg, drafter):
+    classes = [0, 3, 1]
+    expected = torch.stack([ar_greedy(TOY, c, cfg) for c in classes])
+    for batch in (1, 3):
+        res = decode(TOY, classes[:batch], settings(W, DRAFTERS[drafter], cfg, batch, greedy=True, temperature=0.0))
+        assert torch.equal(res.tokens, expected[:batch])
+
+
+@pytest.mark.parametrize("init", ["random", "repeat_left", "repeat_above"])
+def test_draft_inits_keep_greedy_exact_and_compress(init):
+    res = decode(TOY, 2, settings(16, DRAFTERS["sjd"], greedy=True, temperature=0.0, init=init))
+    assert torch.equal(res.tokens[0], ar_greedy(TOY, 2))
+    assert res.stats.forward_passes < TOY.layout.length
+
+
+def test_window_one_is_plain_ar():
+    res = decode(TOY, 1, settings(1, DRAFTERS["sjd"], top_k=6))
+    assert res.stats.forward_passes == TOY.layout.length
+    assert all(int(m) == 1 for m in torch.cat(res.stats.committed_per_iter))
+
+
+def test_same_seed_same_tokens_other_seed_differs():
+    for name in ("sjd", "sjd-vp"):
+        a = decode(TOY, 1, settings(8, DRAFTERS[name], cfg=2.0, batch=2, seed=7))
+        b = decode(TOY, 1, settings(8, DRAFTERS[name], cfg=2.0, batch=2, seed=7))
+        c = decode(TOY, 1, settings(8, DRAFTERS[name], cfg=2.0, batch=2, seed=8))
+        assert torch.equal(a.tokens, b.tokens) and not torch.equal(a.tokens, c.tokens)
+
+
+def test_structure_tokens_land_where_the_layout_says():
+    res = decode(TOY, 0, settings(16, DRAFTERS["sjd-vp"], batch=4, top_k=5))
+    forced = TOY.layout.forced
+    assert torch.equal(res.tokens[:, forced >= 0], forced[forced >= 0].expand(4, -1))
+    assert torch.isin(res.tokens[:, forced < 0], TOY.image_tokens).all()
+    assert torch.equal(TOY.image_tokens[res.codes].flatten(1), res.tokens[:, TOY.layout.grid.flatten()])
+
+
+def test_batch_rows_advance_independently_and_count_passes():
+    res = decode(TOY, [0, 1, 2, 3], settings(16, DRAFTERS["sjd"], batch=4, top_k=5))
+    st = res.stats
+    assert st.forward_passes == int(st.row_forward_passes.max())
+    assert len(set(st.row_forward_passes.tolist())) > 1  # rows took different numbers of passes
+    it = st.commit_iter
+    assert (it >= 0).all() and (it.diff(dim=1) >= 0).all()  # committed left to right, each once
+    per_row = torch.stack(st.committed_per_iter).sum(0)
+    assert per_row.tolist() == [TOY.layout.length - 1] * 4
+
+
+def test_progress_reports_and_can_abort():
+    seen = []
+
+    def progress(done, total, partial):
+        seen.append((done, total, int((partial >= 0).sum())))
+
+    decode(TOY, 0, settings(8, DRAFTERS["sjd"], batch=2), progress=progress)
+    dones = [d for d, _, _ in seen]
+    assert dones == sorted(dones) and dones[-1] == seen[-1][1] == 2 * TOY.layout.length
+    assert all(d == k for d, _, k in seen)
+
+    class Stop(Exception):
+        pass
+
+    def abort(done, total, partial):
+        if done > 10:
+            raise Stop
+
+    with pytest.raises(Stop):
+        decode(TOY, 0, settings(8, DRAFTERS["sjd"]), progress=abort)
+    # the adapter is reusable after an abort
+    assert decode(TOY, 0, settings(8, DRAFTERS["sjd"], seed=3)).tokens.shape == (1, TOY.layout.length)
+
+
+def test_conditions_per_image_must_match_batch():
+    with pytest.raises(ValueError, match="conditions"):
+        decode(TOY, [0, 1], settings(4, DRAFTERS["sjd"], batch=3))
+
+
+def test_relaxed_verifier_without_codebook_says_what_to_do():
+    class NoCodebook(ToyGridAdapter):
+        def codebook(self):
+            return None
+    with pytest.raises(ValueError, match="codebook.*verifier='sjd'"):
+        decode(NoCodebook(height=2, width=2), 0, settings(4, DrafterSettings(verifier="lantern")))

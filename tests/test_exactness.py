@@ -1,0 +1,88 @@
+"""Distribution exactness on a toy model whose sequence distribution is enumerable (64 sequences in
+the support: 6 image cells, top-2 of 4 codes, CFG 1.5, row-end and end-of-image tokens forced).
+200k samples: a Pearson chi-square test that rejects a 2%-TV deviation (checked below) accepts SJD and
+SJD-VP, and rejects VP drafts verified against the unfused q."""
+import pytest
+import torch
+
+from sjdvp_core import DecodeSettings, DrafterSettings, SamplingSettings, VPSettings, WindowSettings, decode
+from sjdvp_core.models.toy import ToyGridAdapter
+from tests.toy_reference import chi2_pvalue, code_index, exact_distribution
+
+N = 200_000
+ALPHA = 1e-3
+TOY = ToyGridAdapter(height=2, width=3, levels=2, sharpness=3.0, noise=1.0, seed=3)
+SAMPLING = SamplingSettings(cfg_scale=1.5, top_k=2)
+_, EXACT = exact_distribution(TOY, 1, cfg_scale=1.5, top_k=2)
+STRONG_VP = dict(growth_steps=1, top_k=4, beta=0.5)
+
+
+def sample_counts(drafter, W=6, seed=0):
+    s = DecodeSettings(window=WindowSettings(W), drafter=drafter, sampling=SAMPLING, seed=seed, batch_size=N)
+    res = decode(TOY, 1, s)
+    forced = TOY.layout.forced
+    assert torch.equal(res.tokens[:, forced >= 0], forced[forced >= 0].expand(N, -1))
+    return torch.bincount(code_index(res.codes.flatten(1), 4), minlength=EXACT.numel()).float(), res.stats
+
+
+def tv(counts):
+    return 0.5 * float((counts / counts.sum() - EXACT).abs().sum())
+
+
+def test_the_test_has_power_against_a_2_percent_tv_deviation():
+    # spread the deviation thinly: pair up sequences of neighbouring probability and move the same
+    # fraction of the smaller one's mass across every pair, for a total TV of exactly 2%
+    order = EXACT.argsort(descending=True)[: int((EXACT > 0).sum()) // 2 * 2].view(-1, 2)
+    moved = torch.minimum(EXACT[order[:, 0]], EXACT[order[:, 1]])
+    eps = 0.02 / float(moved.sum())
+    assert eps < 1
+    biased = EXACT.clone()
+    biased[order[:, 0]] += eps * moved
+    biased[order[:, 1]] -= eps * moved
+    assert 0.5 * float((biased - EXACT).abs().sum()) == pytest.approx(0.02)
+    g = torch.Generator().manual_seed(0)
+    counts = torch.bincount(torch.multinomial(biased, N, replacement=True, generator=g),
+                            minlength=EXACT.numel()).float()
+    assert chi2_pvalue(counts, EXACT * N) < ALPHA
+
+
+@pytest.mark.parametrize("name,drafter,W", [
+    ("ar", DrafterSettings(), 1),
+    ("sjd", DrafterSettings(), 6),
+    ("sjd-w3-repeat", DrafterSettings(), 3),
+    ("sjd-vp", DrafterSettings(vp=VPSettings(**STRONG_VP, strength=2.0)), 6),
+    ("sjd-vp-negative", DrafterSettings(vp=VPSettings(**STRONG_VP, strength=-2.0)), 6),
+    ("sjd-vp-zero", DrafterSettings(vp=VPSettings(**STRONG_VP, strength=0.0)), 6),
+])
+def test_exact_decoders_sample_the_model_distribution(name, drafter, W):
+    counts, stats = sample_counts(drafter, W)
+    assert chi2_pvalue(counts, EXACT * N) > ALPHA
+    assert tv(counts) < 0.012
+    if drafter.vp is not None and drafter.vp.strength != 0:
+        assert stats.vp_drafts > 10_000  # the fusion really ran
+
+
+def test_vp_verified_against_unfused_q_is_flagged():
+    biased = DrafterSettings(vp=VPSettings(**STRONG_VP, strength=2.0, lossless=False))
+    counts, _ = sample_counts(biased)
+    assert chi2_pvalue(counts, EXACT * N) < ALPHA
+
+
+def test_zero_relaxation_gives_the_sjd_tokens():
+    s = dict(window=WindowSettings(8), sampling=SamplingSettings(cfg_scale=2.0, top_k=3), seed=11, batch_size=64)
+    big = ToyGridAdapter(height=5, width=5, levels=3, sharpness=4.0, seed=2)
+    sjd = decode(big, 2, DecodeSettings(drafter=DrafterSettings(), **s)).tokens
+    for d in (DrafterSettings(verifier="lantern", lantern_delta=0.0), DrafterSettings(verifier="gsd", gsd_group=1)):
+        assert torch.equal(decode(big, 2, DecodeSettings(drafter=d, **s)).tokens, sjd)
+    relaxed = decode(big, 2, DecodeSettings(drafter=DrafterSettings(verifier="lantern", lantern_delta=0.3), **s))
+    assert not torch.equal(relaxed.tokens, sjd)
+
+
+@pytest.mark.parametrize("delta", [0.05, 0.1])
+def test_lantern_stays_within_its_budget(delta):
+    """Each committed token's conditional TV from p is at most delta, so over the 6 image cells the
+    sequence TV is at most 6 * delta; measured, and it must also be a real deviation (lossy)."""
+    counts, _ = sample_counts(DrafterSettings(verifier="lantern", lantern_delta=delta, lantern_k=3))
+    measured = tv(counts)
+    assert measured <= 6 * delta
+    assert chi2_pvalue(counts, EXACT * N) < ALPHA

@@ -1,0 +1,66 @@
+"""Verification Prediction's parts on hand-made numbers."""
+import math
+
+import torch
+
+from sjdvp_core.settings import VPSettings
+from sjdvp_core.vp import History, fuse, shift_slots
+
+
+def test_history_ewa_and_growth_counter():
+    h = History(1, 1, 3, "cpu")
+    obs = torch.tensor([[True]])
+    seq = [[0.2, 0.3, 0.5], [0.3, 0.3, 0.4], [0.4, 0.2, 0.4], [0.5, 0.25, 0.25]]
+    growths = []
+    for p in seq:
+        growths.append(h.observe(torch.tensor([[p]]), obs, beta=0.5)[0, 0].tolist())
+    # first observation: pbar = p, no growth; then counts of consecutive strict increases
+    assert growths == [[0, 0, 0], [1, 0, 0], [2, 0, 0], [3, 1, 0]]
+    pbar = torch.tensor(seq[0])
+    for p in seq[1:]:
+        pbar = 0.5 * pbar + 0.5 * torch.tensor(p)
+    assert torch.allclose(h.pbar[0, 0], pbar) and torch.allclose(h.prev[0, 0], torch.tensor(seq[-1]))
+    assert h.seen.tolist() == [[4]]
+
+
+def test_unobserved_slots_keep_their_history():
+    h = History(1, 2, 2, "cpu")
+    p = torch.tensor([[[0.5, 0.5], [0.9, 0.1]]])
+    h.observe(p, torch.tensor([[True, False]]), beta=0.5)
+    assert h.seen.tolist() == [[1, 0]] and h.pbar[0, 1].tolist() == [0.0, 0.0]
+
+
+def test_fusion_formula_topk_and_eligibility():
+    s = VPSettings(growth_steps=2, top_k=2, strength=1.0, max_score=math.log(4))
+    p = torch.tensor([[[0.5, 0.3, 0.2], [0.5, 0.3, 0.2]]])
+    pbar = torch.tensor([[[0.25, 0.3, 0.05], [0.25, 0.3, 0.05]]])
+    growth = torch.tensor([[[2, 2, 2], [2, 2, 2]]], dtype=torch.int16)
+    out = fuse(p, pbar, growth, torch.tensor([[True, False]]), s)
+    # token 0: gain log 2 (rose, in top-2) -> x2; token 1: gain 0; token 2 rose but is not top-2
+    expected = torch.tensor([1.0, 0.3, 0.2]) / 1.5
+    assert torch.allclose(out[0, 0], expected)
+    assert torch.allclose(out[0, 1], p[0, 1])  # not eligible: unchanged
+
+
+def test_fusion_needs_n_consecutive_rises_and_clips_the_score():
+    s = VPSettings(growth_steps=2, top_k=3, strength=1.0, max_score=math.log(2))
+    p = torch.tensor([[[0.6, 0.2, 0.2]]])
+    pbar = torch.tensor([[[0.01, 0.1, 0.2]]])          # raw gains: log 60, log 2, 0
+    growth = torch.tensor([[[2, 1, 5]]], dtype=torch.int16)
+    out = fuse(p, pbar, growth, torch.tensor([[True]]), s)
+    assert torch.allclose(out[0, 0], torch.tensor([1.2, 0.2, 0.2]) / 1.6)  # clipped at x2; token 1 masked
+
+
+def test_negative_strength_and_zero_probabilities():
+    s = VPSettings(growth_steps=1, top_k=3, strength=-1.0)
+    p = torch.tensor([[[0.5, 0.5, 0.0]]])
+    out = fuse(p, torch.tensor([[[0.25, 0.5, 0.0]]]), torch.ones(1, 1, 3, dtype=torch.int16),
+               torch.tensor([[True]]), s)
+    assert torch.allclose(out[0, 0], torch.tensor([0.25, 0.5, 0.0]) / 0.75)
+    assert out[0, 0, 2] == 0  # a token outside p's support never appears
+
+
+def test_shift_slots_per_row():
+    t = torch.arange(8).view(2, 4)
+    out = shift_slots(t, torch.tensor([1, 3]), 3, fill=-1)
+    assert out.tolist() == [[1, 2, 3], [7, -1, -1]]
