@@ -46,12 +46,13 @@ def top_k_filter(logits: Tensor, k: int) -> Tensor:
 
 
 def top_p_filter(logits: Tensor, top_p: float) -> Tensor:
-    """Keep the smallest set of most likely tokens whose mass reaches top_p (at least one)."""
+    """Keep the most likely tokens up to and including the first whose cumulative mass exceeds top_p
+    (at least one), as LlamaGen's and transformers' nucleus filters do."""
     if top_p >= 1.0:
         return logits
     sorted_logits, order = logits.sort(dim=-1, descending=True)
     probs = sorted_logits.softmax(-1)
-    drop_sorted = (probs.cumsum(-1) - probs) >= top_p  # mass before this token already reaches top_p
+    drop_sorted = (probs.cumsum(-1) - probs) > top_p  # mass before this token already exceeds top_p
     drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
     return logits.masked_fill(drop, NEG_INF)
 

@@ -1,0 +1,24 @@
+"""The built-in demo model: a small LlamaGen (c2i GPT + VQ tokenizer) trained by sjdvp_core.demo.train
+on procedural scenes, shipped as safetensors. No download needed."""
+from __future__ import annotations
+
+import os
+
+from ..models.llamagen import LlamaGenAdapter, load_gpt, load_vq
+from . import scenes
+
+WEIGHTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "weights")
+
+
+def load_demo(device="cpu") -> LlamaGenAdapter:
+    gpt = load_gpt(os.path.join(WEIGHTS, "demo_gpt.safetensors"))
+    vq = load_vq(os.path.join(WEIGHTS, "demo_vq.safetensors"))
+    return LlamaGenAdapter(gpt, vq, class_names=scenes.PROMPTS, class_parser=scenes.prompt_to_class, device=device)
+
+
+def load_judge():
+    from safetensors.torch import load_file
+    from .judge import Judge
+    judge = Judge()
+    judge.load_state_dict(load_file(os.path.join(WEIGHTS, "demo_judge.safetensors")))
+    return judge.eval()

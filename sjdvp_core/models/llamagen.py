@@ -1,0 +1,217 @@
+"""LlamaGen for the engine: checkpoint loading (official .pt layouts and safetensors, never
+unpickling objects) and the adapter (class or caption prefix, CFG batch-doubled, a cache written by
+position, VQ decoding).
+
+Official files: c2i_{B,L}_{256,384}.pt, c2i_{XL,XXL,3B}_384.pt, t2i_XL_stage1_256.pt,
+t2i_XL_stage2_512.pt (GPT) and vq_ds16_c2i.pt, vq_ds16_t2i.pt, vq_ds8_c2i.pt (tokenizer). Their
+configs are read off the weights; what the weights cannot say (the image size, hence the token grid)
+comes from the file name, the safetensors metadata or the caller.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from functools import lru_cache
+from typing import Any, Sequence
+
+import torch
+from torch import Tensor
+
+from ..adapter import TokenLayout
+from .llamagen_gpt import GPT_SIZES, GPTConfig, LlamaGenGPT, rope_table_2d
+from .llamagen_vq import LlamaGenVQ, VQConfig
+
+GPT_HINT = "a LlamaGen GPT checkpoint (keys like tok_embeddings.weight, layers.0.attention.wqkv.weight)"
+VQ_HINT = "a LlamaGen VQ tokenizer checkpoint (keys like quantize.embedding.weight, decoder.conv_in.weight)"
+DROPPED_KEYS = ("freqs_cis", "causal_mask", "quantize.codebook_used")
+
+
+class CheckpointError(ValueError):
+    """A file that is missing, unreadable or not what was expected; the message says what to do."""
+
+
+def read_state_dict(path: str, expected: str) -> tuple[dict[str, Tensor], dict[str, str]]:
+    """Tensors (and safetensors metadata) from .safetensors or a .pt/.pth/.bin pickle of tensors."""
+    if not os.path.isfile(path):
+        raise CheckpointError(f"{path}: no such file; expected {expected}")
+    try:
+        if path.endswith(".safetensors"):
+            from safetensors import safe_open
+            with safe_open(path, framework="pt") as f:
+                return {k: f.get_tensor(k) for k in f.keys()}, dict(f.metadata() or {})
+        obj = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as e:  # corrupt, truncated, or a pickle of arbitrary objects
+        raise CheckpointError(f"{path}: cannot be read as {expected} ({type(e).__name__}: {e}). "
+                              "Re-download the file, or convert it to .safetensors.") from e
+    for key in ("model", "module", "state_dict"):   # DDP, DeepSpeed and plain wrappers
+        if isinstance(obj, dict) and isinstance(obj.get(key), dict):
+            obj = obj[key]
+            break
+    if not isinstance(obj, dict) or not all(isinstance(v, Tensor) for v in obj.values()):
+        raise CheckpointError(f"{path}: holds no state dict of tensors; expected {expected}")
+    return {re.sub(r"^(module\.|_orig_mod\.)+", "", k): v for k, v in obj.items()
+            if not k.endswith(DROPPED_KEYS)}, {}
+
+
+def _load_strict(model: torch.nn.Module, state: dict[str, Tensor], path: str, expected: str) -> None:
+    own = model.state_dict()
+    missing = sorted(set(own) - set(state))
+    unexpected = sorted(set(state) - set(own))
+    wrong = sorted(k for k in set(own) & set(state) if own[k].shape != state[k].shape)
+    if missing or unexpected or wrong:
+        detail = "; ".join(f"{name}: {', '.join(keys[:4])}{' ...' if len(keys) > 4 else ''}"
+                           for name, keys in (("missing", missing), ("unexpected", unexpected),
+                                              ("wrong shape", wrong)) if keys)
+        raise CheckpointError(f"{path}: does not match {expected} ({detail})")
+    model.load_state_dict(state, strict=True, assign=True)
+
+
+def gpt_config_from_state(state: dict[str, Tensor], meta: dict[str, str], path: str,
+                          image_tokens: int | None) -> GPTConfig:
+    if "config" in meta:
+        return GPTConfig(**json.loads(meta["config"]))
+    if "tok_embeddings.weight" not in state:
+        raise CheckpointError(f"{path}: is not {GPT_HINT}")
+    vocab, dim = state["tok_embeddings.weight"].shape
+    n_layer = 1 + max(int(k.split(".")[1]) for k in state if k.startswith("layers."))
+    # heads are not in the weights: released sizes by table, others with LlamaGen's head size of 64
+    heads = {(L, d): h for L, h, d in GPT_SIZES.values()}.get((n_layer, dim))
+    if heads is None and dim % 64:
+        raise CheckpointError(f"{path}: a GPT with {n_layer} layers of width {dim} is not a released "
+                              f"LlamaGen size {sorted(GPT_SIZES)}; save it as .safetensors with a 'config' metadata entry")
+    heads = heads or dim // 64
+    head_dim = dim // heads
+    kv_heads = (state["layers.0.attention.wqkv.weight"].shape[0] // head_dim - heads) // 2
+    if "cls_embedding.embedding_table.weight" in state:
+        kind = dict(model_type="c2i", num_classes=state["cls_embedding.embedding_table.weight"].shape[0] - 1,
+                    cls_token_num=1)
+    else:
+        kind = dict(model_type="t2i", caption_dim=state["cls_embedding.cap_proj.fc1.weight"].shape[1],
+                    cls_token_num=state["cls_embedding.uncond_embedding"].shape[0])
+    if image_tokens is None:
+        size = re.search(r"_(256|384|512)(?:\D|$)", os.path.basename(path))
+        if size is None:
+            raise CheckpointError(f"{path}: the image size is not in the file name (…_256.pt, …_384.pt, "
+                                  "…_512.pt); rename the file as released or give the image size")
+        image_tokens = (int(size.group(1)) // 16) ** 2
+    return GPTConfig(dim=dim, n_layer=n_layer, n_head=heads, n_kv_head=kv_heads if kv_heads != heads else None,
+                     vocab_size=vocab, block_size=image_tokens,
+                     ffn_dim=state["layers.0.feed_forward.w1.weight"].shape[0], **kind)
+
+
+def vq_config_from_state(state: dict[str, Tensor], meta: dict[str, str], path: str) -> VQConfig:
+    if "config" in meta:
+        return VQConfig(**json.loads(meta["config"]))
+    if "quantize.embedding.weight" not in state or "decoder.conv_in.weight" not in state:
+        raise CheckpointError(f"{path}: is not {VQ_HINT}")
+    size, dim = state["quantize.embedding.weight"].shape
+    ch = state["decoder.conv_out.weight"].shape[1]
+    levels = 1 + max(int(k.split(".")[2]) for k in state if k.startswith("decoder.conv_blocks."))
+    mult = [state[f"decoder.conv_blocks.{levels - 1 - i}.res.0.conv1.weight"].shape[0] // ch for i in range(levels)]
+    blocks = 1 + max(int(k.split(".")[4]) for k in state if k.startswith("decoder.conv_blocks.0.res."))
+    return VQConfig(codebook_size=size, codebook_embed_dim=dim, ch=ch, ch_mult=mult,
+                    z_channels=state["post_quant_conv.weight"].shape[0], num_res_blocks=blocks - 1)
+
+
+def load_gpt(path: str, image_tokens: int | None = None) -> LlamaGenGPT:
+    state, meta = read_state_dict(path, GPT_HINT)
+    config = gpt_config_from_state(state, meta, path, image_tokens)
+    with torch.device("meta"):
+        model = LlamaGenGPT(config)
+    _load_strict(model, state, path, GPT_HINT)
+    model.rope = rope_table_2d(config)  # a non-persistent buffer: rebuild it off the meta device
+    return model.eval()
+
+
+def load_vq(path: str, encoder: bool = False) -> LlamaGenVQ:
+    """The tokenizer; the encoder weights are dropped unless asked for (decoding needs none)."""
+    state, meta = read_state_dict(path, VQ_HINT)
+    config = vq_config_from_state(state, meta, path)
+    with torch.device("meta"):
+        model = LlamaGenVQ(config)
+    _load_strict(model, state, path, VQ_HINT)
+    if not encoder:
+        model.encoder = None
+    return model.eval()
+
+
+@lru_cache(maxsize=1)
+def imagenet_classes() -> list[str]:
+    with open(os.path.join(os.path.dirname(__file__), "imagenet_classes.txt")) as f:
+        return [line.strip() for line in f if line.strip()]
+
+
+class LlamaGenAdapter:
+    """The engine's view of a LlamaGen GPT + VQ pair. Conditions: class ids or names (c2i, with
+    `class_names`), or prompts encoded by `text_encoder` into ([B, T, caption_dim], mask [B, T]) (t2i)."""
+
+    def __init__(self, gpt: LlamaGenGPT, vq: LlamaGenVQ, *, class_names: Sequence[str] | None = None,
+                 class_parser=None, text_encoder=None, device="cpu", dtype=torch.float32):
+        self.device = torch.device(device)
+        self.gpt = gpt.to(self.device, dtype)
+        self.gpt.rope = self.gpt.rope.float()
+        self.vq = vq.to(self.device, torch.float32)
+        self.config = gpt.config
+        self.class_names = list(class_names) if class_names is not None else None
+        self.class_parser = class_parser
+        self.text_encoder = text_encoder
+        grid = self.config.grid
+        self.layout = TokenLayout.raster(torch.arange(self.config.vocab_size), grid, grid)
+        if vq.config.codebook_size != self.config.vocab_size:
+            raise CheckpointError(f"the VQ tokenizer has {vq.config.codebook_size} codes but the GPT expects "
+                                  f"{self.config.vocab_size}; use the tokenizer released with this GPT")
+
+    # --- conditions ----------------------------------------------------------------------------
+    def class_id(self, condition: Any) -> int:
+        n = self.config.num_classes
+        if isinstance(condition, str):
+            if self.class_parser is not None:
+                return self.class_parser(condition)
+            names = [c.lower() for c in (self.class_names or [])]
+            key = condition.strip().lower()
+            if key.isdigit():
+                condition = int(key)
+            elif key in names:
+                return names.index(key)
+            else:
+                raise ValueError(f"unknown class {condition!r}: give a class index 0..{n - 1} or a class name")
+        if not (0 <= int(condition) < n):
+            raise ValueError(f"class {condition} is out of range 0..{n - 1}")
+        return int(condition)
+
+    def _prefix(self, conditions: Sequence[Any], negatives, cfg: bool) -> tuple[Tensor, Tensor | None]:
+        c = self.config
+        if c.model_type == "c2i":
+            if negatives is not None:
+                raise ValueError("LlamaGen class-to-image models have no negative prompt; leave it empty")
+            ids = [self.class_id(x) for x in conditions] + [c.num_classes] * (len(conditions) if cfg else 0)
+            return self.gpt.embed_condition(torch.tensor(ids, device=self.device)), None
+        if self.text_encoder is None:
+            raise ValueError("this LlamaGen text-to-image model needs its FLAN-T5-XL text encoder folder")
+        captions, mask = self.text_encoder(list(conditions))                      # [B, T, D], [B, T]
+        if cfg:
+            uncond = self.gpt.cls_embedding.uncond_embedding.expand_as(captions)
+            captions, mask = torch.cat([captions, uncond]), torch.cat([mask, mask])
+        dtype = self.gpt.output.weight.dtype
+        return self.gpt.embed_condition(captions.to(self.device, dtype)), mask.to(self.device)
+
+    # --- the adapter interface -----------------------------------------------------------------
+    def start(self, conditions, negatives, cfg: bool, window: int):
+        prefix, mask = self._prefix(conditions, negatives, cfg)
+        self.gpt.setup_caches(prefix.shape[0], prefix_valid=mask)
+        return self.layout, self.gpt.prefill(prefix)
+
+    def forward(self, tokens: Tensor, positions: Tensor) -> Tensor:
+        return self.gpt.decode(tokens, positions + self.config.cls_token_num)
+
+    def rollback(self, lengths: Tensor) -> None:
+        pass
+
+    def codebook(self) -> Tensor:
+        return self.vq.quantize.codebook().detach()
+
+    @torch.no_grad()
+    def decode_image(self, codes: Tensor) -> Tensor:
+        images = self.vq.decode_code(codes.to(self.device))
+        return ((images.float() + 1) / 2).clamp(0, 1).permute(0, 2, 3, 1).cpu()

@@ -1,0 +1,140 @@
+"""LlamaGen: tiny random models written in the official layouts and key names, loaded through the
+user-facing loader; greedy SJD == greedy AR; rollback == recompute; decoded images; clear errors."""
+import os
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from sjdvp_core import DecodeSettings, DrafterSettings, SamplingSettings, VPSettings, WindowSettings, decode
+from sjdvp_core.models.llamagen import (CheckpointError, LlamaGenAdapter, imagenet_classes, load_gpt,
+                                        load_vq)
+from sjdvp_core.models.llamagen_gpt import GPTConfig, LlamaGenGPT
+from sjdvp_core.models.llamagen_vq import LlamaGenVQ, VQConfig
+
+GPT_TINY = GPTConfig(dim=128, n_layer=2, n_head=2, vocab_size=64, block_size=16, num_classes=10)
+VQ_TINY = VQConfig(codebook_size=64, codebook_embed_dim=8, ch=32, ch_mult=[1, 1, 2, 2, 4], z_channels=32,
+                   num_res_blocks=1)
+
+
+def random_gpt(config=GPT_TINY, seed=0):
+    torch.manual_seed(seed)
+    model = LlamaGenGPT(config)
+    for p in model.parameters():
+        torch.nn.init.normal_(p, std=0.3)
+    return model
+
+
+def random_vq(seed=0):
+    torch.manual_seed(seed)
+    return LlamaGenVQ(VQ_TINY)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("llamagen")
+    gpt, vq = random_gpt().state_dict(), random_vq().state_dict()
+    vq["quantize.codebook_used"] = torch.zeros(65536)      # a training buffer the official files carry
+    paths = {
+        "ddp": d / "c2i_B_256.pt", "deepspeed": d / "c2i_L_256.pt", "bare": d / "c2i_XL_256.pt",
+        "safetensors": d / "c2i_B_256.safetensors", "vq": d / "vq_ds16_c2i.pt",
+    }
+    torch.save({"model": gpt, "optimizer": {}, "steps": 10}, paths["ddp"])
+    torch.save({"module": {"module." + k: v for k, v in gpt.items()}}, paths["deepspeed"])
+    torch.save(gpt, paths["bare"])
+    save_file({k: v.contiguous() for k, v in gpt.items()}, paths["safetensors"])
+    torch.save({"model": vq}, paths["vq"])
+    return {k: str(v) for k, v in paths.items()}
+
+
+@pytest.mark.parametrize("layout", ["ddp", "deepspeed", "bare", "safetensors"])
+def test_official_layouts_load_to_the_same_model(files, layout):
+    model = load_gpt(files[layout])
+    assert model.config.model_type == "c2i" and model.config.block_size == 256  # 256 px / 16 = 16 x 16 tokens
+    ref = random_gpt().state_dict()
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, ref[k]), k
+
+
+def test_vq_loads_and_decodes(files):
+    vq = load_vq(files["vq"])
+    assert vq.config.ch_mult == [1, 1, 2, 2, 4] and vq.config.downsample == 16
+    img = vq.decode_code(torch.randint(0, 64, (2, 4, 4)))
+    assert img.shape == (2, 3, 64, 64)
+
+
+def adapter(files, dtype=torch.float32):
+    return LlamaGenAdapter(load_gpt(files["ddp"], image_tokens=16), load_vq(files["vq"]),
+                           class_names=[f"class {i}" for i in range(10)], dtype=dtype)
+
+
+def test_greedy_sjd_equals_ar_and_decodes_an_image(files):
+    ad = adapter(files)
+    for cfg in (1.0, 4.0):
+        kw = dict(sampling=SamplingSettings(cfg_scale=cfg, greedy=True, temperature=0.0), batch_size=2)
+        ar = decode(ad, [3, "class 7"], DecodeSettings(window=WindowSettings(1), **kw))
+        for W in (4, 16):
+            for drafter in (DrafterSettings(), DrafterSettings(vp=VPSettings())):
+                res = decode(ad, [3, "class 7"], DecodeSettings(window=WindowSettings(W), drafter=drafter, **kw))
+                assert torch.equal(res.tokens, ar.tokens)
+    img = ad.decode_image(ar.codes)
+    assert img.shape == (2, 64, 64, 3) and img.min() >= 0 and img.max() <= 1
+
+
+@torch.inference_mode()
+def test_window_cache_matches_full_recompute(files):
+    ad = adapter(files)
+    gpt = ad.gpt
+    g = torch.Generator().manual_seed(0)
+    truth = torch.randint(0, 64, (2, 16), generator=g)
+    cond = gpt.embed_condition(torch.tensor([1, 2]))
+    full = gpt(cond, truth)                                         # teacher forcing, no cache
+    ad.start([1, 2], None, False, 8)
+    n = torch.tensor([1, 1])
+    for W, acc in [(5, (2, 0)), (3, (1, 2)), (6, (4, 3)), (4, (3, 3))]:
+        window = torch.randint(0, 64, (2, W), generator=g)
+        for r in range(2):
+            window[r, 0] = truth[r, n[r] - 1]
+            window[r, 1:1 + acc[r]] = truth[r, n[r]:n[r] + acc[r]]
+        positions = ((n - 1)[:, None] + torch.arange(W)).clamp(max=15)
+        logits = ad.forward(window, positions)
+        for r in range(2):
+            valid = acc[r] + 1
+            assert torch.allclose(logits[r, :valid], full[r, n[r]:n[r] + valid], atol=1e-4)
+        n = n + torch.tensor(acc) + 1
+
+
+def test_sampled_decode_is_deterministic_and_uses_lantern_neighbours(files):
+    ad = adapter(files)
+    s = DecodeSettings(window=WindowSettings(8), drafter=DrafterSettings(verifier="lantern", lantern_k=8),
+                       sampling=SamplingSettings(cfg_scale=2.0, top_k=20), seed=5)
+    a, b = decode(ad, 1, s), decode(ad, 1, s)
+    assert torch.equal(a.tokens, b.tokens) and a.codes.shape == (1, 4, 4)
+
+
+class Evil:
+    """An arbitrary object in a pickle: loading must refuse it, not run its reduce hooks."""
+
+
+def test_wrong_files_say_what_was_expected(files, tmp_path):
+    with pytest.raises(CheckpointError, match="no such file"):
+        load_gpt(str(tmp_path / "c2i_B_256.pt"))
+    with pytest.raises(CheckpointError, match="is not a LlamaGen GPT"):
+        load_gpt(files["vq"])
+    with pytest.raises(CheckpointError, match="is not a LlamaGen VQ"):
+        load_vq(files["ddp"])
+    corrupt = tmp_path / "c2i_B_256.pt"
+    corrupt.write_bytes(b"not a checkpoint")
+    with pytest.raises(CheckpointError, match="cannot be read"):
+        load_gpt(str(corrupt))
+    torch.save({"model": Evil()}, tmp_path / "evil_256.pt")
+    with pytest.raises(CheckpointError, match="cannot be read"):   # never unpickled
+        load_gpt(str(tmp_path / "evil_256.pt"))
+    torch.save(random_gpt().state_dict(), tmp_path / "c2i_model.pt")
+    with pytest.raises(CheckpointError, match="image size"):
+        load_gpt(str(tmp_path / "c2i_model.pt"))
+
+
+def test_class_names():
+    names = imagenet_classes()
+    assert len(names) == 1000 and names[207] == "golden retriever"
