@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup test bench clean
+.PHONY: setup demo test bench clean
 
 $(BIN)/.installed: requirements.txt requirements-dev.txt
 	$(PY) -m venv $(VENV)
@@ -14,11 +14,14 @@ $(BIN)/.installed: requirements.txt requirements-dev.txt
 
 setup: $(BIN)/.installed
 
+demo: setup
+	$(BIN)/python -m sjdvp_core --prompt "a red circle on grass" --methods ar sjd sjd-vp --out out
+
 test: setup
 	$(BIN)/python -m pytest -q tests
 
 bench: setup
-	$(BIN)/python -m benchmarks.compare_methods
+	$(BIN)/python -m benchmarks.compare_methods --model demo
 
 clean:
 	rm -rf $(VENV)

@@ -16,69 +16,87 @@ import time
 
 import torch
 
-from sjdvp_core import DecodeSettings, DrafterSettings, SamplingSettings, VPSettings, WindowSettings, decode
-
-METHODS = {
-    "AR": None,
-    "SJD": DrafterSettings(),
-    "SJD-VP": DrafterSettings(vp=VPSettings()),
-    "LANTERN": DrafterSettings(verifier="lantern"),
-    "LANTERN-VP": DrafterSettings(verifier="lantern", vp=VPSettings()),
-    "GSD": DrafterSettings(verifier="gsd"),
-    "GSD-VP": DrafterSettings(verifier="gsd", vp=VPSettings()),
-}
+from sjdvp_core import SamplingSettings, decode
+from sjdvp_core.settings import METHODS, method_settings
 
 
-def load_model(name: str):
-    """-> (adapter, conditions, sampling defaults)."""
+
+def load_model(name: str, prompts: int):
+    """-> (adapter, conditions, sampling defaults, judge or None)."""
     if name == "toy":
         from sjdvp_core.models.toy import ToyGridAdapter
-        return ToyGridAdapter(height=16, width=16, levels=8, sharpness=12.0), [0, 1, 2, 3], \
-            SamplingSettings(cfg_scale=2.0, top_k=20)
-    raise ValueError(f"unknown model {name!r}; choose one of: toy")
+        return ToyGridAdapter(height=16, width=16, levels=8, sharpness=12.0), [0, 1, 2, 3][:prompts], \
+            SamplingSettings(cfg_scale=2.0, top_k=20), None
+    if name == "demo":
+        from sjdvp_core.demo import DEMO_SAMPLING, load_demo, load_judge, scenes
+        step = max(1, len(scenes.PROMPTS) // prompts)
+        return load_demo(), scenes.PROMPTS[::step][:prompts], DEMO_SAMPLING, load_judge()
+    raise ValueError(f"unknown model {name!r}; choose one of: toy, demo")
 
 
-def run_method(adapter, conditions, drafter, window, sampling, seeds):
-    rows = []
+def prompt_match(adapter, judge, results) -> float | None:
+    """Share of images the judge finds matching their prompt (demo model only)."""
+    if judge is None:
+        return None
+    from sjdvp_core.demo.judge import prompt_match as match
+    hits = []
+    for cond, res in results:
+        images = adapter.decode_image(res.codes).permute(0, 3, 1, 2) * 2 - 1
+        hits.append(bool(match(judge, images, torch.tensor([adapter.class_id(cond)]))[0]))
+    return sum(hits) / len(hits)
+
+
+def run_method(adapter, conditions, method, window, sampling, seeds):
+    """-> per run (cond, result, seconds)."""
+    runs = []
     for cond in conditions:
         for seed in seeds:
-            s = DecodeSettings(window=WindowSettings(1 if drafter is None else window),
-                               drafter=drafter or DrafterSettings(), sampling=sampling, seed=seed)
+            s = method_settings(method, window, sampling, seed)
             t = time.perf_counter()
-            st = decode(adapter, cond, s).stats
-            rows.append((st.forward_passes, st.mean_accepted, st.acceptance_rate, time.perf_counter() - t, st))
-    return rows
+            res = decode(adapter, cond, s)
+            runs.append((cond, res, time.perf_counter() - t))
+    return runs
 
 
-def main(model: str = "toy", windows=(16, 32, 64), seeds: int = 3, json_out: str | None = None):
+def summarise(name, window, runs, ar=None, quality=None) -> dict:
+    stats = [r[1].stats for r in runs]
+    nfe = statistics.mean(st.forward_passes for st in stats)
+    wall = statistics.median(r[2] for r in runs)
+    mom = [st.momentum() for st in stats]
+    return dict(method=name, window=window, nfe=nfe, step_compression=(ar or {"nfe": nfe})["nfe"] / nfe,
+                mean_accepted=statistics.mean(st.mean_accepted for st in stats),
+                acceptance=statistics.mean(st.acceptance_rate for st in stats), wall_s=wall,
+                latency_speedup=(ar or {"wall_s": wall})["wall_s"] / wall,
+                entropy=statistics.mean(st.mean_entropy for st in stats), prompt_match=quality,
+                accept_if_rose=statistics.fmean(m["accept_if_rose"] for m in mom),
+                accept_if_not=statistics.fmean(m["accept_if_not"] for m in mom))
+
+
+def main(model: str = "toy", windows=(16, 32, 64), seeds: int = 3, prompts: int = 4,
+         methods=tuple(METHODS), json_out: str | None = None):
     torch.set_num_threads(1)
-    adapter, conditions, sampling = load_model(model)
+    adapter, conditions, sampling, judge = load_model(model, prompts)
     seed_list = list(range(seeds))
-    ar = run_method(adapter, conditions, None, 1, sampling, seed_list)
-    ar_nfe = statistics.mean(r[0] for r in ar)
-    ar_time = statistics.median(r[3] for r in ar)
-    results = [dict(method="AR", window=1, nfe=ar_nfe, step_compression=1.0, mean_accepted=1.0,
-                    acceptance=0.0, wall_s=ar_time, latency_speedup=1.0)]
+    ar_runs = run_method(adapter, conditions, "ar", 1, sampling, seed_list)
+    ar = summarise("ar", 1, ar_runs, quality=prompt_match(adapter, judge, [r[:2] for r in ar_runs]))
+    results = [ar]
     for W in windows:
-        for name, drafter in METHODS.items():
-            if drafter is None:
+        for name in methods:
+            if METHODS[name] is None:
                 continue
-            rows = run_method(adapter, conditions, drafter, W, sampling, seed_list)
-            nfe = statistics.mean(r[0] for r in rows)
-            wall = statistics.median(r[3] for r in rows)
-            mom = [r[4].momentum() for r in rows]
-            results.append(dict(method=name, window=W, nfe=nfe, step_compression=ar_nfe / nfe,
-                                mean_accepted=statistics.mean(r[1] for r in rows),
-                                acceptance=statistics.mean(r[2] for r in rows), wall_s=wall,
-                                latency_speedup=ar_time / wall,
-                                accept_if_rose=statistics.mean(m["accept_if_rose"] for m in mom),
-                                accept_if_not=statistics.mean(m["accept_if_not"] for m in mom)))
-    print(f"model={model} conditions={len(conditions)} seeds={seeds} (same conditions and seeds for every method)\n")
-    print("| method | W | NFE | step compression | mean accepted | acceptance | wall s (median) | latency speed-up |")
-    print("|---|---|---|---|---|---|---|---|")
+            runs = run_method(adapter, conditions, name, W, sampling, seed_list)
+            results.append(summarise(name, W, runs, ar, prompt_match(adapter, judge, [r[:2] for r in runs])))
+    print(f"model={model} prompts={len(conditions)} seeds={seeds} sampling={sampling} "
+          "(same prompts and seeds for every method)\n")
+    print("| method | W | NFE | step compression | mean accepted | acceptance | wall s (median) | latency speed-up"
+          " | prompt match | accept if rose / not |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
+        match = "-" if r["prompt_match"] is None else f"{r['prompt_match']:.2f}"
         print(f"| {r['method']} | {r['window']} | {r['nfe']:.1f} | {r['step_compression']:.2f}x | "
-              f"{r['mean_accepted']:.2f} | {r['acceptance']:.3f} | {r['wall_s']:.3f} | {r['latency_speedup']:.2f}x |")
+              f"{r['mean_accepted']:.2f} | {r['acceptance']:.3f} | {r['wall_s']:.3f} | {r['latency_speedup']:.2f}x | "
+              f"{match} | {r['accept_if_rose']:.2f} / {r['accept_if_not']:.2f} |")
+    print(f"\nmean next-token entropy under these settings (AR): {ar['entropy']:.3f} nats")
     if json_out:
         with open(json_out, "w") as f:
             json.dump(results, f, indent=1)
@@ -87,7 +105,9 @@ def main(model: str = "toy", windows=(16, 32, 64), seeds: int = 3, json_out: str
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="toy", choices=["toy"], help="model to benchmark")
+    ap.add_argument("--model", default="toy", choices=["toy", "demo"], help="model to benchmark")
+    ap.add_argument("--prompts", type=int, default=4, help="conditions (spread over the demo's prompt list)")
+    ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS), help="methods to compare")
     ap.add_argument("--windows", type=int, nargs="+", default=[16, 32, 64], help="Jacobi window sizes")
     ap.add_argument("--seeds", type=int, default=3, help="seeds per condition")
     ap.add_argument("--json", dest="json_out", help="also write the results as JSON here")

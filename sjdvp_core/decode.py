@@ -163,6 +163,8 @@ class JacobiDecoder:
         newly = torch.arange(self.W, device=dev) < m[:, None]
         self.commit_iter.scatter_(1, cols, torch.where(newly, it, self.commit_iter.gather(1, cols)))
         self.stats.committed_per_iter.append(m.cpu())
+        entropy = -(p * p.clamp_min(1e-30).log()).sum(-1)                                 # [B, w]
+        self.stats.entropy_sum += float((entropy * (torch.arange(w, device=dev) < m[:, None])).sum())
         self._count(p, x, q, accept, k, kmax, w)
         self.n = self.n + m
         return m

@@ -125,3 +125,26 @@ class DecodeSettings:
         _check_int("batch_size", self.batch_size, 1)
         for name, cls in (("window", WindowSettings), ("drafter", DrafterSettings), ("sampling", SamplingSettings)):
             _check(isinstance(getattr(self, name), cls), name, getattr(self, name), f"a {cls.__name__}")
+
+
+# Named decoding methods with their default knobs; "ar" is plain AR (window 1).
+METHODS: dict[str, DrafterSettings | None] = {
+    "ar": None,
+    "sjd": DrafterSettings(),
+    "sjd-vp": DrafterSettings(vp=VPSettings()),
+    "lantern": DrafterSettings(verifier="lantern"),
+    "lantern-vp": DrafterSettings(verifier="lantern", vp=VPSettings()),
+    "gsd": DrafterSettings(verifier="gsd"),
+    "gsd-vp": DrafterSettings(verifier="gsd", vp=VPSettings()),
+}
+
+
+def method_settings(method: str, window: int, sampling: SamplingSettings, seed: int = 0,
+                    batch_size: int = 1) -> DecodeSettings:
+    """DecodeSettings for a named method (see METHODS)."""
+    if method not in METHODS:
+        raise ValueError(f"method={method!r} is unknown: choose one of {list(METHODS)}")
+    drafter = METHODS[method]
+    return DecodeSettings(window=WindowSettings(1 if drafter is None else window),
+                          drafter=drafter or DrafterSettings(), sampling=sampling, seed=seed,
+                          batch_size=batch_size)

@@ -27,6 +27,7 @@ class DecodeStats:
     rose_accepted: int = 0
     flat_verified: int = 0
     flat_accepted: int = 0
+    entropy_sum: float = 0.0           # entropy (nats) of the target p at each committed position
     time_forward: float = 0.0
     time_draft: float = 0.0
     time_verify: float = 0.0
@@ -49,6 +50,11 @@ class DecodeStats:
         return int(self.slot_accepted.sum()) / verified if verified else 0.0
 
     @property
+    def mean_entropy(self) -> float:
+        """Mean entropy of the target distribution the committed tokens were decided by."""
+        return self.entropy_sum / max(1, int(self.row_forward_passes.numel()) * (self.length - 1))
+
+    @property
     def vp_gain(self) -> float | None:
         """Expected-acceptance ratio of fused drafts over the plain drafts they replaced."""
         if not self.vp_drafts or self.plain_expected_accept <= 0:
@@ -69,6 +75,7 @@ class DecodeStats:
                "step_compression": round(self.step_compression, 4),
                "mean_accepted": round(self.mean_accepted, 4),
                "acceptance_rate": round(self.acceptance_rate, 4),
+               "mean_entropy": round(self.mean_entropy, 4),
                "time_total_s": round(self.time_total, 4), "time_forward_s": round(self.time_forward, 4),
                "time_draft_s": round(self.time_draft, 4), "time_verify_s": round(self.time_verify, 4)}
         out.update({k: round(v, 4) for k, v in self.momentum().items()})

@@ -5,7 +5,11 @@ from __future__ import annotations
 import os
 
 from ..models.llamagen import LlamaGenAdapter, load_gpt, load_vq
+from ..settings import SamplingSettings
 from . import scenes
+
+# The demo's sampling defaults (chosen by measurement, see README "Demo model").
+DEMO_SAMPLING = SamplingSettings(cfg_scale=3.0, temperature=1.0, top_k=0, top_p=1.0)
 
 WEIGHTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "weights")
 

@@ -1,0 +1,77 @@
+"""Command line: generate images with several decoding methods from the same prompt and seed, save
+them, and print the speed-up report side by side.
+
+    python -m sjdvp_core --prompt "a red circle on grass" --methods ar sjd sjd-vp --out out
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import time
+
+import torch
+
+from .decode import decode
+from .settings import METHODS, method_settings
+
+
+
+def load_model(name: str, device: str):
+    """-> (adapter, its default sampling settings)."""
+    if name == "demo":
+        from .demo import DEMO_SAMPLING, load_demo
+        return load_demo(device), DEMO_SAMPLING
+    raise ValueError(f"unknown model {name!r}: only 'demo' is available from the command line so far")
+
+
+def save_png(image: torch.Tensor, path: str, scale: int = 4) -> None:
+    from PIL import Image
+    arr = (image.clamp(0, 1) * 255).round().byte().numpy()
+    Image.fromarray(arr).resize((arr.shape[1] * scale, arr.shape[0] * scale), Image.NEAREST).save(path)
+
+
+def main(prompt: str, methods=("ar", "sjd-vp"), model: str = "demo", window: int = 16, seed: int = 0,
+         cfg: float | None = None, top_k: int | None = None, top_p: float | None = None,
+         temperature: float | None = None, out: str = "out", device: str = "cpu") -> list[dict]:
+    adapter, defaults = load_model(model, device)
+    given = dict(cfg_scale=cfg, top_k=top_k, top_p=top_p, temperature=temperature)
+    sampling = dataclasses.replace(defaults, **{k: v for k, v in given.items() if v is not None})
+    os.makedirs(out, exist_ok=True)
+    rows = []
+    for name in methods:
+        settings = method_settings(name, window, sampling, seed)
+        t = time.perf_counter()
+        result = decode(adapter, prompt, settings)
+        decode_s = time.perf_counter() - t
+        image = adapter.decode_image(result.codes)[0]
+        path = os.path.join(out, f"{name}_seed{seed}.png")
+        save_png(image, path)
+        st = result.stats
+        rows.append(dict(method=name, nfe=st.forward_passes, accepted=st.mean_accepted,
+                         acceptance=st.acceptance_rate, seconds=decode_s, path=path, stats=st))
+    base = rows[0]
+    print(f'prompt: "{prompt}"  seed {seed}  window {window}  {sampling}  ({adapter.layout.length} tokens)')
+    print(f"{'method':<12}{'forward passes':>16}{'step compression':>18}{'tokens/pass':>13}"
+          f"{'acceptance':>12}{'decode s':>10}{'speed-up':>10}  image")
+    for r in rows:
+        print(f"{r['method']:<12}{r['nfe']:>16}{base['nfe'] / r['nfe']:>17.2f}x{r['accepted']:>13.2f}"
+              f"{r['acceptance']:>12.3f}{r['seconds']:>10.2f}{base['seconds'] / r['seconds']:>9.2f}x  {r['path']}")
+    return rows
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--prompt", default="a red circle on grass", help="what to draw (demo: colour, shape, background)")
+    ap.add_argument("--methods", nargs="+", default=["ar", "sjd-vp"], choices=list(METHODS),
+                    help="decoding methods, the first is the baseline of the speed-up columns")
+    ap.add_argument("--model", default="demo", help="model to run")
+    ap.add_argument("--window", type=int, default=16, help="Jacobi window W")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--cfg", type=float, help="classifier-free guidance scale (default: the model's)")
+    ap.add_argument("--top-k", dest="top_k", type=int, help="top-k (default: the model's)")
+    ap.add_argument("--top-p", dest="top_p", type=float, help="top-p (default: the model's)")
+    ap.add_argument("--temperature", type=float, help="temperature (default: the model's)")
+    ap.add_argument("--out", default="out", help="folder for the PNGs")
+    ap.add_argument("--device", default="cpu")
+    main(**vars(ap.parse_args()))

@@ -1,0 +1,41 @@
+"""The caption encoder of LlamaGen's text-to-image models: FLAN-T5-XL's encoder, loaded from a local
+folder with transformers (no hub access, no remote code). Captions are padded to 120 tokens and then
+left-padded (valid tokens moved to the end, padding zeroed and masked), as LlamaGen's t2i models saw
+them in training."""
+from __future__ import annotations
+
+import os
+
+import torch
+from torch import Tensor
+
+T5_FILES = "config.json, model weights (*.safetensors or pytorch_model*.bin) and tokenizer files"
+
+
+class T5CaptionEncoder:
+    def __init__(self, folder: str, max_length: int = 120, device="cpu", dtype=torch.float32):
+        if not os.path.isfile(os.path.join(folder, "config.json")):
+            raise FileNotFoundError(f"{folder}: no FLAN-T5-XL text encoder here; download google/flan-t5-xl "
+                                    f"({T5_FILES}) into this folder")
+        from transformers import AutoTokenizer, T5EncoderModel
+        self.tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+        self.model = T5EncoderModel.from_pretrained(folder, local_files_only=True, dtype=dtype).to(device).eval()
+        self.max_length, self.device = max_length, torch.device(device)
+
+    @torch.no_grad()
+    def __call__(self, prompts: list[str]) -> tuple[Tensor, Tensor]:
+        """prompts -> (features [B, T, D] left-padded with zeros, mask [B, T] bool)."""
+        tok = self.tokenizer(prompts, max_length=self.max_length, padding="max_length", truncation=True,
+                             return_tensors="pt").to(self.device)
+        feats = self.model(input_ids=tok.input_ids, attention_mask=tok.attention_mask).last_hidden_state
+        return left_pad(feats.float(), tok.attention_mask.bool())
+
+
+def left_pad(features: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    """Right-padded [B, T, D] with mask [B, T] -> the same tokens moved to the end of each row."""
+    T = mask.shape[1]
+    valid = mask.sum(1, keepdim=True)                                   # [B, 1]
+    src = (torch.arange(T, device=mask.device) - (T - valid)) % T       # new slot t <- old slot src
+    out_mask = torch.arange(T, device=mask.device) >= T - valid
+    out = features.gather(1, src[..., None].expand_as(features)) * out_mask[..., None]
+    return out, out_mask
