@@ -59,7 +59,8 @@ class TokenLayout:
 
 class ModelAdapter(Protocol):
     """What a model family implements for the engine. Rows R = B, or 2B with CFG (cond rows first)."""
-    device: torch.device
+    device: torch.device    # where the weights are
+    module: torch.nn.Module  # every weight the adapter uses, for a memory manager to move
 
     def start(self, conditions: Sequence[Any], negatives: Sequence[Any] | None, cfg: bool,
               window: int) -> tuple[TokenLayout, Tensor]:

@@ -243,16 +243,18 @@ class JacobiDecoder:
         if progress is None:
             return
         done = self.n.clamp(max=self.L)
-        partial = torch.where(torch.arange(self.L, device=self.device)[None] < done[:, None],
-                              self.local_vocab[self.canvas[:, :self.L]], -1)
-        progress(int(done.sum()), self.B * self.L, partial)
+        grid = self.layout.grid.to(self.device)
+        codes = torch.where(grid[None] < done[:, None, None], self.canvas[:, grid], -1)
+        progress(int(done.sum()), self.B * self.L, codes)
 
 
 def decode(adapter: ModelAdapter, conditions: Sequence[Any] | Any, settings: DecodeSettings,
            negatives: Sequence[Any] | Any | None = None, progress: ProgressFn | None = None) -> DecodeResult:
     """Generate settings.batch_size images. conditions: one per image, or one shared by all (the
     family's prompt, class id, ...); negatives likewise, used as the CFG branch where the family has
-    one. progress(done, total, partial_tokens) is called after every iteration and may raise to abort."""
+    one. progress(done, total, codes) is called after every iteration with the tokens committed so far
+    (all images) and the image cells known so far ([B, h, w] codebook indices, -1 where undecided); it
+    may raise to abort."""
     B = settings.batch_size
     conditions = _per_image(conditions, B, "conditions")
     negatives = None if negatives is None else _per_image(negatives, B, "negatives")

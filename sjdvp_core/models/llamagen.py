@@ -148,10 +148,10 @@ class LlamaGenAdapter:
 
     def __init__(self, gpt: LlamaGenGPT, vq: LlamaGenVQ, *, class_names: Sequence[str] | None = None,
                  class_parser=None, text_encoder=None, device="cpu", dtype=torch.float32):
-        self.device = torch.device(device)
-        self.gpt = gpt.to(self.device, dtype)
+        self.gpt = gpt.to(device, dtype)
         self.gpt.rope = self.gpt.rope.float()
-        self.vq = vq.to(self.device, torch.float32)
+        self.vq = vq.to(device, torch.float32)
+        self.module = torch.nn.ModuleDict({"gpt": self.gpt, "vq": self.vq})  # all weights, for memory managers
         self.config = gpt.config
         self.class_names = list(class_names) if class_names is not None else None
         self.class_parser = class_parser
@@ -161,6 +161,15 @@ class LlamaGenAdapter:
         if vq.config.codebook_size != self.config.vocab_size:
             raise CheckpointError(f"the VQ tokenizer has {vq.config.codebook_size} codes but the GPT expects "
                                   f"{self.config.vocab_size}; use the tokenizer released with this GPT")
+
+    @property
+    def device(self) -> torch.device:
+        """Where the weights are now (a memory manager may move them between runs)."""
+        return self.gpt.output.weight.device
+
+    @property
+    def family(self) -> str:
+        return f"LlamaGen {self.config.model_type}"
 
     # --- conditions ----------------------------------------------------------------------------
     def class_id(self, condition: Any) -> int:

@@ -1,0 +1,112 @@
+"""Speculative decoding, tokens -> image, and the speed-up report."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from comfy_api.latest import io, ui
+
+from ..sjdvp_core.decode import DecodeResult, decode
+from ..sjdvp_core.report import commit_map, report_text
+from ..sjdvp_core.settings import DecodeSettings, DrafterSettings, SamplingSettings, WindowSettings
+from . import runtime
+from .drafting_nodes import DRAFTER, WINDOW
+from .model_nodes import MODEL
+
+TOKENS = io.Custom("SJDVP_TOKENS")
+
+
+@dataclass
+class Tokens:
+    """What flows through an SJDVP_TOKENS socket."""
+    model: runtime.LoadedModel
+    result: DecodeResult
+    method: str
+
+
+class SpeculativeDecode(io.ComfyNode):
+    @classmethod
+    def define_schema(cls):
+        return io.Schema(
+            node_id="SJDVP_SpeculativeDecode", display_name="Speculative Decode", category="sjdvp",
+            description="Generates image tokens with the connected drafter (SJD, LANTERN, GSD, with or without "
+                        "Verification Prediction) several tokens per forward pass. With no drafter connected "
+                        "it samples plain AR, token by token, for comparison.",
+            inputs=[
+                MODEL.Input("model"),
+                io.String.Input("prompt", multiline=True, default="a red circle on grass",
+                                tooltip="What to draw: a text prompt, or for class-to-image models a class "
+                                        "name or index (e.g. 'golden retriever' or 207)."),
+                io.String.Input("negative_prompt", multiline=True, default="",
+                                tooltip="Used as the guidance branch by families that have one (Emu3); "
+                                        "leave empty otherwise."),
+                io.Float.Input("cfg", default=3.0, min=0.0, max=30.0, step=0.1,
+                               tooltip="Classifier-free guidance scale; 1 turns guidance off."),
+                io.Float.Input("temperature", default=1.0, min=0.01, max=5.0, step=0.01,
+                               tooltip="Sampling temperature."),
+                io.Int.Input("top_k", default=0, min=0, max=200000,
+                             tooltip="Keep the k most likely image tokens; 0 keeps all."),
+                io.Float.Input("top_p", default=1.0, min=0.01, max=1.0, step=0.01,
+                               tooltip="Nucleus sampling mass; 1 keeps all."),
+                io.Int.Input("seed", default=0, min=0, max=0xFFFFFFFFFFFFFFFF, control_after_generate=True,
+                             tooltip="Same seed, settings and device give the same image."),
+                io.Int.Input("batch_size", default=1, min=1, max=64,
+                             tooltip="Images decoded together; each accepts its own number of tokens."),
+                WINDOW.Input("window", optional=True, tooltip="Jacobi window; 16 tokens with random init if absent."),
+                DRAFTER.Input("drafter", optional=True, tooltip="How drafts are made and verified; plain AR if absent."),
+            ],
+            outputs=[TOKENS.Output(display_name="tokens")],
+        )
+
+    @classmethod
+    def execute(cls, model, prompt, negative_prompt, cfg, temperature, top_k, top_p, seed, batch_size,
+                window=None, drafter=None) -> io.NodeOutput:
+        window = WindowSettings(size=1) if drafter is None else (window or WindowSettings())
+        settings = DecodeSettings(window=window, drafter=drafter or DrafterSettings(), seed=seed % 2**63,
+                                  batch_size=batch_size,
+                                  sampling=SamplingSettings(cfg_scale=cfg, temperature=temperature,
+                                                            top_k=top_k, top_p=top_p))
+        runtime.prepare(model)
+        adapter = model.adapter
+        try:
+            result = decode(adapter, prompt, settings, negatives=negative_prompt or None,
+                            progress=runtime.Progress(adapter))
+        except runtime.OOM as e:
+            raise runtime.oom_message(e, window.size) from e
+        method = "AR" if drafter is None else drafter.name
+        return io.NodeOutput(Tokens(model, result, method), ui=ui.PreviewText(report_text(result, method)))
+
+
+class DecodeImage(io.ComfyNode):
+    @classmethod
+    def define_schema(cls):
+        return io.Schema(
+            node_id="SJDVP_DecodeImage", display_name="Tokens to Image", category="sjdvp",
+            description="Turns image tokens into pixels with the model's VQ decoder.",
+            inputs=[TOKENS.Input("tokens")],
+            outputs=[io.Image.Output(display_name="image")],
+        )
+
+    @classmethod
+    def execute(cls, tokens) -> io.NodeOutput:
+        runtime.prepare(tokens.model)
+        with torch.inference_mode():
+            images = tokens.model.adapter.decode_image(tokens.result.codes)
+        return io.NodeOutput(images.float().cpu().contiguous())
+
+
+class Report(io.ComfyNode):
+    @classmethod
+    def define_schema(cls):
+        return io.Schema(
+            node_id="SJDVP_Report", display_name="Speed-up Report", category="sjdvp",
+            description="How much faster decoding was than plain AR, and a picture of when each image cell "
+                        "was committed: dark early, yellow late; same-coloured runs were accepted together.",
+            inputs=[TOKENS.Input("tokens")],
+            outputs=[io.String.Output(display_name="text"), io.Image.Output(display_name="commit_map")],
+        )
+
+    @classmethod
+    def execute(cls, tokens) -> io.NodeOutput:
+        text = report_text(tokens.result, tokens.method)
+        return io.NodeOutput(text, commit_map(tokens.result), ui=ui.PreviewText(text))

@@ -1,0 +1,125 @@
+"""The Jacobi window, the drafters (SJD, LANTERN, GSD) and Verification Prediction."""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from comfy_api.latest import io
+
+from ..sjdvp_core.settings import DRAFT_INITS, MAX_WINDOW, DrafterSettings, VPSettings, WindowSettings
+
+WINDOW = io.Custom("SJDVP_WINDOW")
+DRAFTER = io.Custom("SJDVP_DRAFTER")
+
+
+class JacobiWindow(io.ComfyNode):
+    @classmethod
+    def define_schema(cls):
+        return io.Schema(
+            node_id="SJDVP_JacobiWindow", display_name="Jacobi Window", category="sjdvp",
+            description="How many tokens one forward pass drafts and verifies, and how new drafts start.",
+            inputs=[
+                io.Int.Input("window", default=16, min=1, max=MAX_WINDOW,
+                             tooltip="Tokens scored per forward pass. 1 is plain AR. 16-32 suit GPUs; on a CPU "
+                                     "a wide window is not free, prefer 4-8."),
+                io.Combo.Input("init", options=list(DRAFT_INITS), default="random",
+                               tooltip="How fresh drafts start: random image tokens, or a copy of the cell to "
+                                       "the left / above. All are exact."),
+            ],
+            outputs=[WINDOW.Output(display_name="window")],
+        )
+
+    @classmethod
+    def execute(cls, window, init) -> io.NodeOutput:
+        return io.NodeOutput(WindowSettings(size=window, init=init))
+
+
+class DrafterSJD(io.ComfyNode):
+    @classmethod
+    def define_schema(cls):
+        return io.Schema(
+            node_id="SJDVP_DrafterSJD", display_name="Drafter: SJD (exact)", category="sjdvp",
+            description="Speculative Jacobi Decoding with the exact verifier: the images are distributed "
+                        "exactly as plain AR sampling's (not the same pixels for a seed).",
+            inputs=[], outputs=[DRAFTER.Output(display_name="drafter")],
+        )
+
+    @classmethod
+    def execute(cls) -> io.NodeOutput:
+        return io.NodeOutput(DrafterSettings(verifier="sjd"))
+
+
+class DrafterLANTERN(io.ComfyNode):
+    @classmethod
+    def define_schema(cls):
+        return io.Schema(
+            node_id="SJDVP_DrafterLANTERN", display_name="Drafter: LANTERN (relaxed)", category="sjdvp",
+            description="LANTERN's relaxed verifier: a draft also passes on the probability of its nearest "
+                        "codebook neighbours, within a total-variation budget. Faster, slightly lossy.",
+            inputs=[
+                io.Int.Input("neighbours", default=1000, min=1, max=65536,
+                             tooltip="Latent neighbours considered per token (k)."),
+                io.Float.Input("delta", default=0.1, min=0.0, max=1.0, step=0.01,
+                               tooltip="Total-variation budget per token. 0 is exact SJD; larger is faster "
+                                       "and drifts further from the model's distribution."),
+            ],
+            outputs=[DRAFTER.Output(display_name="drafter")],
+        )
+
+    @classmethod
+    def execute(cls, neighbours, delta) -> io.NodeOutput:
+        return io.NodeOutput(DrafterSettings(verifier="lantern", lantern_k=neighbours, lantern_delta=delta))
+
+
+class DrafterGSD(io.ComfyNode):
+    @classmethod
+    def define_schema(cls):
+        return io.Schema(
+            node_id="SJDVP_DrafterGSD", display_name="Drafter: GSD (grouped)", category="sjdvp",
+            description="Grouped Speculative Decoding: a draft passes on the mass of a cluster of tokens "
+                        "around it by target rank. Faster, lossy.",
+            inputs=[
+                io.Int.Input("group", default=14, min=1, max=512,
+                             tooltip="Cluster size G around the draft by target rank. 1 is exact SJD."),
+                io.Float.Input("max_gap", default=0.15, min=0.001, max=1.0, step=0.01,
+                               tooltip="Cluster members differ from the draft's probability by less than this."),
+                io.Float.Input("max_distance", default=0.0, min=0.0, max=1000.0, step=0.1,
+                               tooltip="Optional codebook distance limit for cluster members; 0 turns it off."),
+            ],
+            outputs=[DRAFTER.Output(display_name="drafter")],
+        )
+
+    @classmethod
+    def execute(cls, group, max_gap, max_distance) -> io.NodeOutput:
+        return io.NodeOutput(DrafterSettings(verifier="gsd", gsd_group=group, gsd_max_gap=max_gap,
+                                             gsd_max_distance=max_distance or None))
+
+
+class VerificationPrediction(io.ComfyNode):
+    @classmethod
+    def define_schema(cls):
+        return io.Schema(
+            node_id="SJDVP_VerificationPrediction", display_name="Verification Prediction", category="sjdvp",
+            description="Adds Verification Prediction to a drafter: drafts are sampled from each position's "
+                        "target fused with its probability history across Jacobi iterations, so more of them "
+                        "pass verification. The verifier is unchanged (SJD-VP stays exact).",
+            inputs=[
+                DRAFTER.Input("drafter", tooltip="SJD, LANTERN or GSD drafter to enhance."),
+                io.Int.Input("growth_steps", default=2, min=1, max=64,
+                             tooltip="N: a token is boosted only after rising in N consecutive iterations."),
+                io.Float.Input("beta", default=0.5, min=0.0, max=0.99, step=0.01,
+                               tooltip="Decay of the probability history (exponentially weighted average)."),
+                io.Int.Input("top_k", default=50, min=1, max=65536,
+                             tooltip="Only the k most likely candidates of each position are fused."),
+                io.Float.Input("strength", default=1.0, min=-8.0, max=8.0, step=0.05,
+                               tooltip="lambda: weight of the log-gain score. 0 turns VP off."),
+                io.Float.Input("max_score", default=round(math.log(4), 4), min=0.01, max=20.0, step=0.01,
+                               tooltip="Cap of the log-gain score per token."),
+            ],
+            outputs=[DRAFTER.Output(display_name="drafter")],
+        )
+
+    @classmethod
+    def execute(cls, drafter, growth_steps, beta, top_k, strength, max_score) -> io.NodeOutput:
+        vp = VPSettings(growth_steps=growth_steps, beta=beta, top_k=top_k, strength=strength, max_score=max_score)
+        return io.NodeOutput(replace(drafter, vp=vp))

@@ -1,0 +1,97 @@
+"""The node layer's contact with ComfyUI's services: the model folder, memory management, progress,
+previews and interrupts. Node files stay declarative; the engine never sees any of this."""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+import torch
+
+import comfy.model_management as mm
+import comfy.model_patcher
+import comfy.utils
+import folder_paths
+
+from ..sjdvp_core.registry import DEMO, list_models, load_model
+
+FOLDER = "sjdvp"
+folder_paths.add_model_folder_path(FOLDER, os.path.join(folder_paths.models_dir, FOLDER))
+
+
+def model_choices() -> list[str]:
+    return list_models(folder_paths.get_folder_paths(FOLDER))
+
+
+def model_path(name: str) -> str:
+    if name == DEMO:
+        return DEMO
+    roots = folder_paths.get_folder_paths(FOLDER)
+    for root in roots:
+        path = os.path.join(root, name)
+        if os.path.exists(path):
+            return path
+    raise FileNotFoundError(f"model '{name}' is not in {' or '.join(roots)}: create that folder and put the "
+                            "model's files in it (see the pack's README, 'Models'), or pick 'demo'")
+
+
+@dataclass
+class LoadedModel:
+    """What flows through an SJDVP_MODEL socket: the engine adapter and ComfyUI's handle on it."""
+    name: str
+    adapter: object
+    patcher: comfy.model_patcher.ModelPatcher
+
+
+def load(name: str, precision: str, device: str) -> LoadedModel:
+    load_device = torch.device("cpu") if device == "cpu" else mm.get_torch_device()
+    adapter = load_model(model_path(name), device="cpu", precision=_precision(precision, load_device))
+    size = sum(t.numel() * t.element_size() for t in adapter.module.state_dict().values())
+    patcher = comfy.model_patcher.ModelPatcher(adapter.module, load_device=load_device,
+                                               offload_device=mm.unet_offload_device(), size=size)
+    return LoadedModel(name, adapter, patcher)
+
+
+def _precision(precision: str, device: torch.device) -> str:
+    if precision != "auto":
+        return precision
+    if device.type != "cpu" and mm.should_use_bf16(device):
+        return "bf16"
+    return "fp32"
+
+
+def prepare(model: LoadedModel) -> None:
+    """Ask ComfyUI to put the model on its device, evicting others if it needs the room."""
+    mm.load_models_gpu([model.patcher])
+
+
+class Progress:
+    """Engine progress -> ComfyUI's bar (counted in image tokens, and the interrupt point), with a
+    throttled preview of the partly decoded image."""
+
+    def __init__(self, adapter, preview_every: float = 1.0):
+        self.adapter, self.pbar = adapter, None
+        self.preview_every, self.last = preview_every, time.monotonic()
+
+    def __call__(self, done: int, total: int, partial: torch.Tensor) -> None:
+        if self.pbar is None:
+            self.pbar = comfy.utils.ProgressBar(total)
+        preview = None
+        now = time.monotonic()
+        if now - self.last >= self.preview_every and done < total:
+            self.last = now
+            preview = ("JPEG", self._preview(partial), 512)
+        self.pbar.update_absolute(done, total, preview)
+
+    def _preview(self, partial: torch.Tensor):
+        from PIL import Image
+        from ..sjdvp_core.report import partial_image
+        return Image.fromarray((partial_image(self.adapter, partial[0]) * 255).byte().numpy())
+
+
+def oom_message(error: Exception, window: int) -> RuntimeError:
+    return RuntimeError(f"out of memory while decoding ({error}). Try a smaller Jacobi window (now {window}), "
+                        "a lower precision (bf16/fp16) in the loader, a smaller batch, or free other models")
+
+
+OOM = mm.OOM_EXCEPTION
