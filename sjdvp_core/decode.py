@@ -38,6 +38,25 @@ class DecodeResult:
     stats: DecodeStats
 
 
+@dataclass
+class Drafts:
+    """The drafts for the window's undecided positions, slots [B, S] (S = W - 1) from position n."""
+    tokens: Tensor   # [B, S] local ids
+    q: Tensor        # [B, S, V] the distribution each draft was sampled from
+    fresh: Tensor    # [B, S] drafted at initialisation, never from a target
+    fused: Tensor    # [B, S] drawn from VP's fused distribution
+    rose: Tensor     # [B, S] int8: its probability rose at its last observation (1), not (0), unknown (-1)
+
+    def shift(self, m: Tensor, width: int) -> "Drafts":
+        return Drafts(*(shift_slots(t, m, width) for t in (self.tokens, self.q, self.fresh, self.fused, self.rose)))
+
+    @staticmethod
+    def where(mask: Tensor, a: "Drafts", b: "Drafts") -> "Drafts":
+        pick = lambda x, y: torch.where(mask.view(*mask.shape, *([1] * (x.dim() - 2))), x, y)  # noqa: E731
+        return Drafts(*(pick(x, y) for x, y in zip(
+            (a.tokens, a.q, a.fresh, a.fused, a.rose), (b.tokens, b.q, b.fresh, b.fused, b.rose))))
+
+
 def _gather_row(t: Tensor, idx: Tensor) -> Tensor:
     """t [B, S, V], idx [B] -> [B, V]."""
     return t.gather(1, idx.view(-1, 1, 1).expand(-1, 1, t.shape[-1])).squeeze(1)
@@ -100,11 +119,10 @@ class JacobiDecoder:
         self.row_passes = torch.ones(B, dtype=torch.long, device=dev)
         self.history = History(B, S, self.V, dev)
         positions = self.n[:, None] + torch.arange(S, device=dev)
-        self.draft, self.q = self.init(positions, self.canvas, self.n, self.gen)
+        tokens, q = self.init(positions, self.canvas, self.n, self.gen)
+        no = torch.zeros(B, S, dtype=torch.bool, device=dev)
+        self.drafts = Drafts(tokens, q, ~no, no, torch.full((B, S), -1, dtype=torch.int8, device=dev))
         self._write_drafts()
-        self.fresh = torch.ones(B, S, dtype=torch.bool, device=dev)
-        self.fused = torch.zeros(B, S, dtype=torch.bool, device=dev)
-        self.rose = torch.full((B, S), -1, dtype=torch.int8, device=dev)
         self.stats.forward_passes = 1
         self._report(progress)
         lo, hi = self.layout.jacobi_span
@@ -126,7 +144,7 @@ class JacobiDecoder:
         it = self.stats.forward_passes
         t0 = self.timer.now()
         last = self.canvas.gather(1, (self.n - 1)[:, None])
-        inputs = torch.cat([last, self.draft[:, :w - 1]], dim=1)                       # [B, w]
+        inputs = torch.cat([last, self.drafts.tokens[:, :w - 1]], dim=1)               # [B, w]
         pos = ((self.n - 1)[:, None] + torch.arange(w, device=dev)).clamp(max=L - 1)
         logits = self.adapter.forward(self._rows(self.local_vocab[inputs]), self._rows(pos))
         self.stats.forward_passes += 1
@@ -146,14 +164,14 @@ class JacobiDecoder:
         """Accept a prefix of the drafts, draw the token after it, commit; return tokens committed [B]."""
         B, L, dev = self.B, self.L, self.device
         slots = torch.arange(w - 1, device=dev)
-        x, q = self.draft[:, :w - 1], self.q[:, :w - 1]
+        x, q = self.drafts.tokens[:, :w - 1], self.drafts.q[:, :w - 1]
         a = self.verifier.accept_prob(p[:, :w - 1], q, x)
         u = torch.rand(B, w - 1, generator=self.gen, device=dev)
         accept = (u < a) & (slots < kmax[:, None])
         k = first_rejection(accept)                                                      # [B]
         rejected = k < kmax
         pk = _gather_row(p, k)
-        qk = _gather_row(self.q, k.clamp(max=self.S - 1)) if self.S else pk
+        qk = _gather_row(self.drafts.q, k.clamp(max=self.S - 1)) if self.S else pk
         nxt = sample(torch.where(rejected[:, None], residual(pk, qk), pk), self.gen)
         has_next = active & (self.n + k < L)
         m = k + has_next.long()
@@ -177,14 +195,14 @@ class JacobiDecoder:
         verified = slots[None] < torch.minimum(k + 1, kmax)[:, None]
         self.stats.slot_verified[:w - 1] += verified.sum(0).cpu()
         self.stats.slot_accepted[:w - 1] += (verified & accept).sum(0).cpu()
-        carried = verified & ~self.fresh[:, :w - 1]
-        rose = self.rose[:, :w - 1]
+        carried = verified & ~self.drafts.fresh[:, :w - 1]
+        rose = self.drafts.rose[:, :w - 1]
         st = self.stats
         st.rose_verified += int((carried & (rose == 1)).sum())
         st.rose_accepted += int((carried & (rose == 1) & accept).sum())
         st.flat_verified += int((carried & (rose == 0)).sum())
         st.flat_accepted += int((carried & (rose == 0) & accept).sum())
-        fused = carried & self.fused[:, :w - 1]
+        fused = carried & self.drafts.fused[:, :w - 1]
         if bool(fused.any()):
             pv = p[:, :w - 1]
             st.vp_drafts += int(fused.sum())
@@ -193,51 +211,38 @@ class JacobiDecoder:
             st.plain_expected_accept += float((torch.minimum(pv, plain).sum(-1) * fused).sum())
 
     def _redraft(self, p: Tensor, w: int, m: Tensor, active: Tensor) -> None:
-        """Slide the window by m: re-draft scored positions, keep unscored drafts, draw fresh ones."""
-        B, S, W, dev = self.B, self.S, self.W, self.device
+        """Slide the window by m: re-draft the positions this pass scored (plain or VP-fused), keep
+        the drafts it did not score, draw fresh ones for positions entering the window."""
+        S, W, dev = self.S, self.W, self.device
         if S == 0:
             return
-        hist = self.history.padded(W)
-        pbar_prev, prev, had_history = hist.pbar, hist.prev, hist.seen > 0
-        p_full = torch.nn.functional.pad(p, (0, 0, 0, W - w))
-        observed = (torch.arange(W, device=dev) < w)[None] & active[:, None]
-        beta = self.vp.beta if self.vp else 0.5
-        growth = hist.observe(p_full, observed, beta)
+        hist = self.history.padded(W)                          # slots aligned with p's positions
+        pbar_prev, prev, had = hist.pbar, hist.prev, hist.seen > 0
+        p = torch.nn.functional.pad(p, (0, 0, 0, W - w))
+        growth = hist.observe(p, (torch.arange(W, device=dev) < w)[None] & active[:, None],
+                              self.vp.beta if self.vp else 0.5)
         self.history = hist.shift(m, S)
-        src = m[:, None] + torch.arange(S, device=dev)                                   # old slot
-        redraw, kept = src < w, (src >= w) & (src < S)
-        p_new = shift_slots(p_full, m, S)
-        had = shift_slots(had_history, m, S)
+        old_slot = m[:, None] + torch.arange(S, device=dev)
+        redraw, kept = old_slot < w, (old_slot >= w) & (old_slot < S)
+        p, pbar_prev, prev, had, growth = (shift_slots(t, m, S) for t in (p, pbar_prev, prev, had, growth))
         positions = self.n[:, None] + torch.arange(S, device=dev)
-        eligible = redraw & had & (self.init.forced_at(positions) < 0)
-        dist = p_new
-        if self.vp is not None:
-            dist = fuse(p_new, shift_slots(pbar_prev, m, S), shift_slots(growth, m, S), eligible, self.vp)
+        fused = redraw & had & (self.init.forced_at(positions) < 0) & (self.vp is not None)
+        dist = fuse(p, pbar_prev, growth, fused, self.vp) if self.vp is not None else p
         tok = sample(dist.masked_fill(~redraw[..., None], 1.0), self.gen)
-        prev_new = shift_slots(prev, m, S)
-        rose = torch.where(had, (p_new.gather(-1, tok[..., None]) > prev_new.gather(-1, tok[..., None]))[..., 0].to(torch.int8),
-                           torch.full_like(self.rose, -1))
-        q_redraw = dist if (self.vp is None or self.vp.lossless) else p_new
-        fresh_tok, fresh_q = self.init(positions, self._known_canvas(tok, redraw, kept, m), self.n + S - (~redraw & ~kept).sum(1), self.gen)
-        keep_tok, keep_q = shift_slots(self.draft, m, S), shift_slots(self.q, m, S)
-        self.draft = torch.where(redraw, tok, torch.where(kept, keep_tok, fresh_tok))
-        self.q = torch.where(redraw[..., None], q_redraw, torch.where(kept[..., None], keep_q, fresh_q))
-        self.fresh = torch.where(redraw, False, torch.where(kept, shift_slots(self.fresh, m, S), True))
-        self.fused = (redraw & eligible & (self.vp is not None)) | (kept & shift_slots(self.fused, m, S))
-        self.rose = torch.where(redraw, rose, torch.where(kept, shift_slots(self.rose, m, S, fill=-1), torch.full_like(rose, -1)))
+        rose = (p.gather(-1, tok[..., None]) > prev.gather(-1, tok[..., None]))[..., 0]
+        q = dist if (self.vp is None or self.vp.lossless) else p
+        carried = self.drafts.shift(m, S)
+        self.canvas.scatter_(1, positions, torch.where(redraw, tok, carried.tokens))  # sources for repeat inits
+        fresh_tok, fresh_q = self.init(positions, self.canvas, self.n + (redraw | kept).sum(1), self.gen)
+        redrawn = Drafts(tok, q, torch.zeros_like(redraw), fused, torch.where(had, rose.to(torch.int8), -1))
+        fresh = Drafts(fresh_tok, fresh_q, torch.ones_like(redraw), torch.zeros_like(redraw),
+                       torch.full_like(tok, -1, dtype=torch.int8))
+        self.drafts = Drafts.where(redraw, redrawn, Drafts.where(kept, carried, fresh))
         self._write_drafts()
-
-    def _known_canvas(self, tok, redraw, kept, m) -> Tensor:
-        """The canvas with this iteration's re-drafts and kept drafts written, for repeat inits."""
-        positions = self.n[:, None] + torch.arange(self.S, device=self.device)
-        known = torch.where(redraw, tok, shift_slots(self.draft, m, self.S))
-        canvas = self.canvas.clone()
-        canvas.scatter_(1, positions, torch.where(redraw | kept, known, canvas.gather(1, positions)))
-        return canvas
 
     def _write_drafts(self) -> None:
         positions = self.n[:, None] + torch.arange(self.S, device=self.device)
-        self.canvas.scatter_(1, positions, self.draft)
+        self.canvas.scatter_(1, positions, self.drafts.tokens)
 
     def _report(self, progress: ProgressFn | None) -> None:
         if progress is None:
