@@ -1,27 +1,42 @@
-# One command per job; each sets up .venv first (CPU torch from the local wheel cache or PyPI).
+# One command per job; each sets up what it needs first.
+#   make demo   the built-in demo model: AR vs SJD vs SJD-VP images and the speed-up report
+#   make test   the test suite, including a real ComfyUI server (a second venv, .venv-comfy)
 PY ?= python3
-VENV := .venv
-BIN := $(VENV)/bin
+BIN := .venv/bin
+COMFY := .venv-comfy/bin
 
-.PHONY: setup demo test bench clean
+.PHONY: setup setup-comfy demo test bench workflows clean
 
 $(BIN)/.installed: requirements.txt requirements-dev.txt
-	$(PY) -m venv $(VENV)
+	$(PY) -m venv .venv
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q "torch==2.13.0"
 	$(BIN)/pip install -q -r requirements.txt -r requirements-dev.txt
 	touch $@
 
+# ComfyUI itself needs torchvision, so its server runs from its own venv
+$(COMFY)/.installed: requirements.txt requirements-comfyui.txt
+	$(PY) -m venv .venv-comfy
+	$(COMFY)/pip install -q --upgrade pip
+	$(COMFY)/pip install -q "torch==2.14.1" "torchvision==0.29.1"
+	$(COMFY)/pip install -q -r requirements-comfyui.txt -r requirements.txt
+	touch $@
+
 setup: $(BIN)/.installed
+
+setup-comfy: $(COMFY)/.installed
 
 demo: setup
 	$(BIN)/python -m sjdvp_core --prompt "a red circle on grass" --methods ar sjd sjd-vp --out out
 
-test: setup
+test: setup setup-comfy
 	$(BIN)/python -m pytest -q tests
 
 bench: setup
 	$(BIN)/python -m benchmarks.compare_methods --model demo
 
+workflows:
+	$(PY) tools/make_workflows.py
+
 clean:
-	rm -rf $(VENV)
+	rm -rf .venv .venv-comfy .cache

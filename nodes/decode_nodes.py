@@ -33,7 +33,7 @@ class SpeculativeDecode(io.ComfyNode):
                         "Verification Prediction) several tokens per forward pass. With no drafter connected "
                         "it samples plain AR, token by token, for comparison.",
             inputs=[
-                MODEL.Input("model"),
+                MODEL.Input("model", tooltip="From Load AR Image Model."),
                 io.String.Input("prompt", multiline=True, default="a red circle on grass",
                                 tooltip="What to draw: a text prompt, or for class-to-image models a class "
                                         "name or index (e.g. 'golden retriever' or 207)."),
@@ -83,7 +83,7 @@ class DecodeImage(io.ComfyNode):
         return io.Schema(
             node_id="SJDVP_DecodeImage", display_name="Tokens to Image", category="sjdvp",
             description="Turns image tokens into pixels with the model's VQ decoder.",
-            inputs=[TOKENS.Input("tokens")],
+            inputs=[TOKENS.Input("tokens", tooltip="From Speculative Decode.")],
             outputs=[io.Image.Output(display_name="image")],
         )
 
@@ -102,7 +102,7 @@ class Report(io.ComfyNode):
             node_id="SJDVP_Report", display_name="Speed-up Report", category="sjdvp",
             description="How much faster decoding was than plain AR, and a picture of when each image cell "
                         "was committed: dark early, yellow late; same-coloured runs were accepted together.",
-            inputs=[TOKENS.Input("tokens")],
+            inputs=[TOKENS.Input("tokens", tooltip="From Speculative Decode.")],
             outputs=[io.String.Output(display_name="text"), io.Image.Output(display_name="commit_map")],
         )
 

@@ -1,0 +1,80 @@
+"""The node pack inside a real ComfyUI server (0.3.75, from PyPI): registration and pinned schemas,
+every shipped workflow valid against the live node definitions, and the message for a missing model.
+test_comfyui_demo.py runs the demo workflows."""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import threading
+
+import pytest
+
+from tests.comfy.server import REPO, ComfyServer
+from tests.comfy.workflow_format import to_api, validate, widget_slots
+
+COMFY_PYTHON = os.environ.get("SJDVP_COMFY_PYTHON", os.path.join(REPO, ".venv-comfy", "bin", "python"))
+pytestmark = pytest.mark.skipif(not os.path.exists(COMFY_PYTHON) and not os.environ.get("CI"),
+                                reason="no ComfyUI environment (make setup-comfy creates it)")
+
+# node id -> widget names in order: the contract with saved workflows (append only)
+PINNED = {
+    "SJDVP_LoadModel": ["model", "precision", "device"],
+    "SJDVP_JacobiWindow": ["window", "init"],
+    "SJDVP_DrafterSJD": [],
+    "SJDVP_DrafterLANTERN": ["neighbours", "delta"],
+    "SJDVP_DrafterGSD": ["group", "max_gap", "max_distance"],
+    "SJDVP_VerificationPrediction": ["growth_steps", "beta", "top_k", "strength", "max_score"],
+    "SJDVP_SpeculativeDecode": ["prompt", "negative_prompt", "cfg", "temperature", "top_k", "top_p", "seed",
+                                "batch_size"],
+    "SJDVP_DecodeImage": [],
+    "SJDVP_Report": [],
+}
+WORKFLOWS = sorted(glob.glob(os.path.join(REPO, "workflows", "*.json")))
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    s = ComfyServer(str(tmp_path_factory.mktemp("comfy")), python=COMFY_PYTHON).start()
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def object_info(server):
+    return server.get("/object_info")
+
+
+def load(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def test_nodes_register_with_pinned_widget_order(object_info):
+    for node_id, widgets in PINNED.items():
+        assert node_id in object_info, node_id
+        info = object_info[node_id]
+        assert [name for name, _ in widget_slots(info)] == widgets
+        assert info["description"] and info["category"] == "sjdvp"
+        for group in info["input"].values():
+            for name, spec in group.items():
+                assert spec[1].get("tooltip"), f"{node_id}.{name} has no tooltip"
+        assert os.path.isfile(os.path.join(REPO, "web", "docs", f"{node_id}.md"))
+    seed = dict(widget_slots(object_info["SJDVP_SpeculativeDecode"]))["seed"]
+    assert seed  # control_after_generate
+    assert "demo" in object_info["SJDVP_LoadModel"]["input"]["required"]["model"][0] or \
+        "demo" in object_info["SJDVP_LoadModel"]["input"]["required"]["model"][1].get("options", [])
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=[os.path.basename(w) for w in WORKFLOWS])
+def test_shipped_workflows_match_the_node_definitions(path, object_info):
+    assert validate(load(path), object_info) == []
+
+
+def test_missing_model_says_where_to_put_it(server, object_info):
+    workflow = load(os.path.join(REPO, "workflows", "sjdvp_llamagen_c2i.json"))
+    history, messages = server.run(to_api(workflow, object_info))
+    errors = [m["data"] for m in messages if m["type"] == "execution_error"]
+    assert errors and errors[0]["node_type"] == "SJDVP_LoadModel"
+    assert "llamagen-c2i" in errors[0]["exception_message"]
+    assert "create that folder" in errors[0]["exception_message"]

@@ -1,0 +1,136 @@
+"""Writes the UI-format workflows in workflows/ (ComfyUI lists them under Browse Templates).
+
+    python tools/make_workflows.py
+
+Widget values follow each node's declared order; tests/test_comfyui.py checks every file against a
+real server's node definitions and runs the demo ones.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+OUT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "workflows")
+
+SOCKETS = {  # node type -> (socket inputs, outputs)
+    "SJDVP_LoadModel": ([], [("model", "SJDVP_MODEL")]),
+    "SJDVP_JacobiWindow": ([], [("window", "SJDVP_WINDOW")]),
+    "SJDVP_DrafterSJD": ([], [("drafter", "SJDVP_DRAFTER")]),
+    "SJDVP_DrafterLANTERN": ([], [("drafter", "SJDVP_DRAFTER")]),
+    "SJDVP_DrafterGSD": ([], [("drafter", "SJDVP_DRAFTER")]),
+    "SJDVP_VerificationPrediction": ([("drafter", "SJDVP_DRAFTER")], [("drafter", "SJDVP_DRAFTER")]),
+    "SJDVP_SpeculativeDecode": ([("model", "SJDVP_MODEL"), ("window", "SJDVP_WINDOW"), ("drafter", "SJDVP_DRAFTER")],
+                                [("tokens", "SJDVP_TOKENS")]),
+    "SJDVP_DecodeImage": ([("tokens", "SJDVP_TOKENS")], [("image", "IMAGE")]),
+    "SJDVP_Report": ([("tokens", "SJDVP_TOKENS")], [("text", "STRING"), ("commit_map", "IMAGE")]),
+    "SaveImage": ([("images", "IMAGE")], []),
+    "PreviewImage": ([("images", "IMAGE")], []),
+}
+VP_DEFAULTS = [2, 0.5, 50, 1.0, 1.3863]
+
+
+class Graph:
+    def __init__(self):
+        self.nodes, self.links = [], []
+
+    def add(self, kind: str, widgets: list, pos: tuple[int, int], title: str | None = None) -> int:
+        ins, outs = SOCKETS[kind]
+        node = {"id": len(self.nodes) + 1, "type": kind, "pos": list(pos), "size": [320, 80 + 26 * len(widgets)],
+                "flags": {}, "order": len(self.nodes), "mode": 0,
+                "inputs": [{"name": n, "type": t, "link": None} for n, t in ins],
+                "outputs": [{"name": n, "type": t, "links": [], "slot_index": i} for i, (n, t) in enumerate(outs)],
+                "properties": {"Node name for S&R": kind, **({"cnr_id": "sjdvp"} if kind.startswith("SJDVP") else {})},
+                "widgets_values": widgets}
+        if title:
+            node["title"] = title
+        self.nodes.append(node)
+        return node["id"]
+
+    def connect(self, src: int, src_slot: int, dst: int, dst_input: str) -> None:
+        s, d = self.nodes[src - 1], self.nodes[dst - 1]
+        slot = next(i for i, inp in enumerate(d["inputs"]) if inp["name"] == dst_input)
+        kind = s["outputs"][src_slot]["type"]
+        link_id = len(self.links) + 1
+        self.links.append([link_id, src, src_slot, dst, slot, kind])
+        s["outputs"][src_slot]["links"].append(link_id)
+        d["inputs"][slot]["link"] = link_id
+
+    def json(self) -> dict:
+        return {"last_node_id": len(self.nodes), "last_link_id": len(self.links), "nodes": self.nodes,
+                "links": self.links, "groups": [], "config": {}, "extra": {"ds": {"scale": 0.8, "offset": [0, 0]}},
+                "version": 0.4}
+
+
+def decode_branch(g: Graph, model: int, window: int | None, drafter: int | None, prompt: str, sampling: list,
+                  x: int, y: int, name: str, seed: int = 0) -> None:
+    """Decode -> image -> SaveImage, and Report -> commit map preview."""
+    dec = g.add("SJDVP_SpeculativeDecode", [prompt, "", *sampling[:4], seed, "fixed", 1], (x, y), name)
+    g.connect(model, 0, dec, "model")
+    if window is not None:
+        g.connect(window, 0, dec, "window")
+    if drafter is not None:
+        g.connect(drafter, 0, dec, "drafter")
+    img = g.add("SJDVP_DecodeImage", [], (x + 360, y))
+    g.connect(dec, 0, img, "tokens")
+    save = g.add("SaveImage", [f"sjdvp/{name}"], (x + 640, y))
+    g.connect(img, 0, save, "images")
+    rep = g.add("SJDVP_Report", [], (x + 360, y + 160))
+    g.connect(dec, 0, rep, "tokens")
+    prev = g.add("PreviewImage", [], (x + 640, y + 300))
+    g.connect(rep, 1, prev, "images")
+
+
+def single(model: str, drafter: tuple[str, list], vp: bool, prompt: str, sampling: list, window: int = 16,
+           name: str = "sjdvp") -> dict:
+    g = Graph()
+    m = g.add("SJDVP_LoadModel", [model, "auto", "auto"], (0, 0))
+    w = g.add("SJDVP_JacobiWindow", [window, "random"], (0, 160))
+    d = g.add(drafter[0], drafter[1], (0, 300))
+    if vp:
+        v = g.add("SJDVP_VerificationPrediction", VP_DEFAULTS, (0, 440))
+        g.connect(d, 0, v, "drafter")
+        d = v
+    decode_branch(g, m, w, d, prompt, sampling, 380, 0, name)
+    return g.json()
+
+
+def compare(model: str, prompt: str, sampling: list, window: int = 16) -> dict:
+    """AR, SJD and SJD-VP side by side on one model, prompt and seed, each with its report."""
+    g = Graph()
+    m = g.add("SJDVP_LoadModel", [model, "auto", "auto"], (0, 0))
+    w = g.add("SJDVP_JacobiWindow", [window, "random"], (0, 160))
+    sjd = g.add("SJDVP_DrafterSJD", [], (0, 300))
+    vp = g.add("SJDVP_VerificationPrediction", VP_DEFAULTS, (0, 440))
+    g.connect(sjd, 0, vp, "drafter")
+    for row, (name, drafter) in enumerate([("AR", None), ("SJD", sjd), ("SJD-VP", vp)]):
+        decode_branch(g, m, None if drafter is None else w, drafter, prompt, sampling, 380, row * 520, name)
+    return g.json()
+
+
+DEMO_PROMPT, DEMO_SAMPLING = "a red circle on grass", [3.0, 1.0, 0, 1.0]
+WORKFLOWS = {
+    "sjdvp_demo_sjd_vp": single("demo", ("SJDVP_DrafterSJD", []), True, DEMO_PROMPT, DEMO_SAMPLING, name="SJD-VP"),
+    "sjdvp_demo_ar_vs_sjd_vs_sjd_vp": compare("demo", DEMO_PROMPT, DEMO_SAMPLING),
+    "sjdvp_demo_lantern_vp": single("demo", ("SJDVP_DrafterLANTERN", [1000, 0.1]), True, "a blue diamond on snow",
+                                    DEMO_SAMPLING, name="LANTERN-VP"),
+    "sjdvp_demo_gsd_vp": single("demo", ("SJDVP_DrafterGSD", [14, 0.15, 0.0]), True, "an orange triangle on night",
+                                DEMO_SAMPLING, name="GSD-VP"),
+    "sjdvp_llamagen_c2i": single("llamagen-c2i", ("SJDVP_DrafterSJD", []), True, "golden retriever",
+                                 [4.0, 1.0, 2000, 1.0], name="LlamaGen-c2i"),
+    "sjdvp_llamagen_t2i": single("llamagen-t2i", ("SJDVP_DrafterSJD", []), True,
+                                 "a photo of a red fox sitting in fresh snow, morning light",
+                                 [7.5, 1.0, 1000, 1.0], name="LlamaGen-t2i"),
+}
+
+
+def main() -> None:
+    os.makedirs(OUT, exist_ok=True)
+    for name, workflow in WORKFLOWS.items():
+        with open(os.path.join(OUT, name + ".json"), "w") as f:
+            json.dump(workflow, f, indent=1)
+            f.write("\n")
+    print(f"wrote {len(WORKFLOWS)} workflows to {OUT}")
+
+
+if __name__ == "__main__":
+    main()
