@@ -119,7 +119,7 @@ def train_phase(phase: str, out: str, seed: int, log_every: int = 50):
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        running += float(loss)
+        running += loss.item()
         if phase == "vq" and (step + 1) % 50 == 0:
             restart_dead_codes(model, usage, z, g)
         if (step + 1) % log_every == 0 or step + 1 == total:
