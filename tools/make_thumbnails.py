@@ -1,0 +1,73 @@
+"""Thumbnails for the demo workflows (workflows/<stem>.jpg, shown by ComfyUI's template browser):
+the images each workflow produces with its own prompt, method and seed, next to their commit maps.
+
+    python tools/make_thumbnails.py
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+
+import torch
+from PIL import Image
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from sjdvp_core import DecodeSettings, DrafterSettings, SamplingSettings, VPSettings, WindowSettings, decode  # noqa: E402
+from sjdvp_core.demo import load_demo  # noqa: E402
+from sjdvp_core.report import commit_map  # noqa: E402
+
+WORKFLOWS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "workflows")
+VERIFIERS = {"SJDVP_DrafterSJD": lambda w: DrafterSettings(),
+             "SJDVP_DrafterLANTERN": lambda w: DrafterSettings(verifier="lantern", lantern_k=w[0], lantern_delta=w[1]),
+             "SJDVP_DrafterGSD": lambda w: DrafterSettings(verifier="gsd", gsd_group=w[0], gsd_max_gap=w[1],
+                                                          gsd_max_distance=w[2] or None)}
+
+
+def branches(workflow: dict) -> list[tuple[str, DecodeSettings]]:
+    """(prompt, settings) of every Speculative Decode node, following its window and drafter links."""
+    nodes = {n["id"]: n for n in workflow["nodes"]}
+    source = {link[0]: nodes[link[1]] for link in workflow["links"]}
+
+    def drafter_of(node):
+        if node["type"] == "SJDVP_VerificationPrediction":
+            inner = drafter_of(source[node["inputs"][0]["link"]])
+            g, b, k, s, m = node["widgets_values"]
+            return dataclasses.replace(inner, vp=VPSettings(g, b, k, s, m))
+        return VERIFIERS[node["type"]](node["widgets_values"])
+
+    out = []
+    for node in workflow["nodes"]:
+        if node["type"] != "SJDVP_SpeculativeDecode":
+            continue
+        links = {i["name"]: i["link"] for i in node["inputs"]}
+        prompt, _, cfg, temp, top_k, top_p, seed, _, batch = node["widgets_values"]
+        drafter = drafter_of(source[links["drafter"]]) if links.get("drafter") else None
+        window = WindowSettings(*source[links["window"]]["widgets_values"]) if links.get("window") else WindowSettings()
+        out.append((prompt, DecodeSettings(window=window if drafter else WindowSettings(1),
+                                           drafter=drafter or DrafterSettings(), seed=seed, batch_size=batch,
+                                           sampling=SamplingSettings(cfg, temp, top_k, top_p))))
+    return out
+
+
+def main() -> None:
+    demo = load_demo()
+    for name in sorted(os.listdir(WORKFLOWS)):
+        if not (name.startswith("sjdvp_demo_") and name.endswith(".json")):
+            continue
+        with open(os.path.join(WORKFLOWS, name)) as f:
+            workflow = json.load(f)
+        tiles = []
+        for prompt, settings in branches(workflow):
+            res = decode(demo, prompt, settings)
+            tiles.append(torch.cat([demo.decode_image(res.codes)[0], commit_map(res, cell=4)[0]], 0))  # [128, 64, 3]
+        strip = torch.cat(tiles, 1)
+        img = Image.fromarray((strip * 255).round().byte().numpy())
+        img.resize((img.width * 2, img.height * 2), Image.NEAREST).save(
+            os.path.join(WORKFLOWS, name[:-5] + ".jpg"), quality=90)
+        print("wrote", name[:-5] + ".jpg")
+
+
+if __name__ == "__main__":
+    main()
