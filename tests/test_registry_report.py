@@ -1,0 +1,48 @@
+"""Finding models by their files, and the report's text and commit map."""
+import pytest
+import torch
+
+from sjdvp_core import DecodeSettings, WindowSettings, decode
+from sjdvp_core.models.toy import ToyGridAdapter
+from sjdvp_core.registry import detect_family, list_models, load_model, resolve_dtype
+from sjdvp_core.report import colour_ramp, commit_map, report_text
+from tests.test_llamagen import random_gpt, random_vq
+
+
+def test_family_detection_and_listing(tmp_path):
+    folder = tmp_path / "llamagen-c2i"
+    folder.mkdir()
+    torch.save({"model": random_gpt().state_dict()}, folder / "c2i_B_256.pt")
+    torch.save({"model": random_vq().state_dict()}, folder / "vq_ds16_c2i.pt")
+    (tmp_path / "empty").mkdir()
+    assert detect_family(str(folder)) == "llamagen" and detect_family("demo") == "demo"
+    assert list_models([str(tmp_path)]) == ["demo", "llamagen-c2i"]
+    with pytest.raises(ValueError, match="no model family recognised.*LlamaGen GPT file"):
+        detect_family(str(tmp_path / "empty"))
+    with pytest.raises(FileNotFoundError, match="pick 'demo'"):
+        detect_family(str(tmp_path / "missing"))
+    adapter = load_model(str(folder))
+    assert adapter.family == "LlamaGen c2i" and adapter.layout.length == 256
+
+
+def test_missing_tokenizer_names_the_file(tmp_path):
+    torch.save({"model": random_gpt().state_dict()}, tmp_path / "c2i_B_256.pt")
+    with pytest.raises(FileNotFoundError, match="vq_ds16_c2i.pt"):
+        load_model(str(tmp_path))
+
+
+def test_precision_choice():
+    assert resolve_dtype("auto", torch.device("cpu")) == torch.float32
+    assert resolve_dtype("bf16", torch.device("cpu")) == torch.bfloat16
+    with pytest.raises(ValueError, match="precision"):
+        resolve_dtype("int3", torch.device("cpu"))
+
+
+def test_report_text_and_commit_map():
+    toy = ToyGridAdapter(height=4, width=4)
+    res = decode(toy, 1, DecodeSettings(window=WindowSettings(8), batch_size=2))
+    text = report_text(res, "SJD")
+    assert f"in {res.stats.forward_passes} forward passes (AR needs {toy.layout.length})" in text
+    picture = commit_map(res, cell=2)
+    assert picture.shape == (2, 8, 8, 3) and 0 <= float(picture.min()) and float(picture.max()) <= 1
+    assert torch.allclose(colour_ramp(torch.tensor([0.0, 1.0])), torch.tensor([[0.27, 0.0, 0.33], [0.99, 0.91, 0.14]]))
