@@ -25,13 +25,8 @@ class Judge(nn.Module):
         return self.head(self.features(images).mean((2, 3))).split(HEADS, dim=-1)
 
 
-# class index -> (shape, colour, background) indices
-_PARTS = torch.tensor([[scenes.SHAPES.index(s), list(scenes.COLOURS).index(c), list(scenes.BACKGROUNDS).index(b)]
-                       for s, c, b in scenes.CLASSES])
-
-
 def targets(classes: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    return tuple(_PARTS[classes].unbind(-1))
+    return tuple(scenes.CLASS_PARTS[classes].unbind(-1))
 
 
 def judge_loss(judge: Judge, images: Tensor, classes: Tensor) -> Tensor:

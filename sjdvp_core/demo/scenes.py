@@ -20,6 +20,9 @@ BACKGROUNDS = {  # base colour, second colour of the gradient, texture strength
 }
 # class index <-> (shape, colour, background), in this fixed order
 CLASSES = list(itertools.product(SHAPES, COLOURS, BACKGROUNDS))
+# class index -> (shape, colour, background) indices
+CLASS_PARTS = torch.tensor([[SHAPES.index(s), list(COLOURS).index(c), list(BACKGROUNDS).index(b)]
+                            for s, c, b in CLASSES])
 PROMPTS = [f"{'an' if c[0] in 'aeiou' else 'a'} {c} {s} on {b}" for s, c, b in CLASSES]
 IMAGE_SIZE = 64
 

@@ -16,19 +16,20 @@ import time
 
 import torch
 from safetensors.torch import save_file
+from torch import nn
 from torch.nn import functional as F
 
 from ..models.llamagen_gpt import GPTConfig, LlamaGenGPT
 from ..models.llamagen_vq import LlamaGenVQ, VQConfig
 from . import scenes
-from .judge import Judge, judge_loss
+from .judge import HEADS, Judge, judge_loss
 
 WEIGHTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "weights")
 VQ_CONFIG = VQConfig(codebook_size=512, codebook_embed_dim=8, ch=32, ch_mult=[1, 2, 2], z_channels=64,
                      num_res_blocks=1, norm_groups=16)
 GPT_CONFIG = GPTConfig(dim=192, n_layer=6, n_head=6, multiple_of=64, num_classes=len(scenes.CLASSES),
                        vocab_size=VQ_CONFIG.codebook_size, block_size=256, cls_token_num=1)
-STEPS = {"vq": 1200, "gpt": 3000, "judge": 600}
+STEPS = {"vq": 1200, "gpt": 2500, "judge": 600}
 BATCH = {"vq": 32, "gpt": 32, "judge": 64}
 
 
@@ -63,6 +64,39 @@ class Checkpoint:
         os.replace(tmp, self.path)
 
 
+class FactorisedClasses(nn.Module):
+    """Training-time parametrisation of the c2i class table as shape + colour + background embeddings,
+    each seen far more often than one of 96 classes (a 96-row table barely learned in our budget: its
+    conditional first-token loss stayed above the null class's). Materialised into the plain LlamaGen
+    table for export, so the shipped model is an ordinary c2i LlamaGen."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.parts = nn.ModuleList(nn.Embedding(n, dim) for n in HEADS)
+        self.null = nn.Parameter(torch.zeros(dim))
+        for p in (*self.parts.parameters(), self.null):
+            nn.init.normal_(p, std=0.02)
+
+    def table(self) -> torch.Tensor:
+        rows = sum(part.weight[scenes.CLASS_PARTS[:, i]] for i, part in enumerate(self.parts))
+        return torch.cat([rows, self.null[None]])                               # [num_classes + 1, dim]
+
+
+class DemoGPT(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gpt = LlamaGenGPT(GPT_CONFIG)
+        self.classes = FactorisedClasses(GPT_CONFIG.dim)
+
+    def forward(self, classes: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        return self.gpt(self.classes.table()[classes][:, None], tokens)
+
+    def materialise(self) -> LlamaGenGPT:
+        with torch.no_grad():
+            self.gpt.cls_embedding.embedding_table.weight.copy_(self.classes.table())
+        return self.gpt
+
+
 def vq_step(vq: LlamaGenVQ, images, usage) -> torch.Tensor:
     z = F.normalize(vq.encode_latent(images), dim=1)                         # [B, D, h, w]
     codes = vq.quantize.nearest(z)
@@ -94,7 +128,7 @@ def train_phase(phase: str, out: str, seed: int, log_every: int = 50):
     else:
         vq.load_state_dict(torch.load(os.path.join(out, "vq.pt"), weights_only=True)["model"])
         vq.eval().requires_grad_(False)
-        model, peak = (LlamaGenGPT(GPT_CONFIG), 1e-3) if phase == "gpt" else (Judge(), 2e-3)
+        model, peak = (DemoGPT(), 1e-3) if phase == "gpt" else (Judge(), 2e-3)
     opt = torch.optim.AdamW(model.parameters(), lr=peak, weight_decay=0.05 if phase == "gpt" else 0.0,
                             betas=(0.9, 0.95))
     ckpt = Checkpoint(out, phase)
@@ -111,8 +145,8 @@ def train_phase(phase: str, out: str, seed: int, log_every: int = 50):
             with torch.no_grad():
                 tokens = vq.encode(images).flatten(1)
             drop = torch.rand(len(classes), generator=g) < 0.1                 # CFG: learn the null class
-            cond = model.embed_condition(torch.where(drop, GPT_CONFIG.num_classes, classes))
-            loss = F.cross_entropy(model(cond, tokens).reshape(-1, GPT_CONFIG.vocab_size), tokens.flatten())
+            logits = model(torch.where(drop, GPT_CONFIG.num_classes, classes), tokens)
+            loss = F.cross_entropy(logits.reshape(-1, GPT_CONFIG.vocab_size), tokens.flatten())
         else:
             loss = judge_loss(model, images, classes)
         opt.zero_grad(set_to_none=True)
@@ -136,6 +170,10 @@ def export(out: str) -> None:
     os.makedirs(WEIGHTS, exist_ok=True)
     for phase, config in (("vq", VQ_CONFIG), ("gpt", GPT_CONFIG), ("judge", None)):
         state = torch.load(os.path.join(out, f"{phase}.pt"), weights_only=True)["model"]
+        if phase == "gpt":
+            demo = DemoGPT()
+            demo.load_state_dict(state)
+            state = demo.materialise().state_dict()
         meta = {"config": json.dumps(config.to_dict())} if config is not None else {}
         save_file({k: v.contiguous() for k, v in state.items()}, os.path.join(WEIGHTS, f"demo_{phase}.safetensors"), meta)
     print("exported to", WEIGHTS)
