@@ -79,7 +79,7 @@ class Verifier:
     def _lantern_bonus(self, p: Tensor, x: Tensor) -> Tensor:
         """Largest prefix mass of x's latent neighbours that stays within delta (0 for non-image x)."""
         is_image = x < self.num_image
-        nb = self.neighbours.to(x.device)[x.clamp(max=self.num_image - 1)]   # [B, S, k]
+        nb = self.neighbours[x.clamp(max=self.num_image - 1)]                # [B, S, k]
         mass = p.gather(-1, nb).cumsum(-1)
         bonus = (mass * (mass <= self.s.lantern_delta)).amax(-1)
         return torch.where(is_image, bonus, torch.zeros_like(bonus))
@@ -101,7 +101,7 @@ class Verifier:
         return pm.sum(-1), qm.sum(-1)
 
     def _close(self, members: Tensor, x: Tensor) -> Tensor:
-        emb = self.codebook.to(members.device).float()
+        emb = self.codebook.float()
         image = (members < self.num_image) & (x[..., None] < self.num_image)
         em = emb[members.clamp(max=self.num_image - 1)]
         ex = emb[x.clamp(max=self.num_image - 1)][..., None, :]

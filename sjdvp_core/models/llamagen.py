@@ -152,6 +152,7 @@ class LlamaGenAdapter:
         self.gpt.rope = self.gpt.rope.float()
         self.vq = vq.to(device, torch.float32)
         self.module = torch.nn.ModuleDict({"gpt": self.gpt, "vq": self.vq})  # all weights, for memory managers
+        self._codebook: Tensor | None = None
         self.config = gpt.config
         self.class_names = list(class_names) if class_names is not None else None
         self.class_parser = class_parser
@@ -218,7 +219,12 @@ class LlamaGenAdapter:
         pass
 
     def codebook(self) -> Tensor:
-        return self.vq.quantize.codebook().detach()
+        """The normalised codebook, one tensor per device, so LANTERN's neighbour table (cached per
+        codebook tensor) is computed once per model."""
+        if self._codebook is None or self._codebook.device != self.device:
+            with torch.no_grad():
+                self._codebook = self.vq.quantize.codebook().float()
+        return self._codebook
 
     @torch.no_grad()
     def decode_image(self, codes: Tensor) -> Tensor:
