@@ -29,7 +29,7 @@ VQ_CONFIG = VQConfig(codebook_size=512, codebook_embed_dim=8, ch=32, ch_mult=[1,
                      num_res_blocks=1, norm_groups=16)
 GPT_CONFIG = GPTConfig(dim=192, n_layer=6, n_head=6, multiple_of=64, num_classes=len(scenes.CLASSES),
                        vocab_size=VQ_CONFIG.codebook_size, block_size=256, cls_token_num=1)
-STEPS = {"vq": 1200, "gpt": 2500, "judge": 600}
+STEPS = {"vq": 1200, "gpt": 2500, "judge": 3000}
 BATCH = {"vq": 32, "gpt": 32, "judge": 64}
 
 

@@ -1,0 +1,46 @@
+"""The built-in demo model, as shipped: loads from the package, follows prompts, decodes exactly."""
+import pytest
+import torch
+
+from sjdvp_core import DecodeSettings, SamplingSettings, WindowSettings, decode
+from sjdvp_core.demo import DEMO_SAMPLING, load_demo, load_judge, scenes
+from sjdvp_core.demo.judge import attribute_match
+from sjdvp_core.registry import load_model
+from sjdvp_core.settings import method_settings
+
+
+@pytest.fixture(scope="module")
+def demo():
+    return load_demo()
+
+
+def test_prompts_parse_in_any_order_and_bad_ones_say_what_to_write():
+    assert scenes.prompt_to_class("a red circle on grass") == scenes.prompt_to_class("Grass, circle, red")
+    assert len(set(scenes.PROMPTS)) == len(scenes.CLASSES) == 96
+    with pytest.raises(ValueError, match="one shape"):
+        scenes.prompt_to_class("a cat")
+
+
+def test_demo_is_listed_and_loads_through_the_registry(demo):
+    ad = load_model("demo")
+    assert ad.layout.length == 256 and ad.config.model_type == "c2i"
+
+
+def test_greedy_sjd_vp_equals_ar_on_the_demo(demo):
+    greedy = SamplingSettings(cfg_scale=3.0, greedy=True, temperature=0.0)
+    ar = decode(demo, "a blue square on snow", DecodeSettings(window=WindowSettings(1), sampling=greedy))
+    for method in ("sjd", "sjd-vp"):
+        res = decode(demo, "a blue square on snow", method_settings(method, 16, greedy))
+        assert torch.equal(res.tokens, ar.tokens)
+        assert res.stats.forward_passes < ar.stats.forward_passes
+
+
+def test_demo_images_are_rgb_64px_and_match_their_prompts(demo):
+    prompts = ["a red circle on grass", "a yellow triangle on night", "a purple diamond on sand",
+               "a green square on snow"]
+    res = decode(demo, prompts, method_settings("sjd-vp", 16, DEMO_SAMPLING, seed=1, batch_size=4))
+    images = demo.decode_image(res.codes)
+    assert images.shape == (4, 64, 64, 3) and images.min() >= 0 and images.max() <= 1
+    classes = torch.tensor([scenes.prompt_to_class(p) for p in prompts])
+    shape, colour, background = attribute_match(load_judge(), images.permute(0, 3, 1, 2) * 2 - 1, classes)
+    assert colour.all() and background.all()
