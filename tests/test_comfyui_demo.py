@@ -1,0 +1,53 @@
+"""The demo workflows through a real ComfyUI server's /prompt: images saved with their workflow,
+progress counted in image tokens, reports, a cached re-run, and an interrupt mid-decode."""
+from __future__ import annotations
+
+import glob
+import os
+import threading
+
+import pytest
+from PIL import Image
+
+from tests.comfy.server import REPO
+from tests.comfy.workflow_format import to_api
+from tests.test_comfyui import load, object_info, pytestmark, server  # noqa: F401  (fixtures, skip rule)
+
+DEMO_WORKFLOWS = sorted(glob.glob(os.path.join(REPO, "workflows", "sjdvp_demo_*.json")))
+
+
+@pytest.mark.parametrize("path", DEMO_WORKFLOWS, ids=[os.path.basename(w) for w in DEMO_WORKFLOWS])
+def test_demo_workflows_run_with_progress_and_save_images(path, server, object_info):
+    workflow = load(path)
+    prompt = to_api(workflow, object_info)
+    history, messages = server.run(prompt, workflow)
+    assert history["status"]["status_str"] == "success", history["status"]
+    saves = [k for k, v in prompt.items() if v["class_type"] == "SaveImage"]
+    for node in saves:
+        for image in history["outputs"][node]["images"]:
+            png = Image.open(os.path.join(server.output, image["subfolder"], image["filename"]))
+            assert png.size == (64, 64)
+            assert "workflow" in png.info and "prompt" in png.info  # drag-and-drop metadata
+    progress = [m["data"] for m in messages if m["type"] == "progress"]
+    assert progress and all(p["max"] == 256 for p in progress)
+    assert progress[-1]["value"] == 256
+    reports = [v for k, v in history["outputs"].items() if prompt[k]["class_type"] == "SJDVP_Report"]
+    assert reports and all("forward passes" in "".join(r["text"]) for r in reports)
+    # the same prompt again is served from the cache
+    _, again = server.run(prompt, workflow)
+    cached = [m["data"]["nodes"] for m in again if m["type"] == "execution_cached"]
+    assert cached and set(prompt) <= set(cached[0])
+
+
+def test_interrupt_stops_decoding(server, object_info):
+    prompt = to_api(load(os.path.join(REPO, "workflows", "sjdvp_demo_sjd_vp.json")), object_info)
+    decode = next(v for v in prompt.values() if v["class_type"] == "SJDVP_SpeculativeDecode")
+    decode["inputs"].update(batch_size=32, seed=12345)
+    del decode["inputs"]["drafter"]                          # plain AR: 256 passes, slow enough
+
+    def on_message(msg):
+        if msg["type"] == "progress":
+            threading.Thread(target=server.post, args=("/interrupt",)).start()
+
+    history, messages = server.run(prompt, on_message=on_message)
+    assert any(m["type"] == "execution_interrupted" for m in messages)
