@@ -66,7 +66,7 @@ class SpeculativeDecode(io.ComfyNode):
                                   batch_size=batch_size,
                                   sampling=SamplingSettings(cfg_scale=cfg, temperature=temperature,
                                                             top_k=top_k, top_p=top_p))
-        runtime.prepare(model)
+        runtime.prepare(model, rows=batch_size * (2 if settings.sampling.uses_cfg else 1))
         adapter = model.adapter
         try:
             result = decode(adapter, prompt, settings, negatives=negative_prompt or None,

@@ -60,9 +60,10 @@ def _precision(precision: str, device: torch.device) -> str:
     return "fp32"
 
 
-def prepare(model: LoadedModel) -> None:
-    """Ask ComfyUI to put the model on its device, evicting others if it needs the room."""
-    mm.load_models_gpu([model.patcher])
+def prepare(model: LoadedModel, rows: int = 0) -> None:
+    """Ask ComfyUI to put the whole model on its device (plain modules cannot be partly loaded), with
+    room for the KV cache of `rows` sequences, evicting other models if needed."""
+    mm.load_models_gpu([model.patcher], memory_required=model.adapter.cache_bytes(rows), force_full_load=True)
 
 
 class Progress:

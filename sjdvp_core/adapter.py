@@ -77,6 +77,12 @@ class ModelAdapter(Protocol):
         """Only the first lengths[r] generated positions of row r stay valid in the cache. A cache
         written by position needs nothing here."""
 
+    def finish(self) -> None:
+        """The decode ended (or was aborted): free per-run state such as KV caches."""
+
+    def cache_bytes(self, rows: int) -> int:
+        """Memory a decode of `rows` rows needs beyond the weights (the KV cache), for memory managers."""
+
     def codebook(self) -> Tensor | None:
         """[K, d] VQ embedding of each image token, in TokenLayout.image_tokens order."""
 

@@ -264,9 +264,12 @@ def decode(adapter: ModelAdapter, conditions: Sequence[Any] | Any, settings: Dec
     conditions = _per_image(conditions, B, "conditions")
     negatives = None if negatives is None else _per_image(negatives, B, "negatives")
     with torch.inference_mode():
-        layout, first_logits = adapter.start(conditions, negatives, settings.sampling.uses_cfg,
-                                             settings.window.size)
-        return JacobiDecoder(adapter, settings, layout).run(first_logits, progress)
+        try:
+            layout, first_logits = adapter.start(conditions, negatives, settings.sampling.uses_cfg,
+                                                 settings.window.size)
+            return JacobiDecoder(adapter, settings, layout).run(first_logits, progress)
+        finally:
+            adapter.finish()
 
 
 def _per_image(values, batch: int, name: str) -> list:

@@ -94,7 +94,8 @@ class Verifier:
         valid = (ranks >= 0) & (ranks < V)
         members = order.gather(-1, ranks.clamp(0, V - 1))                 # [B, S, G]
         pm, qm, px = p.gather(-1, members), q.gather(-1, members), _gather(p, x)
-        keep = valid & ((pm - px[..., None]).abs() < self.s.gsd_max_gap) | (members == x[..., None])
+        # out-of-range ranks are clamped onto real tokens (often x itself): drop them before anything else
+        keep = valid & (((pm - px[..., None]).abs() < self.s.gsd_max_gap) | (members == x[..., None]))
         if self.s.gsd_max_distance is not None:
             keep &= self._close(members, x) | (members == x[..., None])
         pm, qm = pm * keep, qm * keep

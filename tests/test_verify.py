@@ -62,3 +62,11 @@ def test_gsd_cluster_by_rank_and_gap():
     near = DrafterSettings(verifier="gsd", gsd_group=3, gsd_max_distance=1.0)
     gd = Verifier(near, codebook, 5).accept_prob(p, q, x)
     assert torch.allclose(gd, torch.tensor([[0.55 / 0.6]]))
+
+
+def test_gsd_counts_a_top_ranked_draft_once():
+    # x = token 0 is rank 0: the ranks below it are out of range and must not add x again
+    p = torch.tensor([[[0.40, 0.35, 0.25]]])
+    q = torch.tensor([[[0.30, 0.60, 0.10]]])
+    v = Verifier(DrafterSettings(verifier="gsd", gsd_group=5, gsd_max_gap=0.1), None, 3)
+    assert torch.allclose(v.accept_prob(p, q, torch.tensor([[0]])), torch.tensor([[0.75 / 0.9]]))

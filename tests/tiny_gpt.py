@@ -76,6 +76,9 @@ class TinyGPTAdapter:
     def rollback(self, lengths):
         pass
 
+    def finish(self):
+        pass
+
     def codebook(self):
         return None
 

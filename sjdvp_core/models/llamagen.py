@@ -200,6 +200,7 @@ class LlamaGenAdapter:
         if self.text_encoder is None:
             raise ValueError("this LlamaGen text-to-image model needs its FLAN-T5-XL text encoder folder")
         captions, mask = self.text_encoder(list(conditions))                      # [B, T, D], [B, T]
+        captions, mask = captions.to(self.device), mask.to(self.device)    # the encoder may sit elsewhere
         if cfg:
             uncond = self.gpt.cls_embedding.uncond_embedding.expand_as(captions)
             captions, mask = torch.cat([captions, uncond]), torch.cat([mask, mask])
@@ -217,6 +218,14 @@ class LlamaGenAdapter:
 
     def rollback(self, lengths: Tensor) -> None:
         pass
+
+    def finish(self) -> None:
+        self.gpt.release_caches()
+
+    def cache_bytes(self, rows: int) -> int:
+        c = self.config
+        itemsize = self.gpt.output.weight.element_size()
+        return 2 * c.n_layer * rows * c.kv_heads * self.gpt.max_len * c.head_dim * itemsize
 
     def codebook(self) -> Tensor:
         """The normalised codebook, one tensor per device, so LANTERN's neighbour table (cached per

@@ -244,6 +244,11 @@ class LlamaGenGPT(nn.Module):
             self.prefix_valid = torch.ones(rows, self.max_len, dtype=torch.bool, device=device)
             self.prefix_valid[:, :c.cls_token_num] = prefix_valid.to(device)
 
+    def release_caches(self) -> None:
+        for layer in self.layers:
+            layer.attention.kv_cache = None
+        self.prefix_valid = None
+
     def _run(self, h: Tensor, positions: Tensor, cached: bool) -> Tensor:
         rope = self.rope[positions]                                            # [B, S, D/2, 2]
         mask = None

@@ -89,6 +89,12 @@ class ToyGridAdapter:
     def rollback(self, lengths: Tensor) -> None:
         pass
 
+    def finish(self) -> None:
+        pass
+
+    def cache_bytes(self, rows: int) -> int:
+        return rows * (self.layout.length + 1) * 8
+
     def codebook(self) -> Tensor:
         return self._codebook
 
