@@ -77,3 +77,8 @@ def test_missing_model_says_where_to_put_it(server, object_info):
     assert errors and errors[0]["node_type"] == "SJDVP_LoadModel"
     assert "llamagen-c2i" in errors[0]["exception_message"]
     assert "create that folder" in errors[0]["exception_message"]
+
+
+def test_workflows_are_listed_as_templates(server):
+    listed = server.get("/api/workflow_templates")["sjdvp"]
+    assert sorted(listed) == sorted(os.path.basename(w)[:-5] for w in WORKFLOWS)
