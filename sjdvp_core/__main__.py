@@ -13,16 +13,9 @@ import time
 import torch
 
 from .decode import decode
+from .registry import load_model
 from .settings import METHODS, method_settings
 
-
-
-def load_model(name: str, device: str):
-    """-> (adapter, its default sampling settings)."""
-    if name == "demo":
-        from .demo import DEMO_SAMPLING, load_demo
-        return load_demo(device), DEMO_SAMPLING
-    raise ValueError(f"unknown model {name!r}: only 'demo' is available from the command line so far")
 
 
 def save_png(image: torch.Tensor, path: str, scale: int = 4) -> None:
@@ -34,7 +27,8 @@ def save_png(image: torch.Tensor, path: str, scale: int = 4) -> None:
 def main(prompt: str, methods=("ar", "sjd-vp"), model: str = "demo", window: int = 16, seed: int = 0,
          cfg: float | None = None, top_k: int | None = None, top_p: float | None = None,
          temperature: float | None = None, out: str = "out", device: str = "cpu") -> list[dict]:
-    adapter, defaults = load_model(model, device)
+    adapter = load_model(model, device=device)
+    defaults = adapter.default_sampling
     given = dict(cfg_scale=cfg, top_k=top_k, top_p=top_p, temperature=temperature)
     sampling = dataclasses.replace(defaults, **{k: v for k, v in given.items() if v is not None})
     os.makedirs(out, exist_ok=True)
@@ -65,7 +59,7 @@ if __name__ == "__main__":
     ap.add_argument("--prompt", default="a red circle on grass", help="what to draw (demo: colour, shape, background)")
     ap.add_argument("--methods", nargs="+", default=["ar", "sjd-vp"], choices=list(METHODS),
                     help="decoding methods, the first is the baseline of the speed-up columns")
-    ap.add_argument("--model", default="demo", help="model to run")
+    ap.add_argument("--model", default="demo", help="'demo', or a model folder / GPT file (e.g. a LlamaGen folder)")
     ap.add_argument("--window", type=int, default=16, help="Jacobi window W")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cfg", type=float, help="classifier-free guidance scale (default: the model's)")

@@ -14,6 +14,8 @@ from typing import Any, Protocol, Sequence
 import torch
 from torch import Tensor
 
+from .settings import SamplingSettings
+
 
 @dataclass(frozen=True)
 class TokenLayout:
@@ -60,6 +62,7 @@ class TokenLayout:
 class ModelAdapter(Protocol):
     """What a model family implements for the engine. Rows R = B, or 2B with CFG (cond rows first)."""
     device: torch.device    # where the weights are
+    default_sampling: SamplingSettings  # the family's recommended cfg, top-k, ...
     module: torch.nn.Module  # every weight the adapter uses, for a memory manager to move
 
     def start(self, conditions: Sequence[Any], negatives: Sequence[Any] | None, cfg: bool,

@@ -84,7 +84,8 @@ def _load_llamagen(path: str, device: torch.device, dtype: torch.dtype):
     if kind == "t2i":
         from .models.t5_text import T5CaptionEncoder
         text_encoder = T5CaptionEncoder(os.path.join(folder, "flan-t5-xl"), device=device)
-    return LlamaGenAdapter(gpt, load_vq(preferred[0]), class_names=imagenet_classes() if kind == "c2i" else None,
+    names = imagenet_classes() if kind == "c2i" and gpt.config.num_classes == 1000 else None
+    return LlamaGenAdapter(gpt, load_vq(preferred[0]), class_names=names,
                            text_encoder=text_encoder, device=device, dtype=dtype)
 
 

@@ -1,4 +1,6 @@
 """Finding models by their files, and the report's text and commit map."""
+import os
+
 import pytest
 import torch
 
@@ -46,3 +48,14 @@ def test_report_text_and_commit_map():
     picture = commit_map(res, cell=2)
     assert picture.shape == (2, 8, 8, 3) and 0 <= float(picture.min()) and float(picture.max()) <= 1
     assert torch.allclose(colour_ramp(torch.tensor([0.0, 1.0])), torch.tensor([[0.27, 0.0, 0.33], [0.99, 0.91, 0.14]]))
+
+
+def test_command_line_runs_a_llamagen_folder_with_its_defaults(tmp_path, capsys):
+    from sjdvp_core.__main__ import main
+    folder = tmp_path / "llamagen-c2i"
+    folder.mkdir()
+    torch.save({"model": random_gpt().state_dict()}, folder / "c2i_B_256.pt")
+    torch.save({"model": random_vq().state_dict()}, folder / "vq_ds16_c2i.pt")
+    rows = main("3", methods=("ar", "sjd-vp"), model=str(folder), window=8, out=str(tmp_path / "out"))
+    assert [r["method"] for r in rows] == ["ar", "sjd-vp"] and all(os.path.isfile(r["path"]) for r in rows)
+    assert "cfg_scale=4.0, temperature=1.0, top_k=2000" in capsys.readouterr().out

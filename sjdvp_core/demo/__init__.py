@@ -17,7 +17,8 @@ WEIGHTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "weights")
 def load_demo(device="cpu") -> LlamaGenAdapter:
     gpt = load_gpt(os.path.join(WEIGHTS, "demo_gpt.safetensors"))
     vq = load_vq(os.path.join(WEIGHTS, "demo_vq.safetensors"))
-    return LlamaGenAdapter(gpt, vq, class_names=scenes.PROMPTS, class_parser=scenes.prompt_to_class, device=device)
+    return LlamaGenAdapter(gpt, vq, class_names=scenes.PROMPTS, class_parser=scenes.prompt_to_class,
+                           sampling=DEMO_SAMPLING, device=device)
 
 
 def load_judge():

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from ..adapter import TokenLayout
+from ..settings import SamplingSettings
 from .llamagen_gpt import GPT_SIZES, GPTConfig, LlamaGenGPT, rope_table_2d
 from .llamagen_vq import LlamaGenVQ, VQConfig
 
@@ -147,13 +148,15 @@ class LlamaGenAdapter:
     `class_names`), or prompts encoded by `text_encoder` into ([B, T, caption_dim], mask [B, T]) (t2i)."""
 
     def __init__(self, gpt: LlamaGenGPT, vq: LlamaGenVQ, *, class_names: Sequence[str] | None = None,
-                 class_parser=None, text_encoder=None, device="cpu", dtype=torch.float32):
+                 class_parser=None, text_encoder=None, sampling: SamplingSettings | None = None,
+                 device="cpu", dtype=torch.float32):
         self.gpt = gpt.to(device, dtype)
         self.gpt.rope = self.gpt.rope.float()
         self.vq = vq.to(device, torch.float32)
         self.module = torch.nn.ModuleDict({"gpt": self.gpt, "vq": self.vq})  # all weights, for memory managers
         self._codebook: Tensor | None = None
         self.config = gpt.config
+        self.sampling = sampling
         self.class_names = list(class_names) if class_names is not None else None
         self.class_parser = class_parser
         self.text_encoder = text_encoder
@@ -171,6 +174,14 @@ class LlamaGenAdapter:
     @property
     def family(self) -> str:
         return f"LlamaGen {self.config.model_type}"
+
+    @property
+    def default_sampling(self) -> SamplingSettings:
+        """LlamaGen's own sampling scripts: c2i cfg 4.0, top-k 2000; t2i cfg 7.5, top-k 1000."""
+        if self.sampling is not None:
+            return self.sampling
+        return SamplingSettings(cfg_scale=4.0, top_k=2000) if self.config.model_type == "c2i" else \
+            SamplingSettings(cfg_scale=7.5, top_k=1000)
 
     # --- conditions ----------------------------------------------------------------------------
     def class_id(self, condition: Any) -> int:
