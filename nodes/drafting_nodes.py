@@ -112,7 +112,9 @@ class VerificationPrediction(io.ComfyNode):
                 io.Int.Input("top_k", default=50, min=1, max=65536,
                              tooltip="Only the k most likely candidates of each position are fused."),
                 io.Float.Input("strength", default=1.0, min=-8.0, max=8.0, step=0.05,
-                               tooltip="lambda: weight of the log-gain score. 0 turns VP off."),
+                               tooltip="lambda > 0: boost tokens that kept rising (the paper). lambda < 0: "
+                                       "shrink drafts toward their history by |lambda| (helps where "
+                                       "probabilities mean-revert). 0 turns VP off."),
                 io.Float.Input("max_score", default=round(math.log(4), 4), min=0.01, max=20.0, step=0.01,
                                tooltip="Cap of the log-gain score per token."),
             ],

@@ -69,7 +69,7 @@ class VPSettings:
     growth_steps: int = 2             # N: a token must have risen in each of the last N observations
     beta: float = 0.5                 # EWA decay of the history pbar
     top_k: int = 50                   # k_vp: fusion touches only the top-k_vp candidates of p
-    strength: float = 1.0             # lambda: weight of the log-gain score
+    strength: float = 1.0             # lambda > 0: boost by log gain; < 0: shrink toward history by |lambda|
     max_score: float = math.log(4.0)  # s_max: the log-gain score is clipped to [0, s_max]
     lossless: bool = True             # False verifies against the unfused p (a biased ablation)
 

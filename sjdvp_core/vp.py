@@ -70,12 +70,21 @@ class History:
 
 def fuse(p: Tensor, pbar_prev: Tensor, growth: Tensor, eligible: Tensor, s: VPSettings) -> Tensor:
     """p [B, S, V] -> p' [B, S, V]. pbar_prev is the history before this observation, growth the
-    counts after it; eligible [B, S] marks slots that may be fused (history, not forced)."""
-    score = (torch.log(p + EPS) - torch.log(pbar_prev + EPS)).clamp(0, s.max_score)
-    mask = growth >= s.growth_steps
+    counts after it; eligible [B, S] marks slots that may be fused (history, not forced).
+
+    strength > 0: the paper's extrapolation, boosting tokens that kept rising by their log gain.
+    strength < 0: shrinkage toward the history, log p' = (1 - a) log p + a log pbar with a = |strength|
+    (capped at 1) and pbar the history including this observation; it helps where probabilities
+    mean-revert across iterations. Either way p' stays inside p's support."""
     k = min(s.top_k, p.shape[-1])
     kth = p.topk(k, dim=-1).values[..., -1:]
-    candidates = (p >= kth) & (p > 0)
-    boost = torch.where(mask & candidates & eligible[..., None], s.strength * score, torch.zeros_like(p))
+    fused = (p >= kth) & (p > 0) & eligible[..., None]
     logp = torch.log(p).masked_fill(p <= 0, float("-inf"))
-    return (logp + boost).softmax(-1)
+    if s.strength >= 0:
+        score = (torch.log(p + EPS) - torch.log(pbar_prev + EPS)).clamp(0, s.max_score)
+        change = torch.where(fused & (growth >= s.growth_steps), s.strength * score, torch.zeros_like(p))
+    else:
+        a = min(1.0, -s.strength)
+        pbar = s.beta * pbar_prev + (1 - s.beta) * p
+        change = torch.where(fused, a * (torch.log(pbar + EPS) - logp.clamp_min(-1e30)), torch.zeros_like(p))
+    return (logp + change).softmax(-1)

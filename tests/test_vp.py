@@ -51,13 +51,18 @@ def test_fusion_needs_n_consecutive_rises_and_clips_the_score():
     assert torch.allclose(out[0, 0], torch.tensor([1.2, 0.2, 0.2]) / 1.6)  # clipped at x2; token 1 masked
 
 
-def test_negative_strength_and_zero_probabilities():
-    s = VPSettings(growth_steps=1, top_k=3, strength=-1.0)
-    p = torch.tensor([[[0.5, 0.5, 0.0]]])
-    out = fuse(p, torch.tensor([[[0.25, 0.5, 0.0]]]), torch.ones(1, 1, 3, dtype=torch.int16),
-               torch.tensor([[True]]), s)
-    assert torch.allclose(out[0, 0], torch.tensor([0.25, 0.5, 0.0]) / 0.75)
-    assert out[0, 0, 2] == 0  # a token outside p's support never appears
+def test_negative_strength_shrinks_toward_the_history():
+    s = VPSettings(growth_steps=3, top_k=3, strength=-0.5, beta=0.5)
+    p = torch.tensor([[[0.5, 0.3, 0.2, 0.0]]])
+    pbar_prev = torch.tensor([[[0.1, 0.3, 0.4, 0.2]]])
+    out = fuse(p, pbar_prev, torch.zeros(1, 1, 4, dtype=torch.int16), torch.tensor([[True]]), s)
+    pbar = 0.5 * pbar_prev + 0.5 * p                       # the history with this observation
+    expected = (p[0, 0, :3] ** 0.5) * (pbar[0, 0, :3] ** 0.5)
+    assert torch.allclose(out[0, 0, :3], expected / expected.sum(), atol=1e-6)
+    assert out[0, 0, 3] == 0  # a token outside p's support never appears, whatever its history
+    full = fuse(p, pbar_prev, torch.zeros(1, 1, 4, dtype=torch.int16), torch.tensor([[True]]),
+                VPSettings(top_k=3, strength=-3.0, beta=0.5))  # |strength| is capped at 1: q = pbar on p's support
+    assert torch.allclose(full[0, 0, :3], pbar[0, 0, :3] / pbar[0, 0, :3].sum(), atol=1e-6)
 
 
 def test_shift_slots_per_row():
