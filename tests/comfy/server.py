@@ -148,6 +148,15 @@ class ComfyServer:
                     break
                 if msg["type"] == "executing" and data.get("node") is None and data.get("prompt_id") == prompt_id:
                     break
-            return self.get(f"/history/{prompt_id}").get(prompt_id, {}), messages
+            return self.history(prompt_id), messages
         finally:
             ws.close()
+
+    def history(self, prompt_id: str, timeout: float = 30) -> dict:
+        """The prompt's history entry; the server stores it just after its last websocket message."""
+        deadline = time.time() + timeout
+        while True:
+            entry = self.get(f"/history/{prompt_id}").get(prompt_id)
+            if entry or time.time() > deadline:
+                return entry or {}
+            time.sleep(0.1)
