@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from sjdvp_core import SamplingSettings, decode
+from sjdvp_core import decode
 from sjdvp_core.settings import METHODS, method_settings
 
 
@@ -25,12 +25,13 @@ def load_model(name: str, prompts: int):
     """-> (adapter, conditions, sampling defaults, judge or None)."""
     if name == "toy":
         from sjdvp_core.models.toy import ToyGridAdapter
-        return ToyGridAdapter(height=16, width=16, levels=8, sharpness=12.0), [0, 1, 2, 3][:prompts], \
-            SamplingSettings(cfg_scale=2.0, top_k=20), None
+        toy = ToyGridAdapter(height=16, width=16, levels=8, sharpness=12.0)
+        return toy, [0, 1, 2, 3][:prompts], toy.default_sampling, None
     if name == "demo":
-        from sjdvp_core.demo import DEMO_SAMPLING, load_demo, load_judge, scenes
+        from sjdvp_core.demo import load_demo, load_judge, scenes
         step = max(1, len(scenes.PROMPTS) // prompts)
-        return load_demo(), scenes.PROMPTS[::step][:prompts], DEMO_SAMPLING, load_judge()
+        demo = load_demo()
+        return demo, scenes.PROMPTS[::step][:prompts], demo.default_sampling, load_judge()
     raise ValueError(f"unknown model {name!r}; choose one of: toy, demo")
 
 

@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from ..adapter import TokenLayout
+from ..settings import SamplingSettings
 
 ROW_END, END_OF_IMAGE = 0, 1
 
@@ -46,6 +47,8 @@ class ToyGridAdapter:
         self.code_of[self.image_tokens] = torch.arange(K)
         self._buffer = None
         self._colour = None
+        self.module = torch.nn.Module()  # no weights to move
+        self.default_sampling = SamplingSettings(cfg_scale=2.0, top_k=20)
 
     # --- the model -----------------------------------------------------------------------------
     def logits_for(self, buffer: Tensor, targets: Tensor, colour: Tensor) -> Tensor:
