@@ -140,7 +140,7 @@ class JacobiDecoder:
         return DecodeResult(tokens, codes, self.layout, self.stats)
 
     def _step(self, w: int, kmax: Tensor, active: Tensor) -> None:
-        B, L, dev = self.B, self.L, self.device
+        L, dev = self.L, self.device
         it = self.stats.forward_passes
         t0 = self.timer.now()
         last = self.canvas.gather(1, (self.n - 1)[:, None])

@@ -1,6 +1,5 @@
 """LlamaGen: tiny random models written in the official layouts and key names, loaded through the
 user-facing loader; greedy SJD == greedy AR; rollback == recompute; decoded images; clear errors."""
-import os
 
 import pytest
 import torch
