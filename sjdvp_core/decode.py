@@ -6,9 +6,11 @@ drafts for positions n_b .. n_b + W - 2; one forward gives targets p for positio
 drafts are verified left to right (first rejection by one cumulative op); the accepted drafts plus one
 more token (the residual draw at the rejection, or a bonus draw from p after the last draft) are
 committed. Positions the forward scored but did not commit are re-drafted from their new p (or VP's
-fused p'), positions entering the window are drafted fresh. Each image advances by its own count, and
-the model's cache is written by position, so rolling back rejected entries costs nothing.
-W = 1 is plain AR. All randomness goes through one seeded torch.Generator.
+fused p'), positions entering the window are drafted fresh. With coupling, every draw at a position
+reuses that position's Gumbel noise, so successive drafts agree unless their distribution moved; the
+noise lives per window slot ([B, W - 1, V], like the drafts' q) and shifts with the window. Each image
+advances by its own count, and the model's cache is written by position, so rolling back rejected
+entries costs nothing. W = 1 is plain AR. All randomness goes through one seeded torch.Generator.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ import torch
 from torch import Tensor
 
 from .adapter import ModelAdapter, TokenLayout
-from .drafting import DraftInit
+from .drafting import DraftInit, coupled_draw, gumbel_noise
 from .settings import DecodeSettings
 from .stats import DecodeStats
 from .target import cfg_mix, residual, sample, target_probs
@@ -89,6 +91,7 @@ class JacobiDecoder:
                               self.W + 1, self.device)
         self.verifier = Verifier(settings.drafter, adapter.codebook(), self.K)
         self.vp = settings.drafter.vp
+        self.coupled = settings.drafter.coupled
         self.gen = torch.Generator(device=self.device).manual_seed(settings.seed)
         self.timer = _Timer(self.device)
         self.stats = DecodeStats(length=self.L, window=self.W,
@@ -120,6 +123,9 @@ class JacobiDecoder:
         self.history = History(B, S, self.V, dev)
         positions = self.n[:, None] + torch.arange(S, device=dev)
         tokens, q = self.init(positions, self.canvas, self.n, self.gen)
+        if self.coupled:
+            self.noise = gumbel_noise((B, S, self.V), self.gen, dev)
+            tokens = coupled_draw(q, self.noise)
         no = torch.zeros(B, S, dtype=torch.bool, device=dev)
         self.drafts = Drafts(tokens, q, ~no, no, torch.full((B, S), -1, dtype=torch.int8, device=dev))
         self._write_drafts()
@@ -228,12 +234,19 @@ class JacobiDecoder:
         positions = self.n[:, None] + torch.arange(S, device=dev)
         fused = redraw & had & (self.init.forced_at(positions) < 0) & (self.vp is not None)
         dist = fuse(p, pbar_prev, growth, fused, self.vp) if self.vp is not None else p
-        tok = sample(dist.masked_fill(~redraw[..., None], 1.0), self.gen)
+        dist = dist.masked_fill(~redraw[..., None], 1.0)
+        if self.coupled:   # positions new to the draft slots get their noise now, the rest keep theirs
+            new = (old_slot >= S)[..., None]
+            self.noise = torch.where(new, gumbel_noise(self.noise.shape, self.gen, dev),
+                                     shift_slots(self.noise, m, S))
+        tok = coupled_draw(dist, self.noise) if self.coupled else sample(dist, self.gen)
         rose = (p.gather(-1, tok[..., None]) > prev.gather(-1, tok[..., None]))[..., 0]
         q = dist if (self.vp is None or self.vp.lossless) else p
         carried = self.drafts.shift(m, S)
         self.canvas.scatter_(1, positions, torch.where(redraw, tok, carried.tokens))  # sources for repeat inits
         fresh_tok, fresh_q = self.init(positions, self.canvas, self.n + (redraw | kept).sum(1), self.gen)
+        if self.coupled:
+            fresh_tok = coupled_draw(fresh_q, self.noise)
         redrawn = Drafts(tok, q, torch.zeros_like(redraw), fused, torch.where(had, rose.to(torch.int8), -1))
         fresh = Drafts(fresh_tok, fresh_q, torch.ones_like(redraw), torch.zeros_like(redraw),
                        torch.full_like(tok, -1, dtype=torch.int8))

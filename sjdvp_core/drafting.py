@@ -61,3 +61,18 @@ class DraftInit:
             src = torch.where(unknown, self.above[src], src)
             unknown = src >= known_end[:, None]
         return torch.where(src >= 0, src, left)
+
+
+def gumbel_noise(shape, generator: torch.Generator, device) -> Tensor:
+    """Standard Gumbel noise, one value per (position, token), through the run's generator."""
+    u = torch.rand(shape, generator=generator, device=device)
+    return -torch.log(-torch.log(u.clamp(1e-20, 1.0 - 1e-7)))
+
+
+def coupled_draw(dist: Tensor, noise: Tensor) -> Tensor:
+    """Gumbel-max: argmax(log dist + noise) is distributed as dist, and with the noise held fixed a
+    draft only changes where dist itself moved (coupled drafting, as in MC-SJD / SCD, arXiv
+    2510.24211). Exact for verification as long as a position's noise never touched anything the
+    position's own target was computed from, which causality guarantees (noise at j only feeds inputs
+    that predict later positions)."""
+    return (torch.log(dist) + noise).argmax(-1)

@@ -93,6 +93,7 @@ class DrafterSettings:
     gsd_max_gap: float = 0.15           # cluster members differ from p(x) by less than this
     gsd_max_distance: float | None = None  # optional codebook L2 distance filter
     vp: VPSettings | None = None
+    coupled: bool = False               # one persistent Gumbel noise per position: redrafts agree
 
     def __post_init__(self):
         _check(self.verifier in VERIFIERS, "verifier", self.verifier, f"one of {VERIFIERS}")
@@ -106,10 +107,11 @@ class DrafterSettings:
             _check_real("gsd_max_distance", self.gsd_max_distance)
             _check(self.gsd_max_distance > 0, "gsd_max_distance", self.gsd_max_distance, "> 0 or None")
         _check(self.vp is None or isinstance(self.vp, VPSettings), "vp", self.vp, "a VPSettings or None")
+        _check(isinstance(self.coupled, bool), "coupled", self.coupled, "True or False")
 
     @property
     def name(self) -> str:
-        return self.verifier.upper() + ("-VP" if self.vp is not None else "")
+        return self.verifier.upper() + ("-VP" if self.vp is not None else "") + ("+C" if self.coupled else "")
 
 
 @dataclass(frozen=True)

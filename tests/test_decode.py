@@ -13,6 +13,8 @@ DRAFTERS = {
     "sjd-vp": DrafterSettings(vp=VPSettings(growth_steps=1, top_k=8)),
     "lantern-0": DrafterSettings(verifier="lantern", lantern_delta=0.0),
     "gsd-1": DrafterSettings(verifier="gsd", gsd_group=1),
+    "sjd+c": DrafterSettings(coupled=True),
+    "sjd-vp+c": DrafterSettings(vp=VPSettings(growth_steps=1, top_k=8, strength=-0.5), coupled=True),
 }
 
 

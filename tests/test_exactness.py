@@ -1,7 +1,8 @@
 """Distribution exactness on a toy model whose sequence distribution is enumerable (64 sequences in
 the support: 6 image cells, top-2 of 4 codes, CFG 1.5, row-end and end-of-image tokens forced).
 200k samples: a Pearson chi-square test that rejects a 2%-TV deviation (checked below) accepts SJD and
-SJD-VP, and rejects VP drafts verified against the unfused q."""
+SJD-VP (any strength, with or without coupled drafting), and rejects VP drafts verified against the
+unfused q."""
 import pytest
 import torch
 
@@ -53,6 +54,9 @@ def test_the_test_has_power_against_a_2_percent_tv_deviation():
     ("sjd-vp", DrafterSettings(vp=VPSettings(**STRONG_VP, strength=2.0)), 6),
     ("sjd-vp-negative", DrafterSettings(vp=VPSettings(**STRONG_VP, strength=-2.0)), 6),
     ("sjd-vp-zero", DrafterSettings(vp=VPSettings(**STRONG_VP, strength=0.0)), 6),
+    ("sjd-coupled", DrafterSettings(coupled=True), 6),
+    ("sjd-vp-coupled", DrafterSettings(vp=VPSettings(**STRONG_VP, strength=2.0), coupled=True), 6),
+    ("sjd-vp-negative-coupled", DrafterSettings(vp=VPSettings(**STRONG_VP, strength=-2.0), coupled=True), 6),
 ])
 def test_exact_decoders_sample_the_model_distribution(name, drafter, W):
     counts, stats = sample_counts(drafter, W)
