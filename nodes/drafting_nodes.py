@@ -12,6 +12,14 @@ WINDOW = io.Custom("SJDVP_WINDOW")
 DRAFTER = io.Custom("SJDVP_DRAFTER")
 
 
+def coupled_input():
+    """Every drafter's last widget: coupled drafting (exact, on by default: it won on the demo model)."""
+    return io.Boolean.Input("coupled", default=True,
+                            tooltip="Draw every draft at a position with that position's fixed random noise, "
+                                    "so successive drafts agree unless their distribution really moved. "
+                                    "Exact, and many more drafts pass verification.")
+
+
 class JacobiWindow(io.ComfyNode):
     @classmethod
     def define_schema(cls):
@@ -41,12 +49,12 @@ class DrafterSJD(io.ComfyNode):
             node_id="SJDVP_DrafterSJD", display_name="Drafter: SJD (exact)", category="sjdvp",
             description="Speculative Jacobi Decoding with the exact verifier: the images are distributed "
                         "exactly as plain AR sampling's (not the same pixels for a seed).",
-            inputs=[], outputs=[DRAFTER.Output(display_name="drafter")],
+            inputs=[coupled_input()], outputs=[DRAFTER.Output(display_name="drafter")],
         )
 
     @classmethod
-    def execute(cls) -> io.NodeOutput:
-        return io.NodeOutput(DrafterSettings(verifier="sjd"))
+    def execute(cls, coupled=True) -> io.NodeOutput:
+        return io.NodeOutput(DrafterSettings(verifier="sjd", coupled=coupled))
 
 
 class DrafterLANTERN(io.ComfyNode):
@@ -62,13 +70,15 @@ class DrafterLANTERN(io.ComfyNode):
                 io.Float.Input("delta", default=0.1, min=0.0, max=1.0, step=0.01,
                                tooltip="Total-variation budget per token. 0 is exact SJD; larger is faster "
                                        "and drifts further from the model's distribution."),
+                coupled_input(),
             ],
             outputs=[DRAFTER.Output(display_name="drafter")],
         )
 
     @classmethod
-    def execute(cls, neighbours, delta) -> io.NodeOutput:
-        return io.NodeOutput(DrafterSettings(verifier="lantern", lantern_k=neighbours, lantern_delta=delta))
+    def execute(cls, neighbours, delta, coupled=True) -> io.NodeOutput:
+        return io.NodeOutput(DrafterSettings(verifier="lantern", lantern_k=neighbours, lantern_delta=delta,
+                                             coupled=coupled))
 
 
 class DrafterGSD(io.ComfyNode):
@@ -85,14 +95,15 @@ class DrafterGSD(io.ComfyNode):
                                tooltip="Cluster members differ from the draft's probability by less than this."),
                 io.Float.Input("max_distance", default=0.0, min=0.0, max=1000.0, step=0.1,
                                tooltip="Optional codebook distance limit for cluster members; 0 turns it off."),
+                coupled_input(),
             ],
             outputs=[DRAFTER.Output(display_name="drafter")],
         )
 
     @classmethod
-    def execute(cls, group, max_gap, max_distance) -> io.NodeOutput:
+    def execute(cls, group, max_gap, max_distance, coupled=True) -> io.NodeOutput:
         return io.NodeOutput(DrafterSettings(verifier="gsd", gsd_group=group, gsd_max_gap=max_gap,
-                                             gsd_max_distance=max_distance or None))
+                                             gsd_max_distance=max_distance or None, coupled=coupled))
 
 
 class VerificationPrediction(io.ComfyNode):
@@ -112,16 +123,21 @@ class VerificationPrediction(io.ComfyNode):
                 io.Int.Input("top_k", default=50, min=1, max=65536,
                              tooltip="Only the k most likely candidates of each position are fused."),
                 io.Float.Input("strength", default=1.0, min=-8.0, max=8.0, step=0.05,
-                               tooltip="lambda > 0: boost tokens that kept rising (the paper). lambda < 0: "
-                                       "shrink drafts toward their history by |lambda| (helps where "
-                                       "probabilities mean-revert). 0 turns VP off."),
+                               tooltip="Used when strength_mode is 'fixed'. lambda > 0: boost tokens that kept "
+                                       "rising (the paper). lambda < 0: shrink drafts toward their history by "
+                                       "|lambda| (helps where probabilities mean-revert). 0 turns VP off."),
                 io.Float.Input("max_score", default=round(math.log(4), 4), min=0.01, max=20.0, step=0.01,
                                tooltip="Cap of the log-gain score per token."),
+                io.Combo.Input("strength_mode", options=["auto", "fixed"], default="auto",
+                               tooltip="auto: the strength is chosen during decoding by which candidate's "
+                                       "drafts pass verification most on this model and prompt (exact either "
+                                       "way). fixed: use the strength above."),
             ],
             outputs=[DRAFTER.Output(display_name="drafter")],
         )
 
     @classmethod
-    def execute(cls, drafter, growth_steps, beta, top_k, strength, max_score) -> io.NodeOutput:
-        vp = VPSettings(growth_steps=growth_steps, beta=beta, top_k=top_k, strength=strength, max_score=max_score)
+    def execute(cls, drafter, growth_steps, beta, top_k, strength, max_score, strength_mode="auto") -> io.NodeOutput:
+        vp = VPSettings(growth_steps=growth_steps, beta=beta, top_k=top_k, max_score=max_score,
+                        strength="auto" if strength_mode == "auto" else strength)
         return io.NodeOutput(replace(drafter, vp=vp))

@@ -26,7 +26,8 @@ def save_png(image: torch.Tensor, path: str, scale: int = 4) -> None:
 
 def main(prompt: str, methods=("ar", "sjd-vp"), model: str = "demo", window: int = 16, seed: int = 0,
          cfg: float | None = None, top_k: int | None = None, top_p: float | None = None,
-         temperature: float | None = None, out: str = "out", device: str = "cpu") -> list[dict]:
+         temperature: float | None = None, out: str = "out", device: str = "cpu",
+         coupled: bool = True) -> list[dict]:
     adapter = load_model(model, device=device)
     defaults = adapter.default_sampling
     given = dict(cfg_scale=cfg, top_k=top_k, top_p=top_p, temperature=temperature)
@@ -34,7 +35,7 @@ def main(prompt: str, methods=("ar", "sjd-vp"), model: str = "demo", window: int
     os.makedirs(out, exist_ok=True)
     rows = []
     for name in methods:
-        settings = method_settings(name, window, sampling, seed)
+        settings = method_settings(name, window, sampling, seed, coupled=coupled)
         t = time.perf_counter()
         result = decode(adapter, prompt, settings)
         decode_s = time.perf_counter() - t
@@ -45,7 +46,8 @@ def main(prompt: str, methods=("ar", "sjd-vp"), model: str = "demo", window: int
         rows.append(dict(method=name, nfe=st.forward_passes, accepted=st.mean_accepted,
                          acceptance=st.acceptance_rate, seconds=decode_s, path=path, stats=st))
     base = rows[0]
-    print(f'prompt: "{prompt}"  seed {seed}  window {window}  {sampling}  ({adapter.layout.length} tokens)')
+    print(f'prompt: "{prompt}"  seed {seed}  window {window}  {"coupled" if coupled else "independent"} drafts  '
+          f'{sampling}  ({adapter.layout.length} tokens)')
     print(f"{'method':<12}{'forward passes':>16}{'step compression':>18}{'tokens/pass':>13}"
           f"{'acceptance':>12}{'decode s':>10}{'speed-up':>10}  image")
     for r in rows:
@@ -68,4 +70,6 @@ if __name__ == "__main__":
     ap.add_argument("--temperature", type=float, help="temperature (default: the model's)")
     ap.add_argument("--out", default="out", help="folder for the PNGs")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--no-coupling", dest="coupled", action="store_false",
+                    help="draw each draft with fresh randomness (classic SJD) instead of coupled drafting")
     main(**vars(ap.parse_args()))

@@ -23,11 +23,11 @@ from torch import Tensor
 
 from .adapter import ModelAdapter, TokenLayout
 from .drafting import DraftInit, coupled_draw, gumbel_noise
-from .settings import DecodeSettings
 from .stats import DecodeStats
 from .target import cfg_mix, residual, sample, target_probs
 from .verify import Verifier, first_rejection
-from .vp import History, fuse, shift_slots
+from .settings import AUTO_STRENGTHS, DecodeSettings
+from .vp import AutoStrength, History, fuse, shift_slots
 
 ProgressFn = Callable[[int, int, Tensor], None]
 
@@ -92,6 +92,7 @@ class JacobiDecoder:
         self.verifier = Verifier(settings.drafter, adapter.codebook(), self.K)
         self.vp = settings.drafter.vp
         self.coupled = settings.drafter.coupled
+        self.auto = AutoStrength(self.vp, AUTO_STRENGTHS) if self.vp is not None and self.vp.auto else None
         self.gen = torch.Generator(device=self.device).manual_seed(settings.seed)
         self.timer = _Timer(self.device)
         self.stats = DecodeStats(length=self.L, window=self.W,
@@ -140,6 +141,7 @@ class JacobiDecoder:
             self._report(progress)
         self.stats.time_total = self.timer.now() - t_start
         self.stats.row_forward_passes = self.row_passes.cpu()
+        self.stats.vp_auto = self.auto.summary() if self.auto is not None else None
         self.stats.commit_iter = self.commit_iter[:, :L].cpu()
         tokens = self.local_vocab[self.canvas[:, :L]]
         codes = self.canvas[:, :L][:, self.layout.grid.to(dev)]
@@ -202,12 +204,8 @@ class JacobiDecoder:
         self.stats.slot_verified[:w - 1] += verified.sum(0).cpu()
         self.stats.slot_accepted[:w - 1] += (verified & accept).sum(0).cpu()
         carried = verified & ~self.drafts.fresh[:, :w - 1]
-        rose = self.drafts.rose[:, :w - 1]
         st = self.stats
-        st.rose_verified += int((carried & (rose == 1)).sum())
-        st.rose_accepted += int((carried & (rose == 1) & accept).sum())
-        st.flat_verified += int((carried & (rose == 0)).sum())
-        st.flat_accepted += int((carried & (rose == 0) & accept).sum())
+        st.count_momentum(self.drafts.rose[:, :w - 1], carried, accept)
         fused = carried & self.drafts.fused[:, :w - 1]
         if bool(fused.any()):
             pv = p[:, :w - 1]
@@ -215,6 +213,8 @@ class JacobiDecoder:
             st.vp_expected_accept += float((torch.minimum(pv, q).sum(-1) * fused).sum())
             plain = self.history.prev[:, :w - 1]
             st.plain_expected_accept += float((torch.minimum(pv, plain).sum(-1) * fused).sum())
+            if self.auto is not None:
+                self.auto.observe(pv, fused, self.noise[:, :w - 1] if self.coupled else None)
 
     def _redraft(self, p: Tensor, w: int, m: Tensor, active: Tensor) -> None:
         """Slide the window by m: re-draft the positions this pass scored (plain or VP-fused), keep
@@ -233,7 +233,10 @@ class JacobiDecoder:
         p, pbar_prev, prev, had, growth = (shift_slots(t, m, S) for t in (p, pbar_prev, prev, had, growth))
         positions = self.n[:, None] + torch.arange(S, device=dev)
         fused = redraw & had & (self.init.forced_at(positions) < 0) & (self.vp is not None)
-        dist = fuse(p, pbar_prev, growth, fused, self.vp) if self.vp is not None else p
+        if self.auto is not None:
+            dist = self.auto.fuse(p, pbar_prev, growth, fused, redraw, m)
+        else:
+            dist = fuse(p, pbar_prev, growth, fused, self.vp) if self.vp is not None else p
         dist = dist.masked_fill(~redraw[..., None], 1.0)
         if self.coupled:   # positions new to the draft slots get their noise now, the rest keep theirs
             new = (old_slot >= S)[..., None]

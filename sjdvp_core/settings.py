@@ -6,9 +6,10 @@ ComfyUI nodes and the CLI can show the message as is. Defaults live here and now
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 MAX_WINDOW = 128
+AUTO_STRENGTHS = (1.0, 0.0, -0.35, -0.7)   # VP strengths "auto" chooses among: boost, none, two shrinkages
 DRAFT_INITS = ("random", "repeat_left", "repeat_above")
 VERIFIERS = ("sjd", "lantern", "gsd")
 
@@ -69,7 +70,8 @@ class VPSettings:
     growth_steps: int = 2             # N: a token must have risen in each of the last N observations
     beta: float = 0.5                 # EWA decay of the history pbar
     top_k: int = 50                   # k_vp: fusion touches only the top-k_vp candidates of p
-    strength: float = 1.0             # lambda > 0: boost by log gain; < 0: shrink toward history by |lambda|
+    strength: float | str = "auto"    # lambda > 0: boost by log gain; < 0: shrink toward history by |lambda|;
+                                      # "auto": chosen from AUTO_STRENGTHS by this run's verifications
     max_score: float = math.log(4.0)  # s_max: the log-gain score is clipped to [0, s_max]
     lossless: bool = True             # False verifies against the unfused p (a biased ablation)
 
@@ -78,9 +80,15 @@ class VPSettings:
         _check_real("vp_beta", self.beta)
         _check(0 <= self.beta < 1, "vp_beta", self.beta, "in [0, 1)")
         _check_int("vp_top_k", self.top_k, 1)
-        _check_real("vp_strength", self.strength)
+        real = isinstance(self.strength, (int, float)) and not isinstance(self.strength, bool)
+        _check(self.strength == "auto" or (real and math.isfinite(self.strength)), "vp_strength",
+               self.strength, "a finite number or 'auto'")
         _check_real("vp_max_score", self.max_score)
         _check(self.max_score > 0, "vp_max_score", self.max_score, "> 0")
+
+    @property
+    def auto(self) -> bool:
+        return self.strength == "auto"
 
 
 @dataclass(frozen=True)
@@ -111,7 +119,8 @@ class DrafterSettings:
 
     @property
     def name(self) -> str:
-        return self.verifier.upper() + ("-VP" if self.vp is not None else "") + ("+C" if self.coupled else "")
+        vp = "" if self.vp is None else "-VP" if self.vp.auto else f"-VP({self.vp.strength:+g})"
+        return self.verifier.upper() + vp + (" coupled" if self.coupled else "")
 
 
 @dataclass(frozen=True)
@@ -142,11 +151,11 @@ METHODS: dict[str, DrafterSettings | None] = {
 
 
 def method_settings(method: str, window: int, sampling: SamplingSettings, seed: int = 0,
-                    batch_size: int = 1) -> DecodeSettings:
-    """DecodeSettings for a named method (see METHODS)."""
+                    batch_size: int = 1, coupled: bool = False) -> DecodeSettings:
+    """DecodeSettings for a named method (see METHODS), with coupled drafting if asked (not for AR)."""
     if method not in METHODS:
         raise ValueError(f"method={method!r} is unknown: choose one of {list(METHODS)}")
     drafter = METHODS[method]
     return DecodeSettings(window=WindowSettings(1 if drafter is None else window),
-                          drafter=drafter or DrafterSettings(), sampling=sampling, seed=seed,
-                          batch_size=batch_size)
+                          drafter=DrafterSettings() if drafter is None else replace(drafter, coupled=coupled),
+                          sampling=sampling, seed=seed, batch_size=batch_size)

@@ -21,6 +21,7 @@ class DecodeStats:
     vp_drafts: int = 0
     vp_expected_accept: float = 0.0    # with the fused q actually used
     plain_expected_accept: float = 0.0  # had the draft come from the unfused p
+    vp_auto: dict | None = None        # VP auto mode: the strength it settled on, each candidate's rate
     # momentum: acceptance of carried drafts whose probability rose at their last observation or not
     rose_verified: int = 0
     rose_accepted: int = 0
@@ -60,6 +61,14 @@ class DecodeStats:
             return None
         return self.vp_expected_accept / self.plain_expected_accept
 
+    def count_momentum(self, rose: Tensor, carried: Tensor, accept: Tensor) -> None:
+        """Verified carried drafts [B, w]: rose (1 rose at its last observation, 0 not, -1 unknown)
+        and whether each was accepted."""
+        for flag, prefix in ((1, "rose"), (0, "flat")):
+            hit = carried & (rose == flag)
+            setattr(self, f"{prefix}_verified", getattr(self, f"{prefix}_verified") + int(hit.sum()))
+            setattr(self, f"{prefix}_accepted", getattr(self, f"{prefix}_accepted") + int((hit & accept).sum()))
+
     def momentum(self) -> dict:
         """Acceptance when the drafted token had just risen vs not, and the risen share of accepts."""
         def rate(a, n):
@@ -80,4 +89,6 @@ class DecodeStats:
         out.update({k: round(v, 4) for k, v in self.momentum().items()})
         if self.vp_gain is not None:
             out["vp_expected_gain"] = round(self.vp_gain, 4)
+        if self.vp_auto is not None:
+            out.update(self.vp_auto)
         return out

@@ -10,6 +10,8 @@ per window slot, aligned with the draft positions, and shifted as the window sli
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 from torch import Tensor
 
@@ -88,3 +90,58 @@ def fuse(p: Tensor, pbar_prev: Tensor, growth: Tensor, eligible: Tensor, s: VPSe
         pbar = s.beta * pbar_prev + (1 - s.beta) * p
         change = torch.where(fused, a * (torch.log(pbar + EPS) - logp.clamp_min(-1e30)), torch.zeros_like(p))
     return (logp + change).softmax(-1)
+
+
+class AutoStrength:
+    """VP's "auto" mode: keeps the strength (among AUTO_STRENGTHS) whose drafts would have passed
+    verification most often so far in this run, scored off-policy on every verified VP draft.
+
+    For each candidate c the verifier's acceptance probability is known exactly once the new target p
+    arrives: with coupled drafting the draft c would have made is argmax(log q_c + noise) and passes
+    with min(1, p/q_c) of it; without coupling, sum(min(p, q_c)). No exploration is needed, and the
+    choice is lossless: it only depends on positions that verification has already committed, never
+    on the randomness of drafts still waiting."""
+
+    def __init__(self, vp: VPSettings, candidates: tuple[float, ...]):
+        self.settings = [replace(vp, strength=c) for c in candidates]
+        self.strengths = candidates
+        self.score = torch.zeros(len(candidates), dtype=torch.float64)
+        self.count = 0
+        self.q: Tensor | None = None        # [C, B, S, V] candidates behind the current drafts
+
+    @property
+    def best(self) -> int:
+        """Index of the strength to draft with; strength 0 (plain drafting) until there is evidence."""
+        if self.count == 0:
+            return self.strengths.index(0.0) if 0.0 in self.strengths else 0
+        return int(self.score.argmax())
+
+    def fuse(self, p: Tensor, pbar_prev: Tensor, growth: Tensor, eligible: Tensor, redraw: Tensor,
+             shift: Tensor) -> Tensor:
+        """Every candidate's fused distribution for the slots being re-drafted (redraw [B, S]; the
+        other slots keep theirs, shifted with the window by `shift`); returns the chosen one."""
+        new = torch.stack([fuse(p, pbar_prev, growth, eligible, s) for s in self.settings])
+        if self.q is not None:
+            old = torch.stack([shift_slots(q, shift, p.shape[1]) for q in self.q])
+            new = torch.where(redraw[None, ..., None], new, old)
+        self.q = new
+        return new[self.best]
+
+    def observe(self, p: Tensor, verified: Tensor, noise: Tensor | None) -> None:
+        """p [B, w, V]: the targets the drafts in slots [B, w] were just verified against; verified
+        [B, w] marks verified VP drafts; noise [B, w, V] the coupled drafting noise, if any."""
+        if self.q is None or not bool(verified.any()):
+            return
+        q = self.q[:, :, :p.shape[1]]
+        if noise is None:
+            accept = torch.minimum(p, q).sum(-1)                                     # [C, B, w]
+        else:
+            x = (torch.log(q) + noise).argmax(-1, keepdim=True)
+            accept = (p.expand_as(q).gather(-1, x) / q.gather(-1, x).clamp_min(1e-30)).clamp(max=1)[..., 0]
+        self.score += (accept * verified).sum((1, 2)).double().cpu()
+        self.count += int(verified.sum())
+
+    def summary(self) -> dict:
+        rates = (self.score / max(1, self.count)).tolist()
+        return {"vp_auto_strength": self.strengths[self.best],
+                "vp_auto_rates": {str(c): round(r, 4) for c, r in zip(self.strengths, rates)}}

@@ -54,7 +54,9 @@ def test_the_test_has_power_against_a_2_percent_tv_deviation():
     ("sjd-vp", DrafterSettings(vp=VPSettings(**STRONG_VP, strength=2.0)), 6),
     ("sjd-vp-negative", DrafterSettings(vp=VPSettings(**STRONG_VP, strength=-2.0)), 6),
     ("sjd-vp-zero", DrafterSettings(vp=VPSettings(**STRONG_VP, strength=0.0)), 6),
+    ("sjd-vp-auto", DrafterSettings(vp=VPSettings(**STRONG_VP, strength="auto")), 6),
     ("sjd-coupled", DrafterSettings(coupled=True), 6),
+    ("sjd-vp-auto-coupled", DrafterSettings(vp=VPSettings(**STRONG_VP, strength="auto"), coupled=True), 6),
     ("sjd-vp-coupled", DrafterSettings(vp=VPSettings(**STRONG_VP, strength=2.0), coupled=True), 6),
     ("sjd-vp-negative-coupled", DrafterSettings(vp=VPSettings(**STRONG_VP, strength=-2.0), coupled=True), 6),
 ])
@@ -62,7 +64,7 @@ def test_exact_decoders_sample_the_model_distribution(name, drafter, W):
     counts, stats = sample_counts(drafter, W)
     assert chi2_pvalue(counts, EXACT * N) > ALPHA
     assert tv(counts) < 0.012
-    if drafter.vp is not None and drafter.vp.strength != 0:
+    if drafter.vp is not None and drafter.vp.strength not in (0, "auto"):
         assert stats.vp_drafts > 10_000  # the fusion really ran
 
 

@@ -21,6 +21,7 @@ BAD = [
     (VPSettings, dict(beta=-0.1), "vp_beta"),
     (VPSettings, dict(top_k=0), "vp_top_k"),
     (VPSettings, dict(strength=math.inf), "vp_strength"),
+    (VPSettings, dict(strength="strong"), "vp_strength"),
     (VPSettings, dict(max_score=0.0), "vp_max_score"),
     (DrafterSettings, dict(verifier="medusa"), "verifier"),
     (DrafterSettings, dict(lantern_k=0), "lantern_k"),
@@ -48,3 +49,4 @@ def test_valid_edges_are_accepted():
     VPSettings(beta=0.0, strength=-2.0)
     DrafterSettings(verifier="lantern", lantern_delta=0.0), DrafterSettings(verifier="gsd", gsd_group=1)
     assert DrafterSettings(verifier="gsd", vp=VPSettings()).name == "GSD-VP"
+    assert DrafterSettings(vp=VPSettings(strength=-0.7), coupled=True).name == "SJD-VP(-0.7) coupled"

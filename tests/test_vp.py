@@ -1,10 +1,13 @@
 """Verification Prediction's parts on hand-made numbers."""
 import math
 
+import pytest
+
 import torch
 
-from sjdvp_core.settings import VPSettings
-from sjdvp_core.vp import History, fuse, shift_slots
+from sjdvp_core.drafting import gumbel_noise
+from sjdvp_core.settings import AUTO_STRENGTHS, VPSettings
+from sjdvp_core.vp import AutoStrength, History, fuse, shift_slots
 
 
 def test_history_ewa_and_growth_counter():
@@ -69,3 +72,34 @@ def test_shift_slots_per_row():
     t = torch.arange(8).view(2, 4)
     out = shift_slots(t, torch.tensor([1, 3]), 3, fill=-1)
     assert out.tolist() == [[1, 2, 3], [7, -1, -1]]
+
+
+def synthetic_logits(dynamics: str, steps=8, slots=400, vocab=16, seed=0):
+    """Per-iteration logits [T, 1, slots, vocab] of positions under two Jacobi dynamics: momentum
+    (each token's logit keeps its own trend, so a rise predicts a further rise) and mean reversion
+    (logits jitter around a fixed level, so a rise predicts a fall back)."""
+    g = torch.Generator().manual_seed(seed)
+    base = 2 * torch.randn(1, slots, vocab, generator=g)
+    t = torch.arange(steps, dtype=torch.float)[:, None, None, None]
+    if dynamics == "momentum":
+        return base + 0.5 * t * torch.randn(1, slots, vocab, generator=g)
+    return base + torch.randn(steps, 1, slots, vocab, generator=g)
+
+
+@pytest.mark.parametrize("coupled", [False, True])
+@pytest.mark.parametrize("dynamics,sign", [("momentum", 1), ("mean_reversion", -1)])
+def test_auto_strength_picks_the_sign_the_dynamics_reward(dynamics, sign, coupled):
+    logits = synthetic_logits(dynamics)
+    slots, vocab = logits.shape[2:]
+    auto = AutoStrength(VPSettings(growth_steps=1, top_k=vocab, strength="auto"), AUTO_STRENGTHS)
+    history = History(1, slots, vocab, "cpu")
+    everywhere = torch.ones(1, slots, dtype=torch.bool)
+    noise = gumbel_noise((1, slots, vocab), torch.Generator().manual_seed(1), "cpu") if coupled else None
+    for step, p in enumerate(logits.softmax(-1)):
+        if step:
+            auto.observe(p, everywhere, noise)   # how would each candidate's draft have fared?
+        pbar_prev, had = history.pbar.clone(), history.seen > 0
+        growth = history.observe(p, everywhere, beta=0.5)
+        auto.fuse(p, pbar_prev, growth, had, everywhere, torch.zeros(1, dtype=torch.long))
+    chosen = AUTO_STRENGTHS[auto.best]
+    assert chosen * sign > 0, auto.summary()

@@ -26,7 +26,7 @@ SOCKETS = {  # node type -> (socket inputs, outputs)
     "SaveImage": ([("images", "IMAGE")], []),
     "PreviewImage": ([("images", "IMAGE")], []),
 }
-VP_DEFAULTS = [2, 0.5, 50, 1.0, 1.3863]
+VP_DEFAULTS = [2, 0.5, 50, 1.0, 1.3863, "auto"]
 
 
 class Graph:
@@ -99,7 +99,7 @@ def compare(model: str, prompt: str, sampling: list, window: int = 16) -> dict:
     g = Graph()
     m = g.add("SJDVP_LoadModel", [model, "auto", "auto"], (0, 0))
     w = g.add("SJDVP_JacobiWindow", [window, "random"], (0, 160))
-    sjd = g.add("SJDVP_DrafterSJD", [], (0, 300))
+    sjd = g.add("SJDVP_DrafterSJD", [True], (0, 300))
     vp = g.add("SJDVP_VerificationPrediction", VP_DEFAULTS, (0, 440))
     g.connect(sjd, 0, vp, "drafter")
     for row, (name, drafter) in enumerate([("AR", None), ("SJD", sjd), ("SJD-VP", vp)]):
@@ -109,15 +109,15 @@ def compare(model: str, prompt: str, sampling: list, window: int = 16) -> dict:
 
 DEMO_PROMPT, DEMO_SAMPLING = "a red circle on grass", [3.0, 1.0, 0, 1.0]
 WORKFLOWS = {
-    "sjdvp_demo_sjd_vp": single("demo", ("SJDVP_DrafterSJD", []), True, DEMO_PROMPT, DEMO_SAMPLING, name="SJD-VP"),
+    "sjdvp_demo_sjd_vp": single("demo", ("SJDVP_DrafterSJD", [True]), True, DEMO_PROMPT, DEMO_SAMPLING, name="SJD-VP"),
     "sjdvp_demo_ar_vs_sjd_vs_sjd_vp": compare("demo", DEMO_PROMPT, DEMO_SAMPLING),
-    "sjdvp_demo_lantern_vp": single("demo", ("SJDVP_DrafterLANTERN", [1000, 0.1]), True, "a blue diamond on snow",
+    "sjdvp_demo_lantern_vp": single("demo", ("SJDVP_DrafterLANTERN", [1000, 0.1, True]), True, "a blue diamond on snow",
                                     DEMO_SAMPLING, name="LANTERN-VP"),
-    "sjdvp_demo_gsd_vp": single("demo", ("SJDVP_DrafterGSD", [14, 0.15, 0.0]), True, "an orange triangle on night",
+    "sjdvp_demo_gsd_vp": single("demo", ("SJDVP_DrafterGSD", [14, 0.15, 0.0, True]), True, "an orange triangle on night",
                                 DEMO_SAMPLING, name="GSD-VP"),
-    "sjdvp_llamagen_c2i": single("llamagen-c2i", ("SJDVP_DrafterSJD", []), True, "golden retriever",
+    "sjdvp_llamagen_c2i": single("llamagen-c2i", ("SJDVP_DrafterSJD", [True]), True, "golden retriever",
                                  [4.0, 1.0, 2000, 1.0], name="LlamaGen-c2i"),
-    "sjdvp_llamagen_t2i": single("llamagen-t2i", ("SJDVP_DrafterSJD", []), True,
+    "sjdvp_llamagen_t2i": single("llamagen-t2i", ("SJDVP_DrafterSJD", [True]), True,
                                  "a photo of a red fox sitting in fresh snow, morning light",
                                  [7.5, 1.0, 1000, 1.0], name="LlamaGen-t2i"),
 }
