@@ -55,7 +55,7 @@ def read_state_dict(path: str, expected: str) -> tuple[dict[str, Tensor], dict[s
             if not k.endswith(DROPPED_KEYS)}, {}
 
 
-def _load_strict(model: torch.nn.Module, state: dict[str, Tensor], path: str, expected: str) -> None:
+def load_strict(model: torch.nn.Module, state: dict[str, Tensor], path: str, expected: str) -> None:
     own = model.state_dict()
     missing = sorted(set(own) - set(state))
     unexpected = sorted(set(state) - set(own))
@@ -120,7 +120,7 @@ def load_gpt(path: str, image_tokens: int | None = None) -> LlamaGenGPT:
     config = gpt_config_from_state(state, meta, path, image_tokens)
     with torch.device("meta"):
         model = LlamaGenGPT(config)
-    _load_strict(model, state, path, GPT_HINT)
+    load_strict(model, state, path, GPT_HINT)
     model.rope = rope_table_2d(config)  # a non-persistent buffer: rebuild it off the meta device
     return model.eval()
 
@@ -131,7 +131,7 @@ def load_vq(path: str, encoder: bool = False) -> LlamaGenVQ:
     config = vq_config_from_state(state, meta, path)
     with torch.device("meta"):
         model = LlamaGenVQ(config)
-    _load_strict(model, state, path, VQ_HINT)
+    load_strict(model, state, path, VQ_HINT)
     if not encoder:
         model.encoder = None
     return model.eval()

@@ -1,0 +1,124 @@
+"""Emu3-Gen (Wang et al. 2024, "Emu3: Next-Token Prediction is All You Need", github.com/baaivision/Emu3)
+through transformers' Emu3ForConditionalGeneration, from the converted BAAI/Emu3-Gen-hf folder.
+
+The prompt asks for a token grid: BOS + text + <|image start|> + "{h}*{w}" + <|image token|>, with
+h x w from an aspect ratio and a pixel area (default 1:1 at 720 x 720 = 90 x 90 tokens, the VQ-VAE
+being f8). The model then writes h rows of w visual tokens each closed by EOL (<|extra_200|>), then
+EOF (<|extra_201|>), <|image end|> and EOS (<|extra_204|>): those are forced, everything else is
+restricted to the 32768 visual tokens. CFG's unconditional branch is the negative prompt (upstream's
+default unless one is given) with the same image prefix, left-padded and masked. Upstream samples with
+CFG 3 and top-k 2048 and appends a quality phrase to the prompt; so do we.
+"""
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+from ..adapter import TokenLayout
+from ..settings import SamplingSettings
+from .hf_adapter import HFAdapter, TextTokenizer, load_pretrained, read_json, to_image
+from .llamagen import CheckpointError
+
+REPO = "BAAI/Emu3-Gen-hf"
+BOS, BOI, WRAPPER = "<|extra_203|>", "<|image start|>", "<|image token|>"
+EOL, EOF, EOI, EOS, PAD = "<|extra_200|>", "<|extra_201|>", "<|image end|>", "<|extra_204|>", "<|endoftext|>"
+QUALITY_SUFFIX = " masterpiece, film grained, best quality."
+NEGATIVE_PROMPT = ("lowres, bad anatomy, bad hands, text, error, missing fingers, extra digit, fewer digits, "
+                   "cropped, worst quality, low quality, normal quality, jpeg artifacts, signature, watermark, "
+                   "username, blurry.")
+IMAGE_AREA = 720 * 720
+
+
+def token_grid(ratio: str, image_area: int, factor: int, max_positions: int) -> tuple[int, int]:
+    """(h, w) in tokens for an aspect ratio "W:H" and an area in pixels, as Emu3's processor rounds them;
+    a ValueError says why a size is not supported."""
+    parts = ratio.split(":")
+    if len(parts) != 2 or not all(p.strip().isdigit() and int(p) > 0 for p in parts):
+        raise ValueError(f"ratio={ratio!r}: give the aspect ratio as 'W:H' with positive integers, e.g. '1:1', '16:9'")
+    rw, rh = (int(p) for p in parts)
+    scale = (image_area / (rw * rh)) ** 0.5
+    h, w = round(rh * scale / factor), round(rw * scale / factor)
+    if h < 1 or w < 1:
+        raise ValueError(f"image_area={image_area} at ratio {ratio} is under one {factor}x{factor} token; "
+                         f"Emu3 was trained at {IMAGE_AREA} pixels (720x720)")
+    if h * (w + 1) + 3 >= max_positions:
+        raise ValueError(f"image_area={image_area} at ratio {ratio} needs {h}x{w} tokens, more than Emu3's "
+                         f"{max_positions} positions; use at most {IMAGE_AREA} pixels (720x720), the trained area")
+    return h, w
+
+
+class Emu3Adapter(HFAdapter):
+    family = "Emu3"
+
+    def __init__(self, model, tokenizer: TextTokenizer, *, ratio: str = "1:1", image_area: int = IMAGE_AREA,
+                 quality_suffix: str = QUALITY_SUFFIX, pixel_mean=(0.5,) * 3, pixel_std=(0.5,) * 3, device="cpu"):
+        text, vq = model.config.text_config, model.config.vq_config
+        self.height, self.width = token_grid(ratio, image_area, 2 ** (len(vq.channel_multiplier) - 1),
+                                             text.max_position_embeddings)
+        ids = {name: tokenizer.id(name) for name in (BOS, BOI, WRAPPER, EOL, EOF, EOI, EOS, PAD)}
+        visual = visual_tokens(model.model.vocabulary_mapping.img2bpe, vq.codebook_size, tokenizer.path)
+        layout = TokenLayout.raster(visual, self.height, self.width, row_end=ids[EOL],
+                                    suffix=[ids[EOF], ids[EOI], ids[EOS]])
+        super().__init__(model, model.model.text_model, text, layout, ids[PAD], device)
+        model.model.vqmodel.float()                            # decode in fp32
+        self.tokenizer, self.quality_suffix = tokenizer, quality_suffix
+        self.pixel_mean, self.pixel_std = pixel_mean, pixel_std
+        self.image_prefix = f"{BOI}{self.height}*{self.width}{WRAPPER}"
+
+    @property
+    def default_sampling(self) -> SamplingSettings:
+        """Upstream's generation example: CFG 3 with the negative prompt, top-k 2048, temperature 1."""
+        return SamplingSettings(cfg_scale=3.0, top_k=2048)
+
+    def prompt_ids(self, conditions: Sequence, negatives: Sequence | None, cfg: bool) -> list[list[int]]:
+        rows = [self._encode(c + self.quality_suffix) for c in self._texts(conditions)]
+        if cfg:
+            rows += [self._encode(n) for n in self._texts(negatives or [NEGATIVE_PROMPT] * len(conditions))]
+        return rows
+
+    @staticmethod
+    def _texts(prompts: Sequence) -> list[str]:
+        for p in prompts:
+            if not isinstance(p, str):
+                raise ValueError(f"Emu3 needs a text prompt, got {p!r}")
+        return list(prompts)
+
+    def _encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(f"{BOS}{text}{self.image_prefix}")
+
+    def head(self, hidden: Tensor) -> Tensor:
+        return self.model.lm_head(hidden)
+
+    def codebook(self) -> Tensor:
+        """The VQ-VAE codebook [32768, 4], row c = visual token c (the decoder does not normalise it)."""
+        return self.model.model.vqmodel.quantize.embedding.weight.float()
+
+    @torch.no_grad()
+    def decode_image(self, codes: Tensor) -> Tensor:
+        pixels = self.model.model.vqmodel.decode(codes.to(self.device))              # [B, 3, H, W]
+        return to_image(pixels, self.pixel_mean, self.pixel_std)
+
+
+def visual_tokens(img2bpe: dict[int, int], codebook_size: int, path: str) -> Tensor:
+    """[K] vocabulary id of <|visual token c|> at index c: the engine's local id is the codebook index."""
+    missing = [c for c in range(codebook_size) if c not in img2bpe]
+    if missing:
+        raise CheckpointError(f"{path}: the vocabulary lacks <|visual token {missing[0]:06d}|> and {len(missing) - 1} "
+                              f"more of the {codebook_size} visual tokens; re-download {REPO}")
+    return torch.tensor([img2bpe[c] for c in range(codebook_size)], dtype=torch.long)
+
+
+def load_emu3(folder: str, device="cpu", dtype=torch.float32, **options) -> Emu3Adapter:
+    """options: ratio ("W:H"), image_area (pixels), quality_suffix (appended to every prompt)."""
+    from transformers import Emu3ForConditionalGeneration
+    model = load_pretrained(Emu3ForConditionalGeneration, folder, REPO, dtype)
+    stats = {}
+    preprocessor = os.path.join(folder, "preprocessor_config.json")
+    if os.path.isfile(preprocessor):                       # how the VQ-VAE's pixels were normalised
+        config = read_json(preprocessor)
+        stats = {ours: config[theirs] for ours, theirs in (("pixel_mean", "image_mean"), ("pixel_std", "image_std"))
+                 if theirs in config}
+    return Emu3Adapter(model, TextTokenizer(folder, REPO), device=device, **stats, **options)

@@ -1,0 +1,257 @@
+"""What every transformers-backed family shares: checking and loading a converted model folder
+(local files only, never remote code), its tokenizer.json, and the engine adapter around the decoder
+stack with a KV cache written by position.
+
+The cache holds, per layer, [R, H, S, D] buffers: slots 0..P-1 are the left-padded prompt, slot
+P + j is generated position j. A window writes its entries at their slots, and an explicit 4D mask
+lets a query at slot s see only valid slots <= s (never the padding of a shorter prompt, never the
+stale drafts beyond s). So rollback costs nothing, and each row may sit at its own position, as the
+engine needs (sjdvp_core.kv_cache is the same idea for our own models). RoPE positions count only the
+real prompt tokens, as transformers' own left-padded generation does. Verified with transformers
+5.24 and 4.52.
+"""
+from __future__ import annotations
+
+import inspect
+import json
+import os
+from typing import Callable, Sequence
+
+import torch
+from torch import Tensor
+from transformers import __version__ as TRANSFORMERS_VERSION
+from transformers.cache_utils import Cache
+
+from ..adapter import TokenLayout
+from ..kv_cache import causal_mask
+from .llamagen import CheckpointError
+
+INDEX = "model.safetensors.index.json"
+PROMPT_ALLOWANCE = 256   # prompt tokens cache_bytes assumes before a prompt is known
+
+
+# --- the model folder -----------------------------------------------------------------------------
+def check_folder(folder: str, repo: str) -> None:
+    """Raise a CheckpointError naming every missing file (config, tokenizer, weight shards)."""
+    missing = [f for f in ("config.json", "tokenizer.json") if not os.path.isfile(os.path.join(folder, f))]
+    index = os.path.join(folder, INDEX)
+    if os.path.isfile(index):
+        shards = sorted(set(read_json(index)["weight_map"].values()))
+        missing += [s for s in shards if not os.path.isfile(os.path.join(folder, s))]
+    elif not os.path.isfile(os.path.join(folder, "model.safetensors")):
+        missing.append(f"the weights (model.safetensors, or {INDEX} and its model-*-of-*.safetensors shards)")
+    if missing:
+        raise CheckpointError(f"{folder}: missing {', '.join(missing)}. Download every file of the Hugging Face "
+                              f"repository {repo} into this folder")
+
+
+def read_json(path: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{path}: cannot be read as JSON ({e}); re-download it") from e
+
+
+def load_pretrained(model_class, folder: str, repo: str, dtype: torch.dtype, optional: Sequence[str] = (),
+                    reshape: Callable[[str, Tensor, torch.Size], Tensor | None] | None = None):
+    """model_class.from_pretrained on a local folder; weights that are missing from the files are an
+    error here (transformers would initialise them randomly and only warn), except those under the
+    `optional` prefixes (parts a family never runs, which its release may omit or shape otherwise).
+    `reshape(key, stored, shape)` is a family's rule for tensors its release stores in another shape
+    than transformers' class: the stored tensor in `shape`, or None where the rule does not apply."""
+    check_folder(folder, repo)
+    dtype_arg = "dtype" if _version() >= (4, 56) else "torch_dtype"
+    try:
+        model, info = model_class.from_pretrained(folder, local_files_only=True, attn_implementation="sdpa",
+                                                  output_loading_info=True, ignore_mismatched_sizes=reshape is not None,
+                                                  **{dtype_arg: dtype})
+    except Exception as e:  # corrupt or truncated files, a config of another version, ...
+        raise CheckpointError(f"{folder}: cannot be loaded as {model_class.__name__} ({type(e).__name__}: {e}). "
+                              f"Re-download the files of {repo}") from e
+    missing = sorted(k for k in info.get("missing_keys") or [] if not k.startswith(tuple(optional)))
+    if missing:
+        raise CheckpointError(f"{folder}: the weights lack {len(missing)} tensors of {model_class.__name__} "
+                              f"({', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}); "
+                              f"download the complete {repo}")
+    params = model.state_dict()
+    mismatched = [m[0] if isinstance(m, tuple) else m for m in info.get("mismatched_keys") or []]  # 5.x: (key, shapes)
+    for key in sorted(k for k in mismatched if not k.startswith(tuple(optional))):
+        stored, shape = read_tensor(folder, key), params[key].shape
+        fixed = reshape(key, stored, shape)
+        if fixed is None or fixed.shape != shape:
+            raise CheckpointError(f"{folder}: {key} is stored as {tuple(stored.shape)}, {model_class.__name__} "
+                                  f"needs {tuple(shape)}; download the complete {repo}")
+        with torch.no_grad():
+            params[key].copy_(fixed)
+    return model.eval()
+
+
+def read_tensor(folder: str, key: str) -> Tensor:
+    """One tensor from the folder's safetensors (sharded or not)."""
+    from safetensors import safe_open
+    index = os.path.join(folder, INDEX)
+    name = read_json(index)["weight_map"][key] if os.path.isfile(index) else "model.safetensors"
+    with safe_open(os.path.join(folder, name), framework="pt") as f:
+        return f.get_tensor(key)
+
+
+def _version() -> tuple[int, int]:
+    major, minor = TRANSFORMERS_VERSION.split(".")[:2]
+    return int(major), int(minor)
+
+
+class TextTokenizer:
+    """tokenizer.json read with the tokenizers library, exactly as saved (transformers' tokenizer
+    classes rebuild some pipelines differently across versions). Special tokens are looked up by name."""
+
+    def __init__(self, folder: str, repo: str):
+        from tokenizers import Tokenizer
+        self.path, self.repo = os.path.join(folder, "tokenizer.json"), repo
+        try:
+            self.tok = Tokenizer.from_file(self.path)
+        except Exception as e:  # the tokenizers library raises plain Exceptions
+            raise CheckpointError(f"{self.path}: cannot be read as a tokenizer ({e}); "
+                                  f"download it again from {repo}") from e
+
+    def encode(self, text: str) -> list[int]:
+        """Special-token names inside text become their ids; nothing is added around it."""
+        return self.tok.encode(text, add_special_tokens=False).ids
+
+    def id(self, name: str) -> int:
+        token = self.tok.token_to_id(name)
+        if token is None:
+            raise CheckpointError(f"{self.path}: has no token {name!r}; use the tokenizer.json of {self.repo}")
+        return token
+
+
+def left_pad(prompts: Sequence[Sequence[int]], pad_id: int) -> tuple[Tensor, Tensor]:
+    """Token lists -> ids [R, P] right-aligned, valid [R, P] (False on the padding)."""
+    P = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), P), pad_id, dtype=torch.long)
+    valid = torch.zeros(len(prompts), P, dtype=torch.bool)
+    for r, p in enumerate(prompts):
+        ids[r, P - len(p):] = torch.tensor(p, dtype=torch.long)
+        valid[r, P - len(p):] = True
+    return ids, valid
+
+
+# --- the cache ------------------------------------------------------------------------------------
+class PositionCache(Cache):
+    """A transformers Cache whose update() writes each row's new keys/values at `slots` [R, W] (set
+    before every forward) and returns the whole buffers. Buffers are allocated at the first write of
+    each layer, in the dtype and on the device of its keys."""
+    is_compileable = False
+
+    def __init__(self, rows: int, max_len: int):
+        try:
+            super().__init__(layers=[])   # transformers 5.x keeps per-layer objects; ours are the dicts below
+        except TypeError:
+            super().__init__()            # transformers 4.x
+        self.rows, self.max_len = rows, max_len
+        self.k: dict[int, Tensor] = {}    # layer -> [R, H, S, D]
+        self.v: dict[int, Tensor] = {}
+        self.slots: Tensor | None = None
+
+    def update(self, key_states: Tensor, value_states: Tensor, layer_idx: int, *args, **kwargs):
+        if layer_idx not in self.k:
+            _, H, _, D = key_states.shape
+            self.k[layer_idx] = key_states.new_zeros(self.rows, H, self.max_len, D)
+            self.v[layer_idx] = value_states.new_zeros(self.rows, H, self.max_len, D)
+        k, v = self.k[layer_idx], self.v[layer_idx]
+        rows = torch.arange(k.shape[0], device=k.device)[:, None]
+        k[rows, :, self.slots] = key_states.transpose(1, 2).to(k.dtype)       # [R, W, H, D] into [R, H, S, D]
+        v[rows, :, self.slots] = value_states.transpose(1, 2).to(v.dtype)
+        return k, v
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.max_len
+
+
+def cache_argument(module: torch.nn.Module) -> str:
+    """transformers 5.x calls the cache argument `cache` (`past_key_values` is deprecated there); 4.x
+    only knows `past_key_values`."""
+    return "cache" if "cache" in inspect.signature(module.forward).parameters else "past_key_values"
+
+
+# --- the adapter ----------------------------------------------------------------------------------
+class HFAdapter:
+    """The engine side of a transformers model. A family supplies the layout, its prompts (cond rows,
+    then uncond rows), how generated tokens are embedded and how hidden states become logits."""
+    family = "transformers"
+
+    def __init__(self, model: torch.nn.Module, lm: torch.nn.Module, text_config, layout: TokenLayout,
+                 pad_id: int, device="cpu"):
+        self.model = model.to(device)
+        self.module = model                   # every weight, for a memory manager to move
+        self.lm, self.text_config, self.layout, self.pad_id = lm, text_config, layout, pad_id
+        self._cache_arg = cache_argument(lm)
+        self.cache: PositionCache | None = None
+
+    @property
+    def device(self) -> torch.device:
+        """Where the weights are now (a memory manager may move them between runs)."""
+        return self.lm.get_input_embeddings().weight.device
+
+    # --- family hooks ------------------------------------------------------------------------------
+    def prompt_ids(self, conditions: Sequence, negatives: Sequence | None, cfg: bool) -> list[list[int]]:
+        raise NotImplementedError
+
+    def embed(self, tokens: Tensor) -> Tensor:
+        """Generated vocabulary ids [R, W] -> input embeddings [R, W, C]."""
+        return self.lm.get_input_embeddings()(tokens)
+
+    def head(self, hidden: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    # --- the adapter interface ---------------------------------------------------------------------
+    def start(self, conditions, negatives, cfg: bool, window: int):
+        ids, valid = (t.to(self.device) for t in left_pad(self.prompt_ids(conditions, negatives, cfg), self.pad_id))
+        R, P = ids.shape
+        S = P + self.layout.length
+        self.prefix_len, self.prompt_len = P, valid.sum(1)
+        self.key_valid = torch.ones(R, S, dtype=torch.bool, device=self.device)
+        self.key_valid[:, :P] = valid
+        self.cache = PositionCache(R, S)
+        slots = torch.arange(P, device=self.device).expand(R, -1)
+        hidden = self._run(self.lm.get_input_embeddings()(ids), slots, (valid.cumsum(1) - 1).clamp(min=0))
+        return self.layout, self.head(hidden[:, -1]).float()
+
+    def forward(self, tokens: Tensor, positions: Tensor) -> Tensor:
+        if self.cache is None:
+            raise RuntimeError(f"{self.family}: forward() before start()")
+        if int(positions.max()) >= self.layout.length:
+            raise ValueError(f"position {int(positions.max())} is past the generated length {self.layout.length}")
+        hidden = self._run(self.embed(tokens), self.prefix_len + positions, self.prompt_len[:, None] + positions)
+        return self.head(hidden).float()
+
+    def _run(self, x: Tensor, slots: Tensor, position_ids: Tensor) -> Tensor:
+        """Embeddings [R, W, C] written at cache slots [R, W] with RoPE positions [R, W] -> hidden [R, W, C]."""
+        S = self.cache.max_len
+        mask = causal_mask(slots, S, self.key_valid)                                   # [R, 1, W, S]
+        mask = mask | (torch.arange(S, device=x.device) == slots[:, None, :, None])    # padding sees itself
+        additive = torch.zeros(mask.shape, dtype=x.dtype, device=x.device).masked_fill(~mask, torch.finfo(x.dtype).min)
+        self.cache.slots = slots
+        out = self.lm(inputs_embeds=x, attention_mask=additive, position_ids=position_ids, use_cache=True,
+                      **{self._cache_arg: self.cache})
+        return out.last_hidden_state
+
+    def rollback(self, lengths: Tensor) -> None:
+        pass
+
+    def finish(self) -> None:
+        self.cache = self.key_valid = None
+
+    def cache_bytes(self, rows: int) -> int:
+        c = self.text_config
+        head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+        kv_heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
+        itemsize = self.lm.get_input_embeddings().weight.element_size()
+        return 2 * c.num_hidden_layers * rows * kv_heads * (PROMPT_ALLOWANCE + self.layout.length) * head_dim * itemsize
+
+
+def to_image(pixels: Tensor, mean: Sequence[float] = (0.5,) * 3, std: Sequence[float] = (0.5,) * 3) -> Tensor:
+    """A VQ decoder's normalised output [B, 3, H, W] -> [B, H, W, 3] in [0, 1] on the CPU."""
+    mean = torch.tensor(mean, device=pixels.device).view(1, 3, 1, 1)
+    std = torch.tensor(std, device=pixels.device).view(1, 3, 1, 1)
+    return (pixels.float() * std + mean).clamp(0, 1).permute(0, 2, 3, 1).cpu()

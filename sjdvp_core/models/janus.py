@@ -1,0 +1,83 @@
+"""Janus-Pro 1B / 7B (Chen et al. 2025, github.com/deepseek-ai/Janus) through transformers'
+JanusForConditionalGeneration, from the converted deepseek-community/Janus-Pro-{1B,7B} folders.
+
+Image generation uses its own path: VQ codes are embedded by generation_embeddings + generation_aligner,
+the Llama decoder runs, and generation_head scores the 16384 codes (the LM head is unused). 384 px =
+24 x 24 = 576 codes, no structure tokens. The prompt is the official one, "<|User|>: {prompt}\\n\\n
+<|Assistant|>:<begin_of_image>" after BOS; the CFG twin keeps BOS and <begin_of_image> and pads the
+rest (or is the negative prompt, when one is given). CFG 5, no top-k, as upstream.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from torch import Tensor
+from torch.nn import functional as F
+
+from ..adapter import TokenLayout
+from ..settings import SamplingSettings
+from .hf_adapter import HFAdapter, TextTokenizer, load_pretrained, to_image
+
+REPOS = "deepseek-community/Janus-Pro-1B (or Janus-Pro-7B)"
+PAD, BOI = "<｜▁pad▁｜>", "<begin_of_image>"
+
+
+def chat_prompt(prompt: str) -> str:
+    return f"<|User|>: {prompt.strip()}\n\n<|Assistant|>:{BOI}"
+
+
+class JanusAdapter(HFAdapter):
+    family = "Janus-Pro"
+
+    def __init__(self, model, tokenizer: TextTokenizer, device="cpu"):
+        vq = model.config.vq_config
+        n = vq.num_patches                                     # 384 / 16 = 24
+        super().__init__(model, model.model.language_model, model.config.text_config,
+                         TokenLayout.raster(torch.arange(vq.num_embeddings), n, n), tokenizer.id(PAD), device)
+        model.model.vqmodel.float()                            # decode in fp32, as LlamaGen's tokenizer does
+        self.tokenizer, self.bos, self.boi = tokenizer, model.config.text_config.bos_token_id, tokenizer.id(BOI)
+        self._codebook: Tensor | None = None
+
+    @property
+    def default_sampling(self) -> SamplingSettings:
+        """Upstream generation: CFG 5, temperature 1, the whole codebook (no top-k)."""
+        return SamplingSettings(cfg_scale=5.0)
+
+    def prompt_ids(self, conditions: Sequence, negatives: Sequence | None, cfg: bool) -> list[list[int]]:
+        cond = [self._encode(c) for c in conditions]
+        if not cfg:
+            return cond
+        if negatives is not None:
+            return cond + [self._encode(n) for n in negatives]
+        return cond + [[ids[0]] + [self.pad_id] * (len(ids) - 2) + [ids[-1]] for ids in cond]
+
+    def _encode(self, prompt) -> list[int]:
+        if not isinstance(prompt, str):
+            raise ValueError(f"Janus-Pro needs a text prompt, got {prompt!r}")
+        return [self.bos] + self.tokenizer.encode(chat_prompt(prompt))
+
+    def embed(self, tokens: Tensor) -> Tensor:
+        return self.model.prepare_embeddings_for_image_generation(tokens)
+
+    def head(self, hidden: Tensor) -> Tensor:
+        return self.model.model.generation_head(hidden)
+
+    def codebook(self) -> Tensor:
+        """The l2-normalised VQ codebook (what the decoder looks up), once per device."""
+        weight = self.model.model.vqmodel.quantize.embedding.weight
+        if self._codebook is None or self._codebook.device != weight.device:
+            with torch.no_grad():
+                self._codebook = F.normalize(weight.float(), dim=-1)
+        return self._codebook
+
+    @torch.no_grad()
+    def decode_image(self, codes: Tensor) -> Tensor:
+        pixels = self.model.model.vqmodel.decode(codes.flatten(1).to(self.device))   # [B, 3, H, W] in [-1, 1]
+        return to_image(pixels)
+
+
+def load_janus(folder: str, device="cpu", dtype=torch.float32) -> JanusAdapter:
+    from transformers import JanusForConditionalGeneration
+    model = load_pretrained(JanusForConditionalGeneration, folder, REPOS, dtype)
+    return JanusAdapter(model, TextTokenizer(folder, REPOS), device=device)

@@ -1,0 +1,175 @@
+"""Lumina-mGPT 1.0 (Liu et al. 2024, "Lumina-mGPT", github.com/Alpha-VLLM/Lumina-mGPT): a Chameleon-7B
+fine-tune, run through transformers' Chameleon classes from the released Alpha-VLLM/Lumina-mGPT-7B-*
+folders, with Meta's Chameleon VQGAN (vqgan.yaml + vqgan.ckpt) for the pixels.
+
+The prompt is upstream's conversation: BOS + "Generate an image of {w}x{h} according to the following
+prompt:\\n{prompt}" + <reserved08706> (end of turn); then the image opens with <racm3:break> and two
+resolution tokens <reserved0880N> (height, then width, in 32 px grids), which we put in the prompt
+rather than let the model choose them. The image is h/16 rows of w/16 tokens each closed by
+<reserved08799>, then <eoss>: those are forced, everything else is restricted to the 8192 IMGIMG* tokens
+(image ids are not in code order; transformers' vocabulary mapping translates). CFG's unconditional
+branch sees only the image (<racm3:break> and the resolution tokens on), as upstream's processor
+feeds it. transformers' ChameleonForConditionalGeneration masks every image logit, so logits come from
+the decoder stack and lm_head; and it keeps q/k-norm parameters per head, where Lumina's checkpoints
+keep one row per model-parallel shard (expanded at load). Upstream samples with CFG 4 (3 in its library
+default) and image top-k 2000.
+"""
+from __future__ import annotations
+
+import os
+import re
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+from ..adapter import TokenLayout
+from ..settings import SamplingSettings
+from .chameleon_vqgan import ChameleonVQGAN, load_vqgan, vqgan_files
+from .hf_adapter import HFAdapter, TextTokenizer, check_folder, load_pretrained, to_image
+from .llamagen import CheckpointError
+
+REPO = "Alpha-VLLM/Lumina-mGPT-7B-768 (or -512, -1024)"
+BOS, PAD, END_OF_TURN = "<s>", "<pad>", "<reserved08706>"
+IMAGE_START, ROW_END, IMAGE_END = "<racm3:break>", "<reserved08799>", "<eoss>"
+PROMPT = "Generate an image of {w}x{h} according to the following prompt:\n{prompt}"
+GRID = 32                  # pixels per resolution-token unit (2 x 2 VQGAN codes)
+DIGITS = str.maketrans("ABCDEFGHIJ", "0123456789")   # image token names spell the code with letters
+VQGAN_PLACES = ("tokenizer", "")   # Meta's tokenizer/ folder copied into the model folder, or its files there
+
+
+def resolution_token(grids: int) -> str:
+    return f"<reserved{8800 + grids:05d}>"
+
+
+def trained_size(folder: str) -> int:
+    """The released folders are named by their training size (Lumina-mGPT-7B-768, -768-Omni, ...);
+    a number that is a multiple of 32 at the end of a name part counts, else 768 (the main release)."""
+    name = os.path.basename(os.path.normpath(folder))
+    sizes = [int(s) for s in re.findall(r"(?<![\dA-Za-z])(\d{2,4})(?![\dA-Za-z])", name) if int(s) % GRID == 0]
+    return sizes[-1] if sizes else 768
+
+
+def supported_sizes(trained: int, max_ratio: float = 4.0) -> list[tuple[int, int]]:
+    """(width, height) pairs Lumina-mGPT trains on at `trained` px: grids of 32 px patches on the
+    boundary of trained² pixels, aspect ratio at most 4 (upstream's crop-size list)."""
+    budget, sizes = (trained // GRID) ** 2, []
+    wp, hp = budget, 1
+    while wp > 0:          # walk the boundary wp * hp <= budget from wide to tall
+        if max(wp, hp) / min(wp, hp) <= max_ratio:
+            sizes.append((wp * GRID, hp * GRID))
+        if (hp + 1) * wp <= budget:
+            hp += 1
+        else:
+            wp -= 1
+    return sizes
+
+
+class LuminaAdapter(HFAdapter):
+    family = "Lumina-mGPT"
+
+    def __init__(self, model, tokenizer: TextTokenizer, vqgan: ChameleonVQGAN, *, width: int | None = None,
+                 height: int | None = None, trained: int = 768, device="cpu"):
+        width, height = width or trained, height or trained
+        if (width, height) not in supported_sizes(trained):
+            sizes = ", ".join(f"{w}x{h}" for w, h in supported_sizes(trained))
+            raise ValueError(f"{width}x{height} px is not a size Lumina-mGPT trained at {trained} px generates; "
+                             f"choose one of {sizes}")
+        self.width, self.height, self.tokenizer = width, height, tokenizer
+        image_tokens = image_token_ids(tokenizer, vqgan)
+        layout = TokenLayout.raster(image_tokens, height // 16, width // 16, row_end=tokenizer.id(ROW_END),
+                                    suffix=[tokenizer.id(IMAGE_END)])
+        model.model.vqmodel = None   # transformers' VQ encoder: generation never encodes, and Lumina may not ship it
+        super().__init__(model, model.model, model.config, layout, tokenizer.id(PAD), device)
+        self.vqgan = vqgan.to(device, torch.float32)
+        self.module = torch.nn.ModuleDict({"model": model, "vqgan": self.vqgan})
+        self.image_prefix = [tokenizer.id(IMAGE_START), tokenizer.id(resolution_token(height // GRID)),
+                             tokenizer.id(resolution_token(width // GRID))]
+        self._codebook: Tensor | None = None
+
+    @property
+    def default_sampling(self) -> SamplingSettings:
+        """Upstream's text-to-image demos: CFG 4, image top-k 2000, temperature 1."""
+        return SamplingSettings(cfg_scale=4.0, top_k=2000)
+
+    def prompt_ids(self, conditions: Sequence, negatives: Sequence | None, cfg: bool) -> list[list[int]]:
+        if negatives is not None:
+            raise ValueError("Lumina-mGPT's guidance branch sees only the image, never text (as upstream); "
+                             "leave the negative prompt empty")
+        rows = [self._encode(c) for c in conditions]
+        limit = self.text_config.max_position_embeddings - self.layout.length
+        if max(map(len, rows)) > limit:
+            raise ValueError(f"the prompt is {max(map(len, rows))} tokens; with a {self.width}x{self.height} image "
+                             f"Lumina-mGPT has room for {limit}. Shorten it")
+        return rows + [list(self.image_prefix)] * (len(conditions) if cfg else 0)
+
+    def _encode(self, prompt) -> list[int]:
+        if not isinstance(prompt, str):
+            raise ValueError(f"Lumina-mGPT needs a text prompt, got {prompt!r}")
+        text = PROMPT.format(w=self.width, h=self.height, prompt=prompt) + END_OF_TURN
+        return [self.tokenizer.id(BOS)] + self.tokenizer.encode(text) + self.image_prefix
+
+    def head(self, hidden: Tensor) -> Tensor:
+        return self.model.lm_head(hidden)
+
+    def codebook(self) -> Tensor:
+        """The VQGAN codebook [8192, 256] in code order (= the engine's local image ids), once per device."""
+        weight = self.vqgan.codebook()
+        if self._codebook is None or self._codebook.device != weight.device:
+            self._codebook = weight.detach().float()
+        return self._codebook
+
+    @torch.no_grad()
+    def decode_image(self, codes: Tensor) -> Tensor:
+        return to_image(self.vqgan.decode_code(codes.to(self.vqgan.codebook().device)))
+
+
+def image_token_ids(tokenizer: TextTokenizer, vqgan: ChameleonVQGAN) -> Tensor:
+    """[K] vocabulary id of codebook entry c at index c. Chameleon names image tokens IMGIMG + the
+    code's digits as letters A-J + one more letter (IMGIMGBCZ is code 12), as its VocabTranslation reads them."""
+    by_code = {}
+    for name, i in tokenizer.tok.get_vocab().items():
+        digits = name[len("IMGIMG"):-1].translate(DIGITS)
+        if name.startswith("IMGIMG") and digits.isdigit():
+            by_code[int(digits)] = i
+    n, f = vqgan.config.n_embed, vqgan.config.downsample
+    if sorted(by_code) != list(range(n)) or f != 16:
+        raise CheckpointError(f"{tokenizer.path}: its {len(by_code)} IMGIMG image tokens do not fit the VQGAN ({n} "
+                              f"codes, f{f}); Lumina-mGPT needs Meta's Chameleon VQGAN (8192 codes, f16): use the "
+                              f"vqgan.yaml and vqgan.ckpt of Meta's Chameleon release")
+    return torch.tensor([by_code[c] for c in range(n)], dtype=torch.long)
+
+
+def expand_qk_norm(key: str, stored: Tensor, shape: torch.Size) -> Tensor | None:
+    """Lumina's Chameleon code keeps the q/k LayerNorm parameters per model-parallel shard, [mp, D], and
+    repeats each over its shard's heads at run time; transformers stores them per head, [H, D]."""
+    if re.search(r"self_attn\.[qk]_norm\.(weight|bias)$", key) and stored.dim() == 2 and \
+            stored.shape[1] == shape[1] and shape[0] % stored.shape[0] == 0:
+        return stored.repeat_interleave(shape[0] // stored.shape[0], dim=0)
+    return None
+
+
+def find_vqgan(folder: str) -> str:
+    """The folder holding vqgan.yaml + vqgan.ckpt: <model>/tokenizer/ (Meta's tokenizer folder copied
+    in) or the model folder itself. When neither has them, load_vqgan's message names <model>/tokenizer/."""
+    for place in VQGAN_PLACES:
+        where = os.path.join(folder, place) if place else folder
+        if None not in vqgan_files(where):
+            return where
+    return os.path.join(folder, VQGAN_PLACES[0])
+
+
+def load_lumina(folder: str, device="cpu", dtype=torch.float32, width: int | None = None,
+                height: int | None = None) -> LuminaAdapter:
+    """width, height: the image size in pixels (default: the size the folder's name says it was trained at)."""
+    from transformers import ChameleonForConditionalGeneration
+    check_folder(folder, REPO)                 # the cheap checks first: no 14 GB load before a missing file
+    tokenizer = TextTokenizer(folder, REPO)
+    if not any(name.startswith("IMGIMG") for name in tokenizer.tok.get_vocab()):
+        raise CheckpointError(f"{folder}: a Chameleon-architecture model without Chameleon's IMGIMG image tokens. Only "
+                              "Lumina-mGPT 1.0 runs here; Lumina-mGPT 2.0 (MoVQGAN image tokens) is not supported yet")
+    vqgan = load_vqgan(find_vqgan(folder))
+    model = load_pretrained(ChameleonForConditionalGeneration, folder, REPO, dtype, optional=("model.vqmodel.",),
+                            reshape=expand_qk_norm)
+    return LuminaAdapter(model, tokenizer, vqgan, width=width, height=height, trained=trained_size(folder),
+                         device=device)

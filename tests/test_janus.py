@@ -1,0 +1,121 @@
+"""Janus-Pro: a tiny random model folder laid out as deepseek-community/Janus-Pro-*B is (config.json,
+byte-level BPE tokenizer.json, safetensors), loaded through the user-facing loader; the official
+prompt and padded CFG twin; greedy SJD == AR == transformers' own generate; rollback == recompute;
+decoded images; missing files named."""
+import pytest
+import torch
+from torch.nn import functional as F
+
+from sjdvp_core import decode
+from sjdvp_core.models.hf_adapter import left_pad
+from sjdvp_core.models.janus import BOI, PAD, JanusAdapter, chat_prompt
+from sjdvp_core.registry import detect_family, list_models, load_model
+from sjdvp_core.settings import SamplingSettings, method_settings
+from tests.tiny_hf import (assert_greedy_sjd_equals_ar, assert_missing_files_are_named,
+                           assert_windows_match_recompute, byte_bpe_tokenizer, spread_weights)
+
+BOS, EOS = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"
+PROMPTS = ["a red fox in the snow", "a blue sky"]
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    from transformers import JanusConfig, JanusForConditionalGeneration
+    d = tmp_path_factory.mktemp("models") / "Janus-Pro-1B"
+    d.mkdir()
+    tok = byte_bpe_tokenizer(str(d), [BOS, EOS, PAD, "<image_placeholder>", BOI, "<end_of_image>"],
+                             tokenizer_class="LlamaTokenizerFast", bos_token=BOS, eos_token=EOS, pad_token=PAD)
+    ids = {name: tok.token_to_id(name) for name in (BOS, EOS, PAD)}
+    config = JanusConfig(
+        text_config=dict(model_type="llama", vocab_size=tok.get_vocab_size(), hidden_size=32, intermediate_size=64,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         bos_token_id=ids[BOS], eos_token_id=ids[EOS], pad_token_id=ids[PAD]),
+        vision_config=dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=32, patch_size=8,
+                           projection_dim=32, num_image_tokens=16),
+        vq_config=dict(embed_dim=8, num_embeddings=16, base_channels=32, channel_multiplier=[1, 2], num_res_blocks=1,
+                       projection_dim=32, image_token_embed_dim=32, latent_channels=8),
+        image_token_id=tok.token_to_id("<image_placeholder>"))
+    model = JanusForConditionalGeneration(config)
+    spread_weights(model)
+    model.generation_config._from_model_config = False       # as transformers' converter writes it
+    model.generation_config.pad_token_id = ids[PAD]
+    model.generation_config.generation_kwargs = {"boi_token_id": tok.token_to_id(BOI)}
+    model.save_pretrained(d)
+    return str(d)
+
+
+@pytest.fixture(scope="module")
+def adapter(folder):
+    return load_model(folder)
+
+
+def test_folder_is_detected_listed_and_loaded(folder, adapter):
+    assert detect_family(folder) == "janus"
+    assert list_models([str(folder) + "/.."]) == ["demo", "Janus-Pro-1B"]
+    assert isinstance(adapter, JanusAdapter) and adapter.family == "Janus-Pro"
+    assert adapter.layout.length == 16 and adapter.layout.grid.shape == (4, 4)   # 32 px / patch 8; Pro: 24 x 24
+    assert (adapter.layout.forced < 0).all() and adapter.layout.special_tokens.numel() == 0
+    assert adapter.default_sampling == SamplingSettings(cfg_scale=5.0, top_k=0)
+    with pytest.raises(ValueError, match="take no options"):
+        load_model(folder, image_area=64)
+
+
+def test_prompt_and_its_padded_unconditional_twin(adapter):
+    tok = adapter.tokenizer
+    cond, uncond = adapter.prompt_ids(["a red fox"], None, cfg=True)
+    assert cond == [adapter.bos] + tok.encode("<|User|>: a red fox\n\n<|Assistant|>:<begin_of_image>")
+    assert cond[-1] == tok.id(BOI) and len(uncond) == len(cond)
+    assert uncond == [cond[0]] + [tok.id(PAD)] * (len(cond) - 2) + [cond[-1]]
+    _, negative = adapter.prompt_ids(["a red fox"], ["blurry"], cfg=True)
+    assert negative == [adapter.bos] + tok.encode(chat_prompt("blurry"))
+
+
+def test_greedy_sjd_equals_ar(adapter):
+    assert_greedy_sjd_equals_ar(adapter, PROMPTS, windows=(4, 16), cfg_scales=(1.0, 5.0))
+
+
+def test_ar_equals_transformers_generate(adapter):
+    """Same prompt, same CFG twin, same guidance: transformers' image generation, greedy."""
+    rows = adapter.prompt_ids(PROMPTS, None, cfg=False)
+    ids, valid = left_pad(rows, adapter.pad_id)
+    expected = adapter.model.generate(input_ids=ids, attention_mask=valid.long(), generation_mode="image",
+                                      do_sample=False, guidance_scale=5.0)
+    sampling = SamplingSettings(cfg_scale=5.0, greedy=True, temperature=0.0)
+    ours = decode(adapter, PROMPTS, method_settings("sjd", 4, sampling, batch_size=2))
+    assert torch.equal(ours.tokens, expected)
+
+
+def test_windows_with_rollback_match_recompute(adapter):
+    model, rows = adapter.model, adapter.prompt_ids(PROMPTS, None, cfg=True)
+
+    def reference(r, generated):
+        x = torch.cat([model.get_input_embeddings()(torch.tensor(rows[r])),
+                       model.prepare_embeddings_for_image_generation(generated)])
+        hidden = model.model.language_model(inputs_embeds=x[None]).last_hidden_state[0]
+        return model.model.generation_head(hidden[len(rows[r]) - 1:]).float()
+
+    assert_windows_match_recompute(adapter, PROMPTS, True, reference)
+
+
+def test_decode_image_and_codebook(adapter):
+    codes = torch.randint(0, 16, (2, 4, 4), generator=torch.Generator().manual_seed(0))
+    image = adapter.decode_image(codes)
+    assert image.shape == (2, 8, 8, 3) and image.min() >= 0 and image.max() <= 1
+    expected = (adapter.model.decode_image_tokens(codes.flatten(1)).float() + 1) / 2
+    assert torch.allclose(image, expected.clamp(0, 1), atol=1e-5)
+    book = adapter.codebook()
+    assert book.shape == (16, 8) and book is adapter.codebook()
+    assert torch.allclose(book, F.normalize(adapter.model.model.vqmodel.quantize.embedding.weight, dim=-1))
+
+
+def test_missing_files_are_named(folder, tmp_path):
+    assert_missing_files_are_named(folder, tmp_path, load_model, "deepseek-community/Janus-Pro-1B")
+
+
+def test_other_or_broken_configs_are_not_taken_for_a_family(tmp_path):
+    (tmp_path / "config.json").write_text('{"model_type": "llama"}')
+    with pytest.raises(ValueError, match="no model family recognised.*janus: a Janus-Pro folder"):
+        detect_family(str(tmp_path))
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(ValueError, match=r"config\.json: cannot be read"):
+        detect_family(str(tmp_path))
