@@ -64,7 +64,7 @@ class ComfyServer:
         config = os.path.join(self.workdir, "extra_model_paths.yaml")
         with open(config, "w") as f:
             f.write(f"sjdvp_test:\n    base_path: {self.workdir}\n    custom_nodes: custom_nodes\n"
-                    f"    sjdvp: models/sjdvp\n")
+                    f"    sjdvp: models/sjdvp\n    vae: models/vae\n")
         env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
         self.log = open(os.path.join(self.workdir, "server.log"), "w")
         self.proc = subprocess.Popen(
