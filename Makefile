@@ -33,7 +33,8 @@ test: setup setup-comfy
 	$(BIN)/python -m pytest -q tests
 
 bench: setup
-	$(BIN)/python -m benchmarks.compare_methods --model demo
+	$(BIN)/python -m benchmarks.compare_methods --model demo --out benchmarks/results/demo
+	$(BIN)/python -m benchmarks.sweep_vp --out benchmarks/results/vp_sweep
 
 workflows:
 	$(PY) tools/make_workflows.py

@@ -1,28 +1,47 @@
-"""Side-by-side comparison of AR, SJD, SJD-VP, LANTERN(-VP) and GSD(-VP) in one run.
+"""Side-by-side comparison of AR, SJD, SJD-VP, LANTERN(-VP) and GSD(-VP), with and without coupled
+drafting, on the same conditions and seeds, in one run.
 
-Step compression = AR forward passes / method forward passes on the same conditions and seeds (the
-primary figure); mean accepted tokens per pass, acceptance rate of verified drafts and wall time
-beside it. Wall time on a CPU does not follow step compression (a window of W tokens is not free
-here); on a GPU it does.
+Step compression = AR forward passes / method forward passes (the primary figure); mean accepted
+tokens per pass, acceptance per window slot, latency (median over runs and repeats) and quality
+beside it: the demo judge's prompt match, and every method's distance from AR's output distribution
+(total variation between codebook-usage histograms; exact SJD's distance is the sampling-noise floor).
+Wall time on a CPU does not follow step compression (a window of W tokens is not free there); on a GPU
+it does.
 
-    python -m benchmarks.compare_methods --model toy --windows 16 32 64
+    python -m benchmarks.compare_methods --model demo --out benchmarks/results/demo
+    python -m benchmarks.compare_methods --model models/sjdvp/emu3-gen --device cuda --prompts 24
+    torchrun --nproc_per_node 2 -m benchmarks.compare_methods ...   # runs sharded across processes
+
+Writes <out>.md (table), <out>.json (everything) and <out>_*.png (plots, if matplotlib is installed).
+LANTERN's neighbour count is scaled to the codebook (its paper's 1000 of 16384 codes -> K * 1000 / 16384).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
+from dataclasses import replace
 
 import torch
 
 from sjdvp_core import decode
 from sjdvp_core.settings import METHODS, method_settings
 
+from . import shards
 
 
-def load_model(name: str, prompts: int):
-    """-> (adapter, conditions, sampling defaults, judge or None)."""
+PROMPTS_T2I = os.path.join(os.path.dirname(os.path.abspath(__file__)), "prompts_t2i.txt")
+
+
+def read_prompts(path: str) -> list[str]:
+    with open(path) as f:
+        return [line.strip() for line in f if line.strip() and not line.startswith("#")]
+
+
+def load_model(name: str, prompts: int, prompts_file: str = PROMPTS_T2I, device: str = "cpu"):
+    """-> (adapter, conditions, sampling defaults, judge or None). name: toy, demo or a model folder."""
     if name == "toy":
         from sjdvp_core.models.toy import ToyGridAdapter
         toy = ToyGridAdapter(height=16, width=16, levels=8, sharpness=12.0)
@@ -32,84 +51,150 @@ def load_model(name: str, prompts: int):
         step = max(1, len(scenes.PROMPTS) // prompts)
         demo = load_demo()
         return demo, scenes.PROMPTS[::step][:prompts], demo.default_sampling, load_judge()
-    raise ValueError(f"unknown model {name!r}; choose one of: toy, demo")
+    from sjdvp_core.registry import load_model as load_folder
+    adapter = load_folder(name, device=device)
+    return adapter, read_prompts(prompts_file)[:prompts], adapter.default_sampling, None
 
 
-def prompt_match(adapter, judge, results) -> float | None:
-    """Share of images the judge finds matching their prompt (demo model only)."""
-    if judge is None:
-        return None
-    from sjdvp_core.demo.judge import prompt_match as match
-    hits = []
-    for cond, res in results:
+def settings_for(adapter, method: str, window: int, coupled: bool, sampling, seed: int):
+    s = method_settings(method, window, sampling, seed, coupled=coupled)
+    d = s.drafter
+    if d.verifier == "lantern":
+        d = replace(d, lantern_k=max(1, round(adapter.codebook().shape[0] * 1000 / 16384)))
+    return replace(s, drafter=d)
+
+
+def run_one(adapter, judge, cond, settings, repeats: int) -> dict:
+    """One decode (timed `repeats` times; the tokens are the same each time) -> a plain record."""
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        res = decode(adapter, cond, settings)
+        times.append(time.perf_counter() - t)
+    st = res.stats
+    match = None
+    if judge is not None:
+        from sjdvp_core.demo.judge import prompt_match
         images = adapter.decode_image(res.codes).permute(0, 3, 1, 2) * 2 - 1
-        hits.append(bool(match(judge, images, torch.tensor([adapter.class_id(cond)]))[0]))
-    return sum(hits) / len(hits)
+        match = bool(prompt_match(judge, images, torch.tensor([adapter.class_id(cond)]))[0])
+    per_iter = torch.stack(st.committed_per_iter)[:, 0].tolist() if st.committed_per_iter else []
+    return dict(nfe=int(st.row_forward_passes[0]), mean_accepted=st.mean_accepted,
+                acceptance=st.acceptance_rate, seconds=statistics.median(times), match=match,
+                entropy=st.mean_entropy, momentum=st.momentum(), vp_auto=st.vp_auto,
+                time_forward=st.time_forward, time_draft=st.time_draft, time_verify=st.time_verify,
+                slot_verified=st.slot_verified.tolist(), slot_accepted=st.slot_accepted.tolist(),
+                committed_per_iter=per_iter, codes=res.codes.flatten().tolist())
 
 
-def run_method(adapter, conditions, method, window, sampling, seeds):
-    """-> per run (cond, result, seconds)."""
-    runs = []
-    for cond in conditions:
-        for seed in seeds:
-            s = method_settings(method, window, sampling, seed)
-            t = time.perf_counter()
-            res = decode(adapter, cond, s)
-            runs.append((cond, res, time.perf_counter() - t))
-    return runs
+def code_histogram_tv(a: list[list[int]], b: list[list[int]], size: int) -> float:
+    ha = torch.bincount(torch.tensor(a).flatten(), minlength=size).float()
+    hb = torch.bincount(torch.tensor(b).flatten(), minlength=size).float()
+    return 0.5 * float((ha / ha.sum() - hb / hb.sum()).abs().sum())
 
 
-def summarise(name, window, runs, ar=None, quality=None) -> dict:
-    stats = [r[1].stats for r in runs]
-    nfe = statistics.mean(st.forward_passes for st in stats)
-    wall = statistics.median(r[2] for r in runs)
-    mom = [st.momentum() for st in stats]
-    return dict(method=name, window=window, nfe=nfe, step_compression=(ar or {"nfe": nfe})["nfe"] / nfe,
-                mean_accepted=statistics.mean(st.mean_accepted for st in stats),
-                acceptance=statistics.mean(st.acceptance_rate for st in stats), wall_s=wall,
-                latency_speedup=(ar or {"wall_s": wall})["wall_s"] / wall,
-                entropy=statistics.mean(st.mean_entropy for st in stats), prompt_match=quality,
-                accept_if_rose=statistics.fmean(m["accept_if_rose"] for m in mom),
-                accept_if_not=statistics.fmean(m["accept_if_not"] for m in mom))
+def summarise(key: tuple, runs: list[dict], ar: dict | None, codebook_size: int) -> dict:
+    method, window, coupled = key
+    nfe = statistics.mean(r["nfe"] for r in runs)
+    wall = statistics.median(r["seconds"] for r in runs)
+    mom = [r["momentum"] for r in runs]
+    verified = torch.tensor([r["slot_verified"] for r in runs]).sum(0)
+    accepted = torch.tensor([r["slot_accepted"] for r in runs]).sum(0)
+    iters = max(len(r["committed_per_iter"]) for r in runs)
+    per_iter = [statistics.mean(r["committed_per_iter"][i] for r in runs if len(r["committed_per_iter"]) > i)
+                for i in range(iters)]
+    t_iter = statistics.mean((r["time_forward"] + r["time_draft"] + r["time_verify"]) / max(1, r["nfe"] - 1)
+                             for r in runs)
+    matches = [r["match"] for r in runs if r["match"] is not None]
+    autos = [r["vp_auto"]["vp_auto_strength"] for r in runs if r["vp_auto"]]
+    return dict(
+        method=method, window=window, coupled=coupled, runs=len(runs), nfe=nfe,
+        step_compression=(ar["nfe"] if ar else nfe) / nfe,
+        mean_accepted=statistics.mean(r["mean_accepted"] for r in runs),
+        acceptance=statistics.mean(r["acceptance"] for r in runs),
+        wall_s=wall, latency_speedup=(ar["wall_s"] if ar else wall) / wall,
+        draft_share=statistics.mean(r["time_draft"] / max(1e-9, r["time_forward"] + r["time_draft"] + r["time_verify"])
+                                    for r in runs),
+        iteration_ms=1000 * t_iter,
+        prompt_match=statistics.mean(matches) if matches else None,
+        tv_from_ar=code_histogram_tv([r["codes"] for r in runs], ar["codes"], codebook_size) if ar else 0.0,
+        accept_if_rose=statistics.fmean(m["accept_if_rose"] for m in mom),
+        accept_if_not=statistics.fmean(m["accept_if_not"] for m in mom),
+        vp_auto_strengths=autos,
+        slot_acceptance=(accepted / verified.clamp_min(1)).tolist(),
+        committed_per_iter=per_iter, codes=[r["codes"] for r in runs], entropy=statistics.mean(r["entropy"] for r in runs))
 
 
-def main(model: str = "toy", windows=(16, 32, 64), seeds: int = 3, prompts: int = 4,
-         methods=tuple(METHODS), json_out: str | None = None):
-    torch.set_num_threads(1)
-    adapter, conditions, sampling, judge = load_model(model, prompts)
-    seed_list = list(range(seeds))
-    ar_runs = run_method(adapter, conditions, "ar", 1, sampling, seed_list)
-    ar = summarise("ar", 1, ar_runs, quality=prompt_match(adapter, judge, [r[:2] for r in ar_runs]))
-    results = [ar]
-    for W in windows:
-        for name in methods:
-            if METHODS[name] is None:
-                continue
-            runs = run_method(adapter, conditions, name, W, sampling, seed_list)
-            results.append(summarise(name, W, runs, ar, prompt_match(adapter, judge, [r[:2] for r in runs])))
-    print(f"model={model} prompts={len(conditions)} seeds={seeds} sampling={sampling} "
-          "(same prompts and seeds for every method)\n")
-    print("| method | W | NFE | step compression | mean accepted | acceptance | wall s (median) | latency speed-up"
-          " | prompt match | accept if rose / not |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+def markdown(results: list[dict], header: str) -> str:
+    lines = [header, "",
+             "| method | W | coupled | NFE | step compression | tokens/pass | acceptance | latency s (median) "
+             "| latency speed-up | ms / iteration | draft share | prompt match | TV from AR | accept if rose / not |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         match = "-" if r["prompt_match"] is None else f"{r['prompt_match']:.2f}"
-        print(f"| {r['method']} | {r['window']} | {r['nfe']:.1f} | {r['step_compression']:.2f}x | "
-              f"{r['mean_accepted']:.2f} | {r['acceptance']:.3f} | {r['wall_s']:.3f} | {r['latency_speedup']:.2f}x | "
-              f"{match} | {r['accept_if_rose']:.2f} / {r['accept_if_not']:.2f} |")
-    print(f"\nmean next-token entropy under these settings (AR): {ar['entropy']:.3f} nats")
-    if json_out:
-        with open(json_out, "w") as f:
-            json.dump(results, f, indent=1)
+        lines.append(
+            f"| {r['method']} | {r['window']} | {'yes' if r['coupled'] else 'no'} | {r['nfe']:.1f} | "
+            f"{r['step_compression']:.2f}x | {r['mean_accepted']:.2f} | {r['acceptance']:.3f} | {r['wall_s']:.3f} | "
+            f"{r['latency_speedup']:.2f}x | {r['iteration_ms']:.2f} | {100 * r['draft_share']:.0f}% | {match} | {r['tv_from_ar']:.3f} | "
+            f"{r['accept_if_rose']:.2f} / {r['accept_if_not']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(model: str = "demo", windows=(16, 32, 64), seeds: int = 2, prompts: int = 6,
+         methods=tuple(METHODS), coupling=("off", "on"), repeats: int = 1, out: str | None = None,
+         threads: int = 1, prompts_file: str = PROMPTS_T2I, device: str = "cpu") -> list[dict]:
+    torch.set_num_threads(threads)
+    rank, world = shards.init()
+    if world > 1 and device == "cuda":
+        device = f"cuda:{rank % torch.cuda.device_count()}"
+    adapter, conditions, sampling, judge = load_model(model, prompts, prompts_file, device)
+    codebook_size = adapter.codebook().shape[0]
+    configs = [("ar", 1, False)] + [(m, W, c == "on") for W in windows for c in coupling
+                                    for m in methods if METHODS[m] is not None]
+    jobs = [(ci, cond, seed) for ci in range(len(configs)) for cond in conditions for seed in range(seeds)]
+    mine = [(ci, cond, seed, run_one(adapter, judge, cond,
+                                     settings_for(adapter, *configs[ci][:3], sampling, seed), repeats))
+            for ci, cond, seed in shards.take(jobs, rank, world)]
+    records = shards.gather(mine, rank, world)
+    if rank != 0:
+        return []
+    by_config = {ci: [] for ci in range(len(configs))}
+    for ci, cond, seed, rec in sorted(records, key=lambda r: (r[0], str(r[1]), r[2])):
+        by_config[ci].append(rec)
+    ar = summarise(configs[0], by_config[0], None, codebook_size)
+    results = [ar] + [summarise(configs[ci], by_config[ci], ar, codebook_size) for ci in range(1, len(configs))]
+    header = (f"model={model} conditions={len(conditions)} seeds={seeds} sampling={sampling} repeats={repeats} "
+              f"processes={world} (same conditions and seeds for every method); AR entropy {ar['entropy']:.3f} nats")
+    table = markdown(results, header)
+    print(table)
+    if out:
+        os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
+        with open(out + ".md", "w") as f:
+            f.write(table)
+        with open(out + ".json", "w") as f:
+            json.dump([{k: v for k, v in r.items() if k != "codes"} for r in results], f, indent=1)
+        try:
+            from .plots import plot_all
+        except ImportError:   # matplotlib is optional
+            print("matplotlib not installed: no plots")
+        else:
+            print("plots:", ", ".join(plot_all(results, out)))
     return results
 
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="toy", choices=["toy", "demo"], help="model to benchmark")
-    ap.add_argument("--prompts", type=int, default=4, help="conditions (spread over the demo's prompt list)")
+    ap.add_argument("--model", default="demo", help="toy, demo, or a model folder (e.g. models/sjdvp/emu3-gen)")
+    ap.add_argument("--prompts-file", dest="prompts_file", default=PROMPTS_T2I,
+                    help="prompts for a model folder, one per line (default: benchmarks/prompts_t2i.txt; "
+                         "class names for a class-conditional model)")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (each torchrun rank takes its own GPU)")
+    ap.add_argument("--prompts", type=int, default=6, help="conditions (spread over the demo's prompt list)")
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS), help="methods to compare")
     ap.add_argument("--windows", type=int, nargs="+", default=[16, 32, 64], help="Jacobi window sizes")
-    ap.add_argument("--seeds", type=int, default=3, help="seeds per condition")
-    ap.add_argument("--json", dest="json_out", help="also write the results as JSON here")
+    ap.add_argument("--coupling", nargs="+", default=["off", "on"], choices=["off", "on"],
+                    help="run every method with independent (off) and/or coupled (on) drafts")
+    ap.add_argument("--seeds", type=int, default=2, help="seeds per condition")
+    ap.add_argument("--repeats", type=int, default=1, help="timed repeats of each decode (latency = median)")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads per process")
+    ap.add_argument("--out", help="write <out>.md, <out>.json and <out>_*.png")
     main(**vars(ap.parse_args()))
