@@ -6,6 +6,7 @@ from dataclasses import dataclass
 import torch
 from comfy_api.latest import io, ui
 
+from ..sjdvp_core.adapter import at_size
 from ..sjdvp_core.decode import DecodeResult, decode
 from ..sjdvp_core.report import commit_map, report_text
 from ..sjdvp_core.settings import DecodeSettings, DrafterSettings, SamplingSettings, WindowSettings
@@ -38,8 +39,9 @@ class SpeculativeDecode(io.ComfyNode):
                                 tooltip="What to draw: a text prompt, or for class-to-image models a class "
                                         "name or index (e.g. 'golden retriever' or 207)."),
                 io.String.Input("negative_prompt", multiline=True, default="",
-                                tooltip="Used as the guidance branch by families that have one (Emu3); "
-                                        "leave empty otherwise."),
+                                tooltip="The guidance branch's prompt where the family has one (Emu3: "
+                                        "upstream's negative prompt when empty; Janus-Pro: replaces the "
+                                        "padded prompt); leave empty otherwise."),
                 io.Float.Input("cfg", default=3.0, min=0.0, max=30.0, step=0.1,
                                tooltip="Classifier-free guidance scale; 1 turns guidance off."),
                 io.Float.Input("temperature", default=1.0, min=0.01, max=5.0, step=0.01,
@@ -54,20 +56,25 @@ class SpeculativeDecode(io.ComfyNode):
                              tooltip="Images decoded together; each accepts its own number of tokens."),
                 WINDOW.Input("window", optional=True, tooltip="Jacobi window; 16 tokens with random init if absent."),
                 DRAFTER.Input("drafter", optional=True, tooltip="How drafts are made and verified; plain AR if absent."),
+                io.Int.Input("width", default=0, min=0, max=4096, step=16,
+                             tooltip="Image width in pixels for families with a size choice (Lumina-mGPT: a "
+                                     "size it trained on; Emu3: any aspect). 0 with height 0: the model's default."),
+                io.Int.Input("height", default=0, min=0, max=4096, step=16,
+                             tooltip="Image height in pixels; see width."),
             ],
             outputs=[TOKENS.Output(display_name="tokens")],
         )
 
     @classmethod
     def execute(cls, model, prompt, negative_prompt, cfg, temperature, top_k, top_p, seed, batch_size,
-                window=None, drafter=None) -> io.NodeOutput:
+                window=None, drafter=None, width=0, height=0) -> io.NodeOutput:
         window = WindowSettings(size=1) if drafter is None else (window or WindowSettings())
         settings = DecodeSettings(window=window, drafter=drafter or DrafterSettings(), seed=seed % 2**63,
                                   batch_size=batch_size,
                                   sampling=SamplingSettings(cfg_scale=cfg, temperature=temperature,
                                                             top_k=top_k, top_p=top_p))
-        runtime.prepare(model, rows=batch_size * (2 if settings.sampling.uses_cfg else 1))
-        adapter = model.adapter
+        adapter = at_size(model.adapter, width, height)
+        runtime.prepare(model, rows=batch_size * (2 if settings.sampling.uses_cfg else 1), adapter=adapter)
         try:
             result = decode(adapter, prompt, settings, negatives=negative_prompt or None,
                             progress=runtime.Progress(adapter))

@@ -91,3 +91,18 @@ class ModelAdapter(Protocol):
 
     def decode_image(self, codes: Tensor) -> Tensor:
         """codes [B, h, w] (codebook indices) -> images [B, H, W, 3] float in [0, 1]."""
+
+
+def at_size(adapter, width: int, height: int):
+    """The adapter generating at width x height pixels; 0 x 0 keeps its size. Families whose size is a
+    choice (Lumina-mGPT, Emu3) implement with_size(width, height); the others say they are fixed."""
+    if not width and not height:
+        return adapter
+    if not width or not height:
+        raise ValueError(f"width={width}, height={height}: give both in pixels, or 0 for both (the model's default)")
+    with_size = getattr(adapter, "with_size", None)
+    if with_size is None:
+        h, w = adapter.layout.grid.shape if hasattr(adapter, "layout") else ("?", "?")
+        name = getattr(adapter, "family", type(adapter).__name__)
+        raise ValueError(f"{name} generates at one size ({w}x{h} tokens); set width and height to 0")
+    return with_size(width, height)

@@ -25,7 +25,7 @@ PINNED = {
     "SJDVP_DrafterGSD": ["group", "max_gap", "max_distance", "coupled"],
     "SJDVP_VerificationPrediction": ["growth_steps", "beta", "top_k", "strength", "max_score", "strength_mode"],
     "SJDVP_SpeculativeDecode": ["prompt", "negative_prompt", "cfg", "temperature", "top_k", "top_p", "seed",
-                                "batch_size"],
+                                "batch_size", "width", "height"],
     "SJDVP_DecodeImage": [],
     "SJDVP_Report": [],
 }
@@ -70,12 +70,14 @@ def test_shipped_workflows_match_the_node_definitions(path, object_info):
     assert validate(load(path), object_info) == []
 
 
-def test_missing_model_says_where_to_put_it(server, object_info):
-    workflow = load(os.path.join(REPO, "workflows", "sjdvp_llamagen_c2i.json"))
+@pytest.mark.parametrize("name,folder", [("sjdvp_llamagen_c2i", "llamagen-c2i"), ("sjdvp_lumina_mgpt", "Lumina-mGPT-7B-768"),
+                                         ("sjdvp_emu3", "Emu3-Gen-hf"), ("sjdvp_janus_pro", "Janus-Pro-7B")])
+def test_missing_model_says_where_to_put_it(server, object_info, name, folder):
+    workflow = load(os.path.join(REPO, "workflows", f"{name}.json"))
     history, messages = server.run(to_api(workflow, object_info))
     errors = [m["data"] for m in messages if m["type"] == "execution_error"]
     assert errors and errors[0]["node_type"] == "SJDVP_LoadModel"
-    assert "llamagen-c2i" in errors[0]["exception_message"]
+    assert folder in errors[0]["exception_message"]
     assert "create that folder" in errors[0]["exception_message"]
 
 

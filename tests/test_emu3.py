@@ -152,3 +152,11 @@ def test_decode_image_matches_transformers(adapter):
 
 def test_missing_files_are_named(folder, tmp_path):
     assert_missing_files_are_named(folder, tmp_path, lambda path: load_model(path, **SIZE), "BAAI/Emu3-Gen-hf")
+
+
+def test_with_size_changes_the_grid_and_the_size_string(adapter):
+    square = adapter.with_size(12, 12)                   # 144 px at f2 -> 6 x 6 tokens
+    assert square.layout.grid.shape == (6, 6) and adapter.layout.grid.shape == (4, 8)
+    assert "6*6" in square.image_prefix and square.module is adapter.module
+    with pytest.raises(ValueError, match="'W:H'"):
+        adapter.with_size(0, 12)

@@ -9,7 +9,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from sjdvp_core import decode
+from sjdvp_core import DecodeSettings, SamplingSettings, WindowSettings, decode
 from sjdvp_core.models.chameleon_vqgan import ChameleonVQGAN, VQGANConfig, load_vqgan
 from sjdvp_core.models.hf_adapter import read_tensor
 from sjdvp_core.models.llamagen import CheckpointError
@@ -213,3 +213,13 @@ def test_vqgan_files_missing_or_wrong_say_what_to_do(folder, tmp_path):
     state = torch.load(folder + "/tokenizer/vqgan.ckpt", weights_only=True)["state_dict"]
     save_file(state, bare / "vqgan.safetensors")
     assert load_model(str(bare), **WIDE).vqgan.config.n_embed == CODES
+
+
+def test_with_size_changes_the_grid_and_keeps_the_model(adapter):
+    tall = adapter.with_size(32, 64)
+    assert tall.layout.grid.shape == (4, 2) and adapter.layout.grid.shape == (2, 4)
+    assert tall.module is adapter.module and tall.image_prefix != adapter.image_prefix
+    res = decode(tall, PROMPTS[0], DecodeSettings(window=WindowSettings(4), sampling=SamplingSettings(greedy=True)))
+    assert tall.decode_image(res.codes).shape == (1, 64, 32, 3)
+    with pytest.raises(ValueError, match="not a size"):
+        adapter.with_size(48, 48)

@@ -59,3 +59,14 @@ def test_command_line_runs_a_llamagen_folder_with_its_defaults(tmp_path, capsys)
     rows = main("3", methods=("ar", "sjd-vp"), model=str(folder), window=8, out=str(tmp_path / "out"))
     assert [r["method"] for r in rows] == ["ar", "sjd-vp"] and all(os.path.isfile(r["path"]) for r in rows)
     assert "cfg_scale=4.0, temperature=1.0, top_k=2000" in capsys.readouterr().out
+
+
+def test_at_size_keeps_fixed_size_families_and_says_so():
+    from sjdvp_core.adapter import at_size
+    from sjdvp_core.models.toy import ToyGridAdapter
+    toy = ToyGridAdapter()
+    assert at_size(toy, 0, 0) is toy
+    with pytest.raises(ValueError, match="give both"):
+        at_size(toy, 64, 0)
+    with pytest.raises(ValueError, match="generates at one size.*set width and height to 0"):
+        at_size(toy, 64, 64)

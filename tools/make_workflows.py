@@ -62,9 +62,9 @@ class Graph:
 
 
 def decode_branch(g: Graph, model: int, window: int | None, drafter: int | None, prompt: str, sampling: list,
-                  x: int, y: int, name: str, seed: int = 0) -> None:
+                  x: int, y: int, name: str, seed: int = 0, size: tuple[int, int] = (0, 0)) -> None:
     """Decode -> image -> SaveImage, and Report -> commit map preview."""
-    dec = g.add("SJDVP_SpeculativeDecode", [prompt, "", *sampling[:4], seed, "fixed", 1], (x, y), name)
+    dec = g.add("SJDVP_SpeculativeDecode", [prompt, "", *sampling[:4], seed, "fixed", 1, *size], (x, y), name)
     g.connect(model, 0, dec, "model")
     if window is not None:
         g.connect(window, 0, dec, "window")
@@ -81,7 +81,7 @@ def decode_branch(g: Graph, model: int, window: int | None, drafter: int | None,
 
 
 def single(model: str, drafter: tuple[str, list], vp: bool, prompt: str, sampling: list, window: int = 16,
-           name: str = "sjdvp") -> dict:
+           name: str = "sjdvp", size: tuple[int, int] = (0, 0)) -> dict:
     g = Graph()
     m = g.add("SJDVP_LoadModel", [model, "auto", "auto"], (0, 0))
     w = g.add("SJDVP_JacobiWindow", [window, "random"], (0, 160))
@@ -90,7 +90,7 @@ def single(model: str, drafter: tuple[str, list], vp: bool, prompt: str, samplin
         v = g.add("SJDVP_VerificationPrediction", VP_DEFAULTS, (0, 440))
         g.connect(d, 0, v, "drafter")
         d = v
-    decode_branch(g, m, w, d, prompt, sampling, 380, 0, name)
+    decode_branch(g, m, w, d, prompt, sampling, 380, 0, name, size=size)
     return g.json()
 
 
@@ -120,6 +120,15 @@ WORKFLOWS = {
     "sjdvp_llamagen_t2i": single("llamagen-t2i", ("SJDVP_DrafterSJD", [True]), True,
                                  "a photo of a red fox sitting in fresh snow, morning light",
                                  [7.5, 1.0, 1000, 1.0], name="LlamaGen-t2i"),
+    "sjdvp_lumina_mgpt": single("Lumina-mGPT-7B-768", ("SJDVP_DrafterSJD", [True]), True,
+                                "a photo of a red fox sitting in fresh snow, morning light", [4.0, 1.0, 2000, 1.0],
+                                window=32, name="Lumina-mGPT", size=(768, 768)),
+    "sjdvp_emu3": single("Emu3-Gen-hf", ("SJDVP_DrafterSJD", [True]), True,
+                         "a photo of a red fox sitting in fresh snow, morning light", [3.0, 1.0, 2048, 1.0],
+                         window=32, name="Emu3", size=(720, 720)),
+    "sjdvp_janus_pro": single("Janus-Pro-7B", ("SJDVP_DrafterSJD", [True]), True,
+                              "a photo of a red fox sitting in fresh snow, morning light", [5.0, 1.0, 0, 1.0],
+                              window=32, name="Janus-Pro"),
 }
 
 

@@ -11,6 +11,7 @@ CFG 3 and top-k 2048 and appends a quality phrase to the prompt; so do we.
 """
 from __future__ import annotations
 
+import copy
 import os
 from typing import Sequence
 
@@ -56,17 +57,27 @@ class Emu3Adapter(HFAdapter):
     def __init__(self, model, tokenizer: TextTokenizer, *, ratio: str = "1:1", image_area: int = IMAGE_AREA,
                  quality_suffix: str = QUALITY_SUFFIX, pixel_mean=(0.5,) * 3, pixel_std=(0.5,) * 3, device="cpu"):
         text, vq = model.config.text_config, model.config.vq_config
-        self.height, self.width = token_grid(ratio, image_area, 2 ** (len(vq.channel_multiplier) - 1),
-                                             text.max_position_embeddings)
-        ids = {name: tokenizer.id(name) for name in (BOS, BOI, WRAPPER, EOL, EOF, EOI, EOS, PAD)}
-        visual = visual_tokens(model.model.vocabulary_mapping.img2bpe, vq.codebook_size, tokenizer.path)
-        layout = TokenLayout.raster(visual, self.height, self.width, row_end=ids[EOL],
-                                    suffix=[ids[EOF], ids[EOI], ids[EOS]])
-        super().__init__(model, model.model.text_model, text, layout, ids[PAD], device)
+        self.ids = {name: tokenizer.id(name) for name in (BOS, BOI, WRAPPER, EOL, EOF, EOI, EOS, PAD)}
+        self.visual = visual_tokens(model.model.vocabulary_mapping.img2bpe, vq.codebook_size, tokenizer.path)
+        self.factor, self.max_positions = 2 ** (len(vq.channel_multiplier) - 1), text.max_position_embeddings
+        super().__init__(model, model.model.text_model, text, self._grid(ratio, image_area), self.ids[PAD], device)
         model.model.vqmodel.float()                            # decode in fp32
         self.tokenizer, self.quality_suffix = tokenizer, quality_suffix
         self.pixel_mean, self.pixel_std = pixel_mean, pixel_std
+
+    def _grid(self, ratio: str, image_area: int) -> TokenLayout:
+        """Set the token grid (and the prompt's size string) for an aspect ratio and pixel area."""
+        self.height, self.width = token_grid(ratio, image_area, self.factor, self.max_positions)
         self.image_prefix = f"{BOI}{self.height}*{self.width}{WRAPPER}"
+        return TokenLayout.raster(self.visual, self.height, self.width, row_end=self.ids[EOL],
+                                  suffix=[self.ids[EOF], self.ids[EOI], self.ids[EOS]])
+
+    def with_size(self, width: int, height: int) -> "Emu3Adapter":
+        """The same model generating at about width x height pixels (Emu3 takes any aspect ratio; the
+        grid is rounded to its 8 px tokens)."""
+        out = copy.copy(self)
+        out.layout, out.cache = out._grid(f"{width}:{height}", width * height), None
+        return out
 
     @property
     def default_sampling(self) -> SamplingSettings:

@@ -16,6 +16,7 @@ default) and image top-k 2000.
 """
 from __future__ import annotations
 
+import copy
 import os
 import re
 from typing import Sequence
@@ -70,22 +71,33 @@ class LuminaAdapter(HFAdapter):
 
     def __init__(self, model, tokenizer: TextTokenizer, vqgan: ChameleonVQGAN, *, width: int | None = None,
                  height: int | None = None, trained: int = 768, device="cpu"):
-        width, height = width or trained, height or trained
-        if (width, height) not in supported_sizes(trained):
-            sizes = ", ".join(f"{w}x{h}" for w, h in supported_sizes(trained))
-            raise ValueError(f"{width}x{height} px is not a size Lumina-mGPT trained at {trained} px generates; "
-                             f"choose one of {sizes}")
-        self.width, self.height, self.tokenizer = width, height, tokenizer
-        image_tokens = image_token_ids(tokenizer, vqgan)
-        layout = TokenLayout.raster(image_tokens, height // 16, width // 16, row_end=tokenizer.id(ROW_END),
-                                    suffix=[tokenizer.id(IMAGE_END)])
+        self.tokenizer, self.trained = tokenizer, trained
+        self.image_tokens = image_token_ids(tokenizer, vqgan)
+        layout = self._grid(width or trained, height or trained)
         model.model.vqmodel = None   # transformers' VQ encoder: generation never encodes, and Lumina may not ship it
         super().__init__(model, model.model, model.config, layout, tokenizer.id(PAD), device)
         self.vqgan = vqgan.to(device, torch.float32)
         self.module = torch.nn.ModuleDict({"model": model, "vqgan": self.vqgan})
-        self.image_prefix = [tokenizer.id(IMAGE_START), tokenizer.id(resolution_token(height // GRID)),
-                             tokenizer.id(resolution_token(width // GRID))]
         self._codebook: Tensor | None = None
+
+    def _grid(self, width: int, height: int) -> TokenLayout:
+        """Set the image size (and the prompt's resolution tokens); only sizes Lumina-mGPT trained on."""
+        if (width, height) not in supported_sizes(self.trained):
+            sizes = ", ".join(f"{w}x{h}" for w, h in supported_sizes(self.trained))
+            raise ValueError(f"{width}x{height} px is not a size Lumina-mGPT trained at {self.trained} px "
+                             f"generates; choose one of {sizes}")
+        self.width, self.height = width, height
+        tok = self.tokenizer
+        self.image_prefix = [tok.id(IMAGE_START), tok.id(resolution_token(height // GRID)),
+                             tok.id(resolution_token(width // GRID))]
+        return TokenLayout.raster(self.image_tokens, height // 16, width // 16, row_end=tok.id(ROW_END),
+                                  suffix=[tok.id(IMAGE_END)])
+
+    def with_size(self, width: int, height: int) -> "LuminaAdapter":
+        """The same model generating at width x height pixels (one of supported_sizes)."""
+        out = copy.copy(self)
+        out.layout, out.cache = out._grid(width, height), None
+        return out
 
     @property
     def default_sampling(self) -> SamplingSettings:
