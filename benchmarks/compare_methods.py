@@ -49,7 +49,7 @@ def load_model(name: str, prompts: int, prompts_file: str = PROMPTS_T2I, device:
     if name == "demo":
         from sjdvp_core.demo import load_demo, load_judge, scenes
         step = max(1, len(scenes.PROMPTS) // prompts)
-        demo = load_demo()
+        demo = load_demo(device)
         return demo, scenes.PROMPTS[::step][:prompts], demo.default_sampling, load_judge()
     from sjdvp_core.registry import load_model as load_folder
     adapter = load_folder(name, device=device)
