@@ -27,7 +27,7 @@ setup: $(BIN)/.installed
 setup-comfy: $(COMFY)/.installed
 
 demo: setup
-	$(BIN)/python -m sjdvp_core --prompt "a red circle on grass" --methods ar sjd sjd-vp --out out
+	$(BIN)/python -m sjdvp_core --prompt "a red circle on grass" --methods ar sjd sjd-vp --window 32 --out out
 
 test: setup setup-comfy
 	$(BIN)/python -m pytest -q tests

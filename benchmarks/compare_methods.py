@@ -18,6 +18,7 @@ LANTERN's neighbour count is scaled to the codebook (its paper's 1000 of 16384 c
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -30,6 +31,8 @@ from sjdvp_core import decode
 from sjdvp_core.settings import METHODS, method_settings
 
 from . import shards
+
+MIN_VERIFIED = 20   # window slots with fewer verified drafts get no acceptance figure (too noisy)
 
 
 PROMPTS_T2I = os.path.join(os.path.dirname(os.path.abspath(__file__)), "prompts_t2i.txt")
@@ -100,8 +103,8 @@ def summarise(key: tuple, runs: list[dict], ar: dict | None, codebook_size: int)
     verified = torch.tensor([r["slot_verified"] for r in runs]).sum(0)
     accepted = torch.tensor([r["slot_accepted"] for r in runs]).sum(0)
     iters = max(len(r["committed_per_iter"]) for r in runs)
-    per_iter = [statistics.mean(r["committed_per_iter"][i] for r in runs if len(r["committed_per_iter"]) > i)
-                for i in range(iters)]
+    done = [list(itertools.accumulate(r["committed_per_iter"])) for r in runs]   # finished runs stay at L
+    cumulative = [statistics.mean(d[min(i, len(d) - 1)] for d in done) for i in range(iters)]
     t_iter = statistics.mean((r["time_forward"] + r["time_draft"] + r["time_verify"]) / max(1, r["nfe"] - 1)
                              for r in runs)
     matches = [r["match"] for r in runs if r["match"] is not None]
@@ -120,8 +123,9 @@ def summarise(key: tuple, runs: list[dict], ar: dict | None, codebook_size: int)
         accept_if_rose=statistics.fmean(m["accept_if_rose"] for m in mom),
         accept_if_not=statistics.fmean(m["accept_if_not"] for m in mom),
         vp_auto_strengths=autos,
-        slot_acceptance=(accepted / verified.clamp_min(1)).tolist(),
-        committed_per_iter=per_iter, codes=[r["codes"] for r in runs], entropy=statistics.mean(r["entropy"] for r in runs))
+        slot_acceptance=[a if n >= MIN_VERIFIED else None for a, n in
+                         zip((accepted / verified.clamp_min(1)).tolist(), verified.tolist())],
+        committed_cumulative=cumulative, codes=[r["codes"] for r in runs], entropy=statistics.mean(r["entropy"] for r in runs))
 
 
 def markdown(results: list[dict], header: str) -> str:

@@ -12,6 +12,7 @@ import time
 
 import torch
 
+from .adapter import at_size
 from .decode import decode
 from .registry import load_model
 from .settings import METHODS, method_settings
@@ -27,8 +28,8 @@ def save_png(image: torch.Tensor, path: str, scale: int = 4) -> None:
 def main(prompt: str, methods=("ar", "sjd-vp"), model: str = "demo", window: int = 16, seed: int = 0,
          cfg: float | None = None, top_k: int | None = None, top_p: float | None = None,
          temperature: float | None = None, out: str = "out", device: str = "cpu",
-         coupled: bool = True) -> list[dict]:
-    adapter = load_model(model, device=device)
+         coupled: bool = True, width: int = 0, height: int = 0) -> list[dict]:
+    adapter = at_size(load_model(model, device=device), width, height)
     defaults = adapter.default_sampling
     given = dict(cfg_scale=cfg, top_k=top_k, top_p=top_p, temperature=temperature)
     sampling = dataclasses.replace(defaults, **{k: v for k, v in given.items() if v is not None})
@@ -70,6 +71,8 @@ if __name__ == "__main__":
     ap.add_argument("--temperature", type=float, help="temperature (default: the model's)")
     ap.add_argument("--out", default="out", help="folder for the PNGs")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--width", type=int, default=0, help="image width in pixels (Lumina-mGPT, Emu3); 0: default")
+    ap.add_argument("--height", type=int, default=0, help="image height in pixels; 0: default")
     ap.add_argument("--no-coupling", dest="coupled", action="store_false",
                     help="draw each draft with fresh randomness (classic SJD) instead of coupled drafting")
     main(**vars(ap.parse_args()))

@@ -10,7 +10,7 @@ per window slot, aligned with the draft positions, and shifted as the window sli
 """
 from __future__ import annotations
 
-from dataclasses import replace
+from typing import Sequence
 
 import torch
 from torch import Tensor
@@ -78,18 +78,32 @@ def fuse(p: Tensor, pbar_prev: Tensor, growth: Tensor, eligible: Tensor, s: VPSe
     strength < 0: shrinkage toward the history, log p' = (1 - a) log p + a log pbar with a = |strength|
     (capped at 1) and pbar the history including this observation; it helps where probabilities
     mean-revert across iterations. Either way p' stays inside p's support."""
+    return fuse_many(p, pbar_prev, growth, eligible, s, [s.strength])[0]
+
+
+def fuse_many(p: Tensor, pbar_prev: Tensor, growth: Tensor, eligible: Tensor, s: VPSettings,
+              strengths: Sequence[float]) -> Tensor:
+    """fuse() for several strengths at once (the other knobs from s) -> [C, B, S, V]; the top-k, the
+    log-gain score and the shrink direction are computed once for all of them."""
     k = min(s.top_k, p.shape[-1])
     kth = p.topk(k, dim=-1).values[..., -1:]
     fused = (p >= kth) & (p > 0) & eligible[..., None]
     logp = torch.log(p).masked_fill(p <= 0, float("-inf"))
-    if s.strength >= 0:
+    zero = torch.zeros((), device=p.device)
+    boost = shrink = None
+    if any(c > 0 for c in strengths):
         score = (torch.log(p + EPS) - torch.log(pbar_prev + EPS)).clamp(0, s.max_score)
-        change = torch.where(fused & (growth >= s.growth_steps), s.strength * score, torch.zeros_like(p))
-    else:
-        a = min(1.0, -s.strength)
+        boost = torch.where(fused & (growth >= s.growth_steps), score, zero)
+    if any(c < 0 for c in strengths):
         pbar = s.beta * pbar_prev + (1 - s.beta) * p
-        change = torch.where(fused, a * (torch.log(pbar + EPS) - logp.clamp_min(-1e30)), torch.zeros_like(p))
-    return (logp + change).softmax(-1)
+        shrink = torch.where(fused, torch.log(pbar + EPS) - logp.clamp_min(-1e30), zero)
+    out = []
+    for c in strengths:
+        if c == 0:
+            out.append(p)
+        else:
+            out.append((logp + (c * boost if c > 0 else min(1.0, -c) * shrink)).softmax(-1))
+    return torch.stack(out)
 
 
 class AutoStrength:
@@ -103,8 +117,7 @@ class AutoStrength:
     on the randomness of drafts still waiting."""
 
     def __init__(self, vp: VPSettings, candidates: tuple[float, ...]):
-        self.settings = [replace(vp, strength=c) for c in candidates]
-        self.strengths = candidates
+        self.vp, self.strengths = vp, candidates
         self.score = torch.zeros(len(candidates), dtype=torch.float64)
         self.count = 0
         self.q: Tensor | None = None        # [C, B, S, V] candidates behind the current drafts
@@ -120,7 +133,7 @@ class AutoStrength:
              shift: Tensor) -> Tensor:
         """Every candidate's fused distribution for the slots being re-drafted (redraw [B, S]; the
         other slots keep theirs, shifted with the window by `shift`); returns the chosen one."""
-        new = torch.stack([fuse(p, pbar_prev, growth, eligible, s) for s in self.settings])
+        new = fuse_many(p, pbar_prev, growth, eligible, self.vp, self.strengths)
         if self.q is not None:
             old = torch.stack([shift_slots(q, shift, p.shape[1]) for q in self.q])
             new = torch.where(redraw[None, ..., None], new, old)

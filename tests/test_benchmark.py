@@ -22,7 +22,7 @@ def test_sharded_run_matches_one_process(tmp_path):
     two = run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29533",
                "-m", "benchmarks.compare_methods"], str(tmp_path / "two"))
     keys = ("method", "window", "coupled", "runs", "nfe", "step_compression", "acceptance", "tv_from_ar",
-            "slot_acceptance", "committed_per_iter")
+            "slot_acceptance", "committed_cumulative")
     assert [{k: r[k] for k in keys} for r in one] == [{k: r[k] for k in keys} for r in two]
     assert [r["method"] for r in one] == ["ar", "sjd", "sjd-vp", "sjd", "sjd-vp"]
     assert all(r["runs"] == 4 for r in one) and one[0]["step_compression"] == 1.0
