@@ -214,7 +214,7 @@ class JacobiDecoder:
             plain = self.history.prev[:, :w - 1]
             st.plain_expected_accept += float((torch.minimum(pv, plain).sum(-1) * fused).sum())
             if self.auto is not None:
-                self.auto.observe(pv, fused, self.noise[:, :w - 1] if self.coupled else None)
+                self.auto.observe(pv, fused)
 
     def _redraft(self, p: Tensor, w: int, m: Tensor, active: Tensor) -> None:
         """Slide the window by m: re-draft the positions this pass scored (plain or VP-fused), keep

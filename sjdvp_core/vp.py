@@ -110,11 +110,12 @@ class AutoStrength:
     """VP's "auto" mode: keeps the strength (among AUTO_STRENGTHS) whose drafts would have passed
     verification most often so far in this run, scored off-policy on every verified VP draft.
 
-    For each candidate c the verifier's acceptance probability is known exactly once the new target p
-    arrives: with coupled drafting the draft c would have made is argmax(log q_c + noise) and passes
-    with min(1, p/q_c) of it; without coupling, sum(min(p, q_c)). No exploration is needed, and the
-    choice is lossless: it only depends on positions that verification has already committed, never
-    on the randomness of drafts still waiting."""
+    Once the new target p of a drafted position is known, the exact verifier's acceptance probability
+    of a draft from candidate c is sum(min(p, q_c)); that is also the expected acceptance under coupled
+    drafting, whose noise at a position is independent of both p and q_c (scoring the draft each
+    candidate would have made with the realised noise has the same mean and more variance). No
+    exploration is needed, and the choice is lossless: it only depends on positions that verification
+    has already committed, never on the randomness of drafts still waiting."""
 
     def __init__(self, vp: VPSettings, candidates: tuple[float, ...]):
         self.vp, self.strengths = vp, candidates
@@ -140,17 +141,12 @@ class AutoStrength:
         self.q = new
         return new[self.best]
 
-    def observe(self, p: Tensor, verified: Tensor, noise: Tensor | None) -> None:
+    def observe(self, p: Tensor, verified: Tensor) -> None:
         """p [B, w, V]: the targets the drafts in slots [B, w] were just verified against; verified
-        [B, w] marks verified VP drafts; noise [B, w, V] the coupled drafting noise, if any."""
+        [B, w] marks verified VP drafts."""
         if self.q is None or not bool(verified.any()):
             return
-        q = self.q[:, :, :p.shape[1]]
-        if noise is None:
-            accept = torch.minimum(p, q).sum(-1)                                     # [C, B, w]
-        else:
-            x = (torch.log(q) + noise).argmax(-1, keepdim=True)
-            accept = (p.expand_as(q).gather(-1, x) / q.gather(-1, x).clamp_min(1e-30)).clamp(max=1)[..., 0]
+        accept = torch.minimum(p, self.q[:, :, :p.shape[1]]).sum(-1)                  # [C, B, w]
         self.score += (accept * verified).sum((1, 2)).double().cpu()
         self.count += int(verified.sum())
 
