@@ -56,10 +56,10 @@ class SpeculativeDecode(io.ComfyNode):
                              tooltip="Images decoded together; each accepts its own number of tokens."),
                 WINDOW.Input("window", optional=True, tooltip="Jacobi window; 16 tokens with random init if absent."),
                 DRAFTER.Input("drafter", optional=True, tooltip="How drafts are made and verified; plain AR if absent."),
-                io.Int.Input("width", default=0, min=0, max=4096, step=16,
+                io.Int.Input("width", default=0, min=0, max=4096, step=16, optional=True,
                              tooltip="Image width in pixels for families with a size choice (Lumina-mGPT: a "
                                      "size it trained on; Emu3: any aspect). 0 with height 0: the model's default."),
-                io.Int.Input("height", default=0, min=0, max=4096, step=16,
+                io.Int.Input("height", default=0, min=0, max=4096, step=16, optional=True,
                              tooltip="Image height in pixels; see width."),
             ],
             outputs=[TOKENS.Output(display_name="tokens")],

@@ -13,8 +13,10 @@ DRAFTER = io.Custom("SJDVP_DRAFTER")
 
 
 def coupled_input():
-    """Every drafter's last widget: coupled drafting (exact, on by default: it won on the demo model)."""
-    return io.Boolean.Input("coupled", default=True,
+    """Every drafter's last widget: coupled drafting (exact, on by default: it won on the demo model).
+    Optional, like every widget added after the first release, so API-format prompts saved before it
+    still validate."""
+    return io.Boolean.Input("coupled", default=True, optional=True,
                             tooltip="Draw every draft at a position with that position's fixed random noise, "
                                     "so successive drafts agree unless their distribution really moved. "
                                     "Exact, and many more drafts pass verification.")
@@ -128,7 +130,7 @@ class VerificationPrediction(io.ComfyNode):
                                        "|lambda| (helps where probabilities mean-revert). 0 turns VP off."),
                 io.Float.Input("max_score", default=round(math.log(4), 4), min=0.01, max=20.0, step=0.01,
                                tooltip="Cap of the log-gain score per token."),
-                io.Combo.Input("strength_mode", options=["auto", "fixed"], default="auto",
+                io.Combo.Input("strength_mode", options=["auto", "fixed"], default="auto", optional=True,
                                tooltip="auto: the strength is chosen during decoding by which candidate's "
                                        "drafts pass verification most on this model and prompt (exact either "
                                        "way). fixed: use the strength above."),

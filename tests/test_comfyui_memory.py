@@ -15,7 +15,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def decode_chain(prompt: dict, first_id: int, model: str, cond: str) -> str:
-    """Load -> SJD decode (coupled, auto VP) -> IMAGE; returns the DecodeImage node id."""
+    """Load -> SJD decode (coupled, auto VP) -> IMAGE; returns the DecodeImage node id. The decode node
+    gets no width / height: an API prompt from before those widgets existed must still run."""
     ids = [str(first_id + i) for i in range(5)]
     prompt[ids[0]] = {"class_type": "SJDVP_LoadModel", "inputs": {"model": model, "precision": "auto", "device": "auto"}}
     prompt[ids[1]] = {"class_type": "SJDVP_DrafterSJD", "inputs": {"coupled": True}}
