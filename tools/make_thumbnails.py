@@ -19,10 +19,11 @@ from sjdvp_core.demo import load_demo  # noqa: E402
 from sjdvp_core.report import commit_map  # noqa: E402
 
 WORKFLOWS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "workflows")
-VERIFIERS = {"SJDVP_DrafterSJD": lambda w: DrafterSettings(),
-             "SJDVP_DrafterLANTERN": lambda w: DrafterSettings(verifier="lantern", lantern_k=w[0], lantern_delta=w[1]),
+VERIFIERS = {"SJDVP_DrafterSJD": lambda w: DrafterSettings(coupled=w[0]),
+             "SJDVP_DrafterLANTERN": lambda w: DrafterSettings(verifier="lantern", lantern_k=w[0], lantern_delta=w[1],
+                                                              coupled=w[2]),
              "SJDVP_DrafterGSD": lambda w: DrafterSettings(verifier="gsd", gsd_group=w[0], gsd_max_gap=w[1],
-                                                          gsd_max_distance=w[2] or None)}
+                                                          gsd_max_distance=w[2] or None, coupled=w[3])}
 
 
 def branches(workflow: dict) -> list[tuple[str, DecodeSettings]]:
@@ -33,8 +34,8 @@ def branches(workflow: dict) -> list[tuple[str, DecodeSettings]]:
     def drafter_of(node):
         if node["type"] == "SJDVP_VerificationPrediction":
             inner = drafter_of(source[node["inputs"][0]["link"]])
-            g, b, k, s, m = node["widgets_values"]
-            return dataclasses.replace(inner, vp=VPSettings(g, b, k, s, m))
+            g, b, k, s, m, mode = node["widgets_values"]
+            return dataclasses.replace(inner, vp=VPSettings(g, b, k, "auto" if mode == "auto" else s, m))
         return VERIFIERS[node["type"]](node["widgets_values"])
 
     out = []
@@ -42,7 +43,7 @@ def branches(workflow: dict) -> list[tuple[str, DecodeSettings]]:
         if node["type"] != "SJDVP_SpeculativeDecode":
             continue
         links = {i["name"]: i["link"] for i in node["inputs"]}
-        prompt, _, cfg, temp, top_k, top_p, seed, _, batch = node["widgets_values"]
+        prompt, _, cfg, temp, top_k, top_p, seed, _, batch, _, _ = node["widgets_values"]
         drafter = drafter_of(source[links["drafter"]]) if links.get("drafter") else None
         window = WindowSettings(*source[links["window"]]["widgets_values"]) if links.get("window") else WindowSettings()
         out.append((prompt, DecodeSettings(window=window if drafter else WindowSettings(1),
