@@ -34,7 +34,8 @@ test: setup setup-comfy
 
 bench: setup
 	$(BIN)/python -m benchmarks.compare_methods --model demo --out benchmarks/results/demo
-	$(BIN)/python -m benchmarks.sweep_vp --out benchmarks/results/vp_sweep
+	$(BIN)/python -m benchmarks.sweep_vp --prompts 12 --out benchmarks/results/vp_sweep
+	$(BIN)/python -m benchmarks.quality --out benchmarks/results/quality
 
 workflows:
 	$(PY) tools/make_workflows.py

@@ -59,8 +59,8 @@ def load_model(name: str, prompts: int, prompts_file: str = PROMPTS_T2I, device:
     return adapter, read_prompts(prompts_file)[:prompts], adapter.default_sampling, None
 
 
-def settings_for(adapter, method: str, window: int, coupled: bool, sampling, seed: int):
-    s = method_settings(method, window, sampling, seed, coupled=coupled)
+def settings_for(adapter, method: str, window: int, coupled: bool, sampling, seed: int, batch_size: int = 1):
+    s = method_settings(method, window, sampling, seed, batch_size, coupled=coupled)
     d = s.drafter
     if d.verifier == "lantern":
         d = replace(d, lantern_k=max(1, round(adapter.codebook().shape[0] * 1000 / 16384)))
