@@ -44,10 +44,14 @@ def read_prompts(path: str) -> list[str]:
 
 
 def load_model(name: str, prompts: int, prompts_file: str = PROMPTS_T2I, device: str = "cpu"):
-    """-> (adapter, conditions, sampling defaults, judge or None). name: toy, demo or a model folder."""
+    """-> (adapter, conditions, sampling defaults, judge or None). name: toy, toy-trend, demo or a folder."""
     if name == "toy":
         from sjdvp_core.models.toy import ToyGridAdapter
         toy = ToyGridAdapter(height=16, width=16, levels=8, sharpness=12.0)
+        return toy, [0, 1, 2, 3][:prompts], toy.default_sampling, None
+    if name == "toy-trend":
+        from sjdvp_core.models.toy import ToyTrendAdapter
+        toy = ToyTrendAdapter(height=16, width=16, levels=8, sharpness=80.0, noise=0.3)
         return toy, [0, 1, 2, 3][:prompts], toy.default_sampling, None
     if name == "demo":
         from sjdvp_core.demo import load_demo, load_judge, scenes
@@ -187,7 +191,8 @@ def main(model: str = "demo", windows=(16, 32, 64), seeds: int = 2, prompts: int
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="demo", help="toy, demo, or a model folder (e.g. models/sjdvp/emu3-gen)")
+    ap.add_argument("--model", default="demo",
+                    help="toy (mean-reverting), toy-trend (drifting), demo, or a model folder (e.g. models/sjdvp/Emu3-Gen-hf)")
     ap.add_argument("--prompts-file", dest="prompts_file", default=PROMPTS_T2I,
                     help="prompts for a model folder, one per line (default: benchmarks/prompts_t2i.txt; "
                          "class names for a class-conditional model)")

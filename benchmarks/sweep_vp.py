@@ -55,7 +55,7 @@ def main(model="demo", window=32, prompts=6, seeds=2, out=None, threads=1):
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="demo", choices=["toy", "demo"])
+    ap.add_argument("--model", default="demo", choices=["toy", "toy-trend", "demo"])
     ap.add_argument("--window", type=int, default=32)
     ap.add_argument("--prompts", type=int, default=6)
     ap.add_argument("--seeds", type=int, default=2)

@@ -105,3 +105,28 @@ class ToyGridAdapter:
         e = self._codebook[codes.cpu()]                                            # [B, h, w, 2]
         rgb = torch.stack([e[..., 0], e[..., 1], 1 - (e[..., 0] + e[..., 1]) / 2], -1)
         return rgb.repeat_interleave(cell, 1).repeat_interleave(cell, 2)
+
+
+class ToyTrendAdapter(ToyGridAdapter):
+    """A toy with other Jacobi dynamics: each cell is pulled toward the mean code of the previous `reach`
+    cells, a long context that converges gradually as the prefix is committed, so a draft's probability
+    tends to keep drifting the way it went (mild momentum) where the grid toy's, like the demo model's,
+    jitters back (mean reversion). Used to show VP's auto strength choosing differently per model."""
+
+    def __init__(self, reach: int = 48, **kw):
+        super().__init__(**kw)
+        self.reach = reach
+        self.default_sampling = SamplingSettings()
+
+    def logits_for(self, buffer: Tensor, targets: Tensor, colour: Tensor) -> Tensor:
+        emb = self._codebook
+        pos = targets[..., None] - 1 - torch.arange(self.reach)                       # [R, W, reach]
+        code = self.code_of[buffer.gather(1, pos.clamp(min=0).flatten(1)).view_as(pos)]
+        ok = (pos >= 0) & (code >= 0)
+        e = torch.where(ok[..., None], emb[code.clamp(min=0)], 0.0)
+        mu = (e.sum(2) + colour[:, None]) / (ok.sum(2, keepdim=True) + 1)
+        image = -self.sharpness * ((emb[None, None] - mu[:, :, None]) ** 2).sum(-1) \
+            + self.bias[targets.clamp(max=self.layout.length)]
+        out = torch.zeros(*targets.shape, self.vocab_size)
+        out[..., self.image_tokens] = image
+        return out
