@@ -151,9 +151,7 @@ def main(model: str = "demo", windows=(16, 32, 64), seeds: int = 2, prompts: int
          methods=tuple(METHODS), coupling=("off", "on"), repeats: int = 1, out: str | None = None,
          threads: int = 1, prompts_file: str = PROMPTS_T2I, device: str = "cpu") -> list[dict]:
     torch.set_num_threads(threads)
-    rank, world = shards.init()
-    if world > 1 and device == "cuda":
-        device = f"cuda:{rank % torch.cuda.device_count()}"
+    rank, world, device = shards.init(device)
     adapter, conditions, sampling, judge = load_model(model, prompts, prompts_file, device)
     codebook_size = adapter.codebook().shape[0]
     configs = [("ar", 1, False)] + [(m, W, c == "on") for W in windows for c in coupling

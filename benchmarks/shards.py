@@ -9,14 +9,19 @@ import torch
 import torch.distributed as dist
 
 
-def init() -> tuple[int, int]:
-    """-> (rank, world size), joining the process group when torchrun started us."""
+def init(device: str) -> tuple[int, int, str]:
+    """-> (rank, world size, this rank's device), joining the process group when torchrun started us.
+    On GPUs each rank takes the GPU of its local rank (nccl needs one GPU per rank)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world == 1:
-        return 0, 1
+        return 0, 1, device
+    cuda = device.startswith("cuda")
+    if cuda:
+        device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+        torch.cuda.set_device(device)
     if not dist.is_initialized():
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-    return dist.get_rank(), world
+        dist.init_process_group("nccl" if cuda else "gloo")
+    return dist.get_rank(), world, device
 
 
 def take(jobs: list, rank: int, world: int) -> list:

@@ -7,7 +7,7 @@ import torch
 from comfy_api.latest import io, ui
 
 from ..sjdvp_core.adapter import at_size
-from ..sjdvp_core.decode import DecodeResult, decode
+from ..sjdvp_core.decode import DecodeResult, decode, state_bytes
 from ..sjdvp_core.report import commit_map, report_text
 from ..sjdvp_core.settings import DecodeSettings, DrafterSettings, SamplingSettings, WindowSettings
 from . import runtime
@@ -74,7 +74,8 @@ class SpeculativeDecode(io.ComfyNode):
                                   sampling=SamplingSettings(cfg_scale=cfg, temperature=temperature,
                                                             top_k=top_k, top_p=top_p))
         adapter = at_size(model.adapter, width, height)
-        runtime.prepare(model, rows=batch_size * (2 if settings.sampling.uses_cfg else 1), adapter=adapter)
+        runtime.prepare(model, rows=batch_size * (2 if settings.sampling.uses_cfg else 1), adapter=adapter,
+                        extra=state_bytes(settings, adapter.layout))
         try:
             result = decode(adapter, prompt, settings, negatives=negative_prompt or None,
                             progress=runtime.Progress(adapter))

@@ -14,8 +14,9 @@ DRAFTER = io.Custom("SJDVP_DRAFTER")
 
 def coupled_input():
     """Every drafter's last widget: coupled drafting (exact, on by default: it won on the demo model).
-    Optional, like every widget added after the first release, so API-format prompts saved before it
-    still validate."""
+    Optional, like every widget added after the first release, so prompts saved before it still
+    validate; a prompt without it keeps its old meaning (execute's default False, and the web
+    extension does the same for UI workflows)."""
     return io.Boolean.Input("coupled", default=True, optional=True,
                             tooltip="Draw every draft at a position with that position's fixed random noise, "
                                     "so successive drafts agree unless their distribution really moved. "
@@ -55,7 +56,7 @@ class DrafterSJD(io.ComfyNode):
         )
 
     @classmethod
-    def execute(cls, coupled=True) -> io.NodeOutput:
+    def execute(cls, coupled=False) -> io.NodeOutput:
         return io.NodeOutput(DrafterSettings(verifier="sjd", coupled=coupled))
 
 
@@ -78,7 +79,7 @@ class DrafterLANTERN(io.ComfyNode):
         )
 
     @classmethod
-    def execute(cls, neighbours, delta, coupled=True) -> io.NodeOutput:
+    def execute(cls, neighbours, delta, coupled=False) -> io.NodeOutput:
         return io.NodeOutput(DrafterSettings(verifier="lantern", lantern_k=neighbours, lantern_delta=delta,
                                              coupled=coupled))
 
@@ -103,7 +104,7 @@ class DrafterGSD(io.ComfyNode):
         )
 
     @classmethod
-    def execute(cls, group, max_gap, max_distance, coupled=True) -> io.NodeOutput:
+    def execute(cls, group, max_gap, max_distance, coupled=False) -> io.NodeOutput:
         return io.NodeOutput(DrafterSettings(verifier="gsd", gsd_group=group, gsd_max_gap=max_gap,
                                              gsd_max_distance=max_distance or None, coupled=coupled))
 
@@ -139,7 +140,8 @@ class VerificationPrediction(io.ComfyNode):
         )
 
     @classmethod
-    def execute(cls, drafter, growth_steps, beta, top_k, strength, max_score, strength_mode="auto") -> io.NodeOutput:
+    def execute(cls, drafter, growth_steps, beta, top_k, strength, max_score, strength_mode="fixed") -> io.NodeOutput:
+        # no strength_mode: a prompt saved before it existed, whose strength meant what it says
         vp = VPSettings(growth_steps=growth_steps, beta=beta, top_k=top_k, max_score=max_score,
                         strength="auto" if strength_mode == "auto" else strength)
         return io.NodeOutput(replace(drafter, vp=vp))

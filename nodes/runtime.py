@@ -60,11 +60,12 @@ def _precision(precision: str, device: torch.device) -> str:
     return "fp32"
 
 
-def prepare(model: LoadedModel, rows: int = 0, adapter=None) -> None:
+def prepare(model: LoadedModel, rows: int = 0, adapter=None, extra: int = 0) -> None:
     """Ask ComfyUI to put the whole model on its device (plain modules cannot be partly loaded), with
-    room for the KV cache of `rows` sequences (at `adapter`'s image size), evicting other models if needed."""
+    room for the KV cache of `rows` sequences (at `adapter`'s image size) and `extra` bytes of decoding
+    state, evicting other models if needed."""
     cache = (adapter or model.adapter).cache_bytes(rows)
-    mm.load_models_gpu([model.patcher], memory_required=cache, force_full_load=True)
+    mm.load_models_gpu([model.patcher], memory_required=cache + extra, force_full_load=True)
 
 
 class Progress:

@@ -269,6 +269,16 @@ class JacobiDecoder:
         progress(int(done.sum()), self.B * self.L, codes)
 
 
+def state_bytes(settings: DecodeSettings, layout: TokenLayout) -> int:
+    """Memory the loop holds beyond the model's KV cache, for memory managers: per undecided window slot
+    and (local) vocabulary entry, the drafts' q and VP's history (pbar, prev in fp32, growth in int16),
+    coupled drafting's noise, auto's candidates; doubled for the temporaries of one iteration."""
+    vocab = layout.image_tokens.numel() + layout.special_tokens.numel()
+    vp = settings.drafter.vp
+    per_entry = 4 * 3 + 2 + 4 * settings.drafter.coupled + 4 * len(AUTO_STRENGTHS) * (vp is not None and vp.auto)
+    return 2 * settings.batch_size * max(1, settings.window.size - 1) * vocab * per_entry
+
+
 def decode(adapter: ModelAdapter, conditions: Sequence[Any] | Any, settings: DecodeSettings,
            negatives: Sequence[Any] | Any | None = None, progress: ProgressFn | None = None) -> DecodeResult:
     """Generate settings.batch_size images. conditions: one per image, or one shared by all (the

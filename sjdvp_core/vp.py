@@ -77,7 +77,9 @@ def fuse(p: Tensor, pbar_prev: Tensor, growth: Tensor, eligible: Tensor, s: VPSe
     strength > 0: the paper's extrapolation, boosting tokens that kept rising by their log gain.
     strength < 0: shrinkage toward the history, log p' = (1 - a) log p + a log pbar with a = |strength|
     (capped at 1) and pbar the history including this observation; it helps where probabilities
-    mean-revert across iterations. Either way p' stays inside p's support."""
+    mean-revert across iterations. Either way p' stays inside p's support. ("auto" is AutoStrength's.)"""
+    if s.auto:
+        raise ValueError("fuse() needs a numeric strength; strength='auto' is chosen per run by AutoStrength")
     return fuse_many(p, pbar_prev, growth, eligible, s, [s.strength])[0]
 
 
@@ -135,10 +137,9 @@ class AutoStrength:
         """Every candidate's fused distribution for the slots being re-drafted (redraw [B, S]; the
         other slots keep theirs, shifted with the window by `shift`); returns the chosen one."""
         new = fuse_many(p, pbar_prev, growth, eligible, self.vp, self.strengths)
-        if self.q is not None:
-            old = torch.stack([shift_slots(q, shift, p.shape[1]) for q in self.q])
-            new = torch.where(redraw[None, ..., None], new, old)
-        self.q = new
+        old = torch.zeros_like(new) if self.q is None else \
+            torch.stack([shift_slots(q, shift, p.shape[1]) for q in self.q])
+        self.q = torch.where(redraw[None, ..., None], new, old)   # slots not scored now hold no target
         return new[self.best]
 
     def observe(self, p: Tensor, verified: Tensor) -> None:
@@ -147,7 +148,7 @@ class AutoStrength:
         if self.q is None or not bool(verified.any()):
             return
         accept = torch.minimum(p, self.q[:, :, :p.shape[1]]).sum(-1)                  # [C, B, w]
-        self.score += (accept * verified).sum((1, 2)).double().cpu()
+        self.score += torch.where(verified, accept, 0.0).sum((1, 2)).double().cpu()
         self.count += int(verified.sum())
 
     def summary(self) -> dict:

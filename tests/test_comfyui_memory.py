@@ -57,3 +57,15 @@ def test_two_models_and_a_vae_share_the_session(server):
     prompt["21"]["inputs"]["pixels"] = [tiny_image, 0]
     history, _ = server.run(prompt)
     assert history["status"]["status_str"] == "success", history["status"]
+
+
+def test_prompt_saved_before_new_widgets_keeps_its_meaning(server):
+    """No coupled / strength_mode inputs (an API prompt from before they existed): independent drafts
+    and the strength as stored, not the new defaults."""
+    prompt: dict = {}
+    image = decode_chain(prompt, 1, "demo", "a blue square on snow")
+    prompt["6"] = {"class_type": "PreviewImage", "inputs": {"images": [image, 0]}}
+    del prompt["2"]["inputs"]["coupled"], prompt["3"]["inputs"]["strength_mode"]
+    history, _ = server.run(prompt)
+    assert history["status"]["status_str"] == "success", history["status"]
+    assert "".join(history["outputs"]["4"]["text"]).startswith("SJD-VP(+1):")

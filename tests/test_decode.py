@@ -111,3 +111,13 @@ def test_relaxed_verifier_without_codebook_says_what_to_do():
             return None
     with pytest.raises(ValueError, match="codebook.*verifier='sjd'"):
         decode(NoCodebook(height=2, width=2), 0, settings(4, DrafterSettings(verifier="lantern")))
+
+
+def test_state_bytes_grows_with_what_the_run_keeps():
+    from sjdvp_core.decode import state_bytes
+    plain = state_bytes(settings(32, DrafterSettings()), TOY.layout)
+    coupled = state_bytes(settings(32, DrafterSettings(coupled=True)), TOY.layout)
+    auto = state_bytes(settings(32, DrafterSettings(vp=VPSettings(), coupled=True), batch=2), TOY.layout)
+    assert 0 < plain < coupled < auto
+    vocab = TOY.layout.image_tokens.numel() + TOY.layout.special_tokens.numel()
+    assert auto == 2 * 2 * 31 * vocab * (14 + 4 + 16)

@@ -115,3 +115,14 @@ def test_auto_strength_differs_between_models_with_different_dynamics():
                                                      sampling=toy.default_sampling, seed=c)).stats.vp_auto["vp_auto_strength"]
                        for c in range(4)]
     assert all(s < 0 for s in picks["grid"]) and all(s >= 0 for s in picks["trend"]), picks
+
+
+def test_auto_scores_stay_finite_when_rows_sit_at_different_positions():
+    """A window wider than the image with a batch: slots past a row's image were never scored."""
+    from sjdvp_core import DecodeSettings, DrafterSettings, WindowSettings, decode
+    from sjdvp_core.models.toy import ToyGridAdapter
+    toy = ToyGridAdapter(8, 8, levels=4)
+    for seed in range(3):
+        st = decode(toy, [0, 1], DecodeSettings(window=WindowSettings(128), drafter=DrafterSettings(vp=VPSettings()),
+                                                batch_size=2, seed=seed)).stats
+        assert all(math.isfinite(r) for r in st.vp_auto["vp_auto_rates"].values()), st.vp_auto

@@ -1,7 +1,8 @@
-// A speed-up badge on Speculative Decode and Speed-up Report nodes after they run ("3.30× fewer
-// passes · 3.4 tok/pass"), read from the report text the nodes send to the UI. Drawing only: no widget
-// is added, so saved workflows are unchanged.
+// Two small helps: a speed-up badge on Speculative Decode and Speed-up Report nodes after they run
+// ("3.30× fewer passes · 3.4 tok/pass", read from the report text the nodes send to the UI; drawing
+// only, no widget added), and old workflows keeping their meaning when a node gained a widget.
 import { app } from "../../scripts/app.js";
+import { LEGACY, legacyValues } from "./legacy.js";
 import { badgeText, parseReport } from "./report.js";
 
 const NODES = new Set(["SJDVP_SpeculativeDecode", "SJDVP_Report"]);
@@ -9,6 +10,15 @@ const NODES = new Set(["SJDVP_SpeculativeDecode", "SJDVP_Report"]);
 app.registerExtension({
   name: "sjdvp.SpeedBadge",
   async beforeRegisterNodeDef(nodeType, nodeData) {
+    if (nodeData.name in LEGACY) {
+      const onConfigure = nodeType.prototype.onConfigure;
+      nodeType.prototype.onConfigure = function (info) {
+        onConfigure?.apply(this, arguments);
+        const names = (this.widgets ?? []).map((w) => w.name);
+        const values = legacyValues(nodeData.name, names, info?.widgets_values?.length ?? names.length);
+        for (const w of this.widgets ?? []) if (w.name in values) w.value = values[w.name];
+      };
+    }
     if (!NODES.has(nodeData.name)) return;
 
     const onExecuted = nodeType.prototype.onExecuted;
