@@ -147,6 +147,15 @@ def markdown(results: list[dict], header: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def write_table(text: str, out: str | None) -> None:
+    """Print a markdown table and, with out, write it to <out>.md."""
+    print(text)
+    if out:
+        os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
+        with open(out + ".md", "w") as f:
+            f.write(text)
+
+
 def main(model: str = "demo", windows=(16, 32, 64), seeds: int = 2, prompts: int = 6,
          methods=tuple(METHODS), coupling=("off", "on"), repeats: int = 1, out: str | None = None,
          threads: int = 1, prompts_file: str = PROMPTS_T2I, device: str = "cpu") -> list[dict]:
@@ -171,11 +180,8 @@ def main(model: str = "demo", windows=(16, 32, 64), seeds: int = 2, prompts: int
     header = (f"model={model} conditions={len(conditions)} seeds={seeds} sampling={sampling} repeats={repeats} "
               f"processes={world} (same conditions and seeds for every method); AR entropy {ar['entropy']:.3f} nats")
     table = markdown(results, header)
-    print(table)
+    write_table(table, out)
     if out:
-        os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
-        with open(out + ".md", "w") as f:
-            f.write(table)
         with open(out + ".json", "w") as f:
             json.dump([{k: v for k, v in r.items() if k != "codes"} for r in results], f, indent=1)
         try:

@@ -9,7 +9,6 @@ SJD must sit at it.
 from __future__ import annotations
 
 import argparse
-import os
 
 import torch
 
@@ -17,7 +16,7 @@ from sjdvp_core import decode
 from sjdvp_core.demo import load_demo, load_judge, scenes
 from sjdvp_core.demo.judge import HEADS, prompt_match
 
-from .compare_methods import settings_for
+from .compare_methods import settings_for, write_table
 
 METHODS = ("sjd", "lantern", "lantern-vp", "gsd", "gsd-vp")
 
@@ -69,12 +68,7 @@ def main(samples=64, prompts=2, window=32, out=None, threads=1):
             mean = [sum(r[i] for r in sel) / len(sel) for i in (3, 4, 5, 6)]
             lines.append(f"| {name} | {'yes' if coupled else 'no'} | {mean[0]:.3f} | {mean[1]:.3f} | "
                          f"{mean[2]:.2f} ({mean[3]:.2f}) |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if out:
-        os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
-        with open(out + ".md", "w") as f:
-            f.write(text)
+    write_table("\n".join(lines) + "\n", out)
 
 
 if __name__ == "__main__":

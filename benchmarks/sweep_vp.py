@@ -7,7 +7,6 @@ with independent and coupled drafts.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 from dataclasses import replace
 
@@ -15,7 +14,7 @@ import torch
 
 from sjdvp_core.settings import DecodeSettings, DrafterSettings, VPSettings, WindowSettings
 
-from .compare_methods import load_model, run_one
+from .compare_methods import load_model, run_one, write_table
 
 BASE = VPSettings()
 GRID = ([dict(strength=v) for v in (2.0, 1.0, 0.5, 0.0, -0.35, -0.7, -1.0, "auto")]
@@ -45,12 +44,7 @@ def main(model="demo", window=32, prompts=6, seeds=2, out=None, threads=1):
             picked = ", ".join(f"{s:+g}: {picks.count(s)}" for s in sorted(set(picks))) if picks else ""
             lines.append(f"| {'yes' if coupled else 'no'} | {shown} | {sjd / nfe:.3f} | {nfe:.1f} | {picked} |")
             print(lines[-1], flush=True)
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if out:
-        os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
-        with open(out + ".md", "w") as f:
-            f.write(text)
+    write_table("\n".join(lines) + "\n", out)
 
 
 if __name__ == "__main__":
