@@ -21,7 +21,7 @@ import torch
 
 from sjdvp_core import DecodeSettings, DrafterSettings, SamplingSettings, VPSettings, WindowSettings, decode
 from sjdvp_core.adapter import TokenLayout
-from sjdvp_core.models.hf_adapter import HFAdapter
+from sjdvp_core.models.hf_adapter import HFAdapter, dtype_kwarg
 
 WINDOWS = (1, 16, 32, 64)
 
@@ -64,7 +64,7 @@ class Probe(HFAdapter):
 
 def build(cls, config, dtype, device):
     with torch.device("meta"):
-        model = cls._from_config(config, torch_dtype=dtype)
+        model = cls._from_config(config, **dtype_kwarg(dtype))
     model = model.to_empty(device=device)
     with torch.no_grad():
         for p in model.parameters():

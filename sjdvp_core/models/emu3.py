@@ -11,7 +11,6 @@ CFG 3 and top-k 2048 and appends a quality phrase to the prompt; so do we.
 """
 from __future__ import annotations
 
-import copy
 import os
 from typing import Sequence
 
@@ -20,7 +19,7 @@ from torch import Tensor
 
 from ..adapter import TokenLayout
 from ..settings import SamplingSettings
-from .hf_adapter import HFAdapter, TextTokenizer, load_pretrained, read_json, to_image
+from .hf_adapter import HFAdapter, SizeChoice, TextTokenizer, load_pretrained, read_json, to_image
 from .llamagen import CheckpointError
 
 REPO = "BAAI/Emu3-Gen-hf"
@@ -51,7 +50,7 @@ def token_grid(ratio: str, image_area: int, factor: int, max_positions: int) -> 
     return h, w
 
 
-class Emu3Adapter(HFAdapter):
+class Emu3Adapter(SizeChoice, HFAdapter):
     family = "Emu3"
 
     def __init__(self, model, tokenizer: TextTokenizer, *, ratio: str = "1:1", image_area: int = IMAGE_AREA,
@@ -72,12 +71,9 @@ class Emu3Adapter(HFAdapter):
         return TokenLayout.raster(self.visual, self.height, self.width, row_end=self.ids[EOL],
                                   suffix=[self.ids[EOF], self.ids[EOI], self.ids[EOS]])
 
-    def with_size(self, width: int, height: int) -> "Emu3Adapter":
-        """The same model generating at about width x height pixels (Emu3 takes any aspect ratio; the
-        grid is rounded to its 8 px tokens)."""
-        out = copy.copy(self)
-        out.layout, out.cache = out._grid(f"{width}:{height}", width * height), None
-        return out
+    def layout_at(self, width: int, height: int) -> TokenLayout:
+        """About width x height pixels: Emu3 takes any aspect ratio, rounded to its 8 px tokens."""
+        return self._grid(f"{width}:{height}", width * height)
 
     @property
     def default_sampling(self) -> SamplingSettings:

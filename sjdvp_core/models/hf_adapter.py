@@ -12,6 +12,7 @@ real prompt tokens, as transformers' own left-padded generation does. Verified w
 """
 from __future__ import annotations
 
+import copy
 import inspect
 import json
 import os
@@ -61,11 +62,10 @@ def load_pretrained(model_class, folder: str, repo: str, dtype: torch.dtype, opt
     `reshape(key, stored, shape)` is a family's rule for tensors its release stores in another shape
     than transformers' class: the stored tensor in `shape`, or None where the rule does not apply."""
     check_folder(folder, repo)
-    dtype_arg = "dtype" if _version() >= (4, 56) else "torch_dtype"
     try:
         model, info = model_class.from_pretrained(folder, local_files_only=True, attn_implementation="sdpa",
                                                   output_loading_info=True, ignore_mismatched_sizes=reshape is not None,
-                                                  **{dtype_arg: dtype})
+                                                  **dtype_kwarg(dtype))
     except Exception as e:  # corrupt or truncated files, a config of another version, ...
         raise CheckpointError(f"{folder}: cannot be loaded as {model_class.__name__} ({type(e).__name__}: {e}). "
                               f"Re-download the files of {repo}") from e
@@ -94,6 +94,11 @@ def read_tensor(folder: str, key: str) -> Tensor:
     name = read_json(index)["weight_map"][key] if os.path.isfile(index) else "model.safetensors"
     with safe_open(os.path.join(folder, name), framework="pt") as f:
         return f.get_tensor(key)
+
+
+def dtype_kwarg(dtype: torch.dtype) -> dict:
+    """The dtype argument of from_pretrained / _from_config: `dtype` since 4.56, `torch_dtype` before."""
+    return {"dtype" if _version() >= (4, 56) else "torch_dtype": dtype}
 
 
 def _version() -> tuple[int, int]:
@@ -248,6 +253,20 @@ class HFAdapter:
         kv_heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
         itemsize = self.lm.get_input_embeddings().weight.element_size()
         return 2 * c.num_hidden_layers * rows * kv_heads * (PROMPT_ALLOWANCE + self.layout.length) * head_dim * itemsize
+
+
+class SizeChoice:
+    """For families whose image size is a choice (Lumina-mGPT, Emu3): the same model at another size,
+    sharing every weight. A family implements layout_at(width, height), which also sets its
+    size-dependent prompt parts."""
+
+    def layout_at(self, width: int, height: int) -> TokenLayout:
+        raise NotImplementedError
+
+    def with_size(self, width: int, height: int):
+        out = copy.copy(self)
+        out.layout, out.cache = out.layout_at(width, height), None
+        return out
 
 
 def to_image(pixels: Tensor, mean: Sequence[float] = (0.5,) * 3, std: Sequence[float] = (0.5,) * 3) -> Tensor:

@@ -16,7 +16,6 @@ default) and image top-k 2000.
 """
 from __future__ import annotations
 
-import copy
 import os
 import re
 from typing import Sequence
@@ -27,7 +26,7 @@ from torch import Tensor
 from ..adapter import TokenLayout
 from ..settings import SamplingSettings
 from .chameleon_vqgan import ChameleonVQGAN, load_vqgan, vqgan_files
-from .hf_adapter import HFAdapter, TextTokenizer, check_folder, load_pretrained, to_image
+from .hf_adapter import HFAdapter, SizeChoice, TextTokenizer, check_folder, load_pretrained, to_image
 from .llamagen import CheckpointError
 
 REPO = "Alpha-VLLM/Lumina-mGPT-7B-768 (or -512, -1024)"
@@ -66,21 +65,21 @@ def supported_sizes(trained: int, max_ratio: float = 4.0) -> list[tuple[int, int
     return sizes
 
 
-class LuminaAdapter(HFAdapter):
+class LuminaAdapter(SizeChoice, HFAdapter):
     family = "Lumina-mGPT"
 
     def __init__(self, model, tokenizer: TextTokenizer, vqgan: ChameleonVQGAN, *, width: int | None = None,
                  height: int | None = None, trained: int = 768, device="cpu"):
         self.tokenizer, self.trained = tokenizer, trained
         self.image_tokens = image_token_ids(tokenizer, vqgan)
-        layout = self._grid(width or trained, height or trained)
+        layout = self.layout_at(width or trained, height or trained)
         model.model.vqmodel = None   # transformers' VQ encoder: generation never encodes, and Lumina may not ship it
         super().__init__(model, model.model, model.config, layout, tokenizer.id(PAD), device)
         self.vqgan = vqgan.to(device, torch.float32)
         self.module = torch.nn.ModuleDict({"model": model, "vqgan": self.vqgan})
         self._codebook: Tensor | None = None
 
-    def _grid(self, width: int, height: int) -> TokenLayout:
+    def layout_at(self, width: int, height: int) -> TokenLayout:
         """Set the image size (and the prompt's resolution tokens); only sizes Lumina-mGPT trained on."""
         if (width, height) not in supported_sizes(self.trained):
             sizes = ", ".join(f"{w}x{h}" for w, h in supported_sizes(self.trained))
@@ -92,12 +91,6 @@ class LuminaAdapter(HFAdapter):
                              tok.id(resolution_token(width // GRID))]
         return TokenLayout.raster(self.image_tokens, height // 16, width // 16, row_end=tok.id(ROW_END),
                                   suffix=[tok.id(IMAGE_END)])
-
-    def with_size(self, width: int, height: int) -> "LuminaAdapter":
-        """The same model generating at width x height pixels (one of supported_sizes)."""
-        out = copy.copy(self)
-        out.layout, out.cache = out._grid(width, height), None
-        return out
 
     @property
     def default_sampling(self) -> SamplingSettings:
