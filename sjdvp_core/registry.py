@@ -11,26 +11,29 @@ import os
 
 import torch
 
+from .models.llamagen import WEIGHT_EXT
+
 DEMO = "demo"
-_WEIGHT_EXT = (".pt", ".pth", ".bin", ".safetensors")
 FAMILY_FILES = {
     "llamagen": "a LlamaGen GPT file (c2i_*.pt / t2i_*.pt or .safetensors) and its tokenizer (vq_ds16_*.pt "
                 "or vq_ds8_*.pt) side by side; for t2i also the flan-t5-xl folder",
-    "janus": "a Janus-Pro folder in transformers format (all files of deepseek-community/Janus-Pro-1B or -7B: "
-             "config.json, tokenizer.json, *.safetensors)",
+    "janus": "a Janus-Pro folder, as released (all files of deepseek-ai/Janus-Pro-1B or -7B: config.json, "
+             "tokenizer.json, pytorch_model.bin or pytorch_model.bin.index.json and its shards) or in transformers "
+             "format (all files of deepseek-community/Janus-Pro-1B or -7B: config.json, tokenizer.json, *.safetensors)",
     "emu3": "an Emu3 folder in transformers format (all files of BAAI/Emu3-Gen-hf: config.json, tokenizer.json, "
             "model.safetensors.index.json and its model-*.safetensors shards)",
     "lumina": "a Lumina-mGPT 1.0 folder (all files of Alpha-VLLM/Lumina-mGPT-7B-512, -768 or -1024: config.json, "
               "tokenizer.json, *.safetensors) with Meta's Chameleon vqgan.yaml and vqgan.ckpt in its tokenizer/ folder",
 }
 # transformers model folders: config.json's model_type -> family
-HF_MODEL_TYPES = {"janus": "janus", "emu3": "emu3", "chameleon": "lumina"}
+HF_MODEL_TYPES = {"janus": "janus", "multi_modality": "janus", "emu3": "emu3", "chameleon": "lumina"}
+LUMINA_ARCHITECTURE = "ChameleonXLLMXForConditionalGeneration"   # Lumina's own class; Chameleon/Anole use others
 OPTIONS = {"emu3", "lumina"}   # families with load options
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def _files(folder: str, pattern: str) -> list[str]:
-    return sorted(p for p in glob.glob(os.path.join(folder, pattern)) if p.endswith(_WEIGHT_EXT))
+    return sorted(p for p in glob.glob(os.path.join(folder, pattern)) if p.endswith(WEIGHT_EXT))
 
 
 def detect_family(path: str) -> str:
@@ -56,14 +59,21 @@ def hf_family(folder: str) -> str | None:
         return None
     try:
         with open(path, encoding="utf-8") as f:
-            model_type = json.load(f).get("model_type")
+            config = json.load(f)
+        model_type, architectures = config.get("model_type"), config.get("architectures") or []
     except (OSError, ValueError, AttributeError) as e:
         raise ValueError(f"{path}: cannot be read ({e}); re-download the model's config.json") from e
-    return HF_MODEL_TYPES.get(model_type)
+    family = HF_MODEL_TYPES.get(model_type)
+    if family == "lumina" and LUMINA_ARCHITECTURE not in architectures:
+        named = ", ".join(architectures) or "no architectures in its config.json"
+        raise ValueError(f"{folder}: a Chameleon-type model ({named}) that is not Lumina-mGPT. Of this "
+                         f"architecture only Lumina-mGPT 1.0 ({LUMINA_ARCHITECTURE}, Alpha-VLLM/Lumina-mGPT-7B-*) runs here; Chameleon and Anole "
+                         "were not trained with its image prompt")
+    return family
 
 
 def is_gpt_file(name: str) -> bool:
-    return name.startswith(("c2i_", "t2i_")) and name.endswith(_WEIGHT_EXT)
+    return name.startswith(("c2i_", "t2i_")) and name.endswith(WEIGHT_EXT)
 
 
 def describe_families() -> str:
@@ -101,30 +111,9 @@ def load_model(path: str, device="cpu", precision: str = "auto", **options):
     if family == "lumina":
         from .models.lumina import load_lumina
         return load_lumina(path, device, dtype, **options)
-    return _load_llamagen(path, device, dtype)
-
-
-def _load_llamagen(path: str, device: torch.device, dtype: torch.dtype):
-    from .models.llamagen import LlamaGenAdapter, imagenet_classes, load_gpt, load_vq
-    folder = path if os.path.isdir(path) else os.path.dirname(path)
-    gpts = [path] if os.path.isfile(path) else _files(folder, "c2i_*") + _files(folder, "t2i_*")
-    if len(gpts) > 1:
-        raise ValueError(f"{folder}: holds several LlamaGen GPT files ({', '.join(map(os.path.basename, gpts))}); "
-                         "select one file instead of the folder")
-    gpt = load_gpt(gpts[0])
-    kind = gpt.config.model_type
-    vqs = _files(folder, "vq_*")
-    preferred = [v for v in vqs if kind in os.path.basename(v)] or vqs
-    if not preferred:
-        raise FileNotFoundError(f"{folder}: no VQ tokenizer next to {os.path.basename(gpts[0])}; download "
-                                f"vq_ds16_{kind}.pt from the LlamaGen release into this folder")
-    text_encoder = None
-    if kind == "t2i":
-        from .models.t5_text import T5CaptionEncoder
-        text_encoder = T5CaptionEncoder(os.path.join(folder, "flan-t5-xl"), device=device)
-    names = imagenet_classes() if kind == "c2i" and gpt.config.num_classes == 1000 else None
-    return LlamaGenAdapter(gpt, load_vq(preferred[0]), class_names=names,
-                           text_encoder=text_encoder, device=device, dtype=dtype)
+    from .models.llamagen import load_llamagen
+    return load_llamagen(path, _files(path, "c2i_*") + _files(path, "t2i_*") if os.path.isdir(path) else [path],
+                         device, dtype)
 
 
 def _listed_hf(folder: str) -> bool:

@@ -128,7 +128,7 @@ def test_wrong_files_say_what_was_expected(files, tmp_path):
     with pytest.raises(CheckpointError, match="cannot be read"):
         load_gpt(str(corrupt))
     torch.save({"model": Evil()}, tmp_path / "evil_256.pt")
-    with pytest.raises(CheckpointError, match="cannot be read"):   # never unpickled
+    with pytest.raises(CheckpointError, match=r"holds Python objects \((tests\.)?test_llamagen\.Evil\)"):   # never unpickled
         load_gpt(str(tmp_path / "evil_256.pt"))
     torch.save(random_gpt().state_dict(), tmp_path / "c2i_model.pt")
     with pytest.raises(CheckpointError, match="image size"):
@@ -138,3 +138,43 @@ def test_wrong_files_say_what_was_expected(files, tmp_path):
 def test_class_names():
     names = imagenet_classes()
     assert len(names) == 1000 and names[207] == "golden retriever"
+
+
+def test_namespace_args_of_the_training_scripts_load(tmp_path):
+    """LlamaGen's train_c2i.py / vq_train.py save {"model", "optimizer", "steps", "args": Namespace}."""
+    import argparse
+    args = argparse.Namespace(gpt_model="GPT-B", image_size=256, lr=1e-4, mixed_precision="bf16", no_compile=False)
+    gpt = random_gpt().state_dict()
+    optimizer = {"state": {0: {"step": torch.tensor(5.0), "exp_avg": torch.zeros(3)}},
+                 "param_groups": [{"lr": 1e-4, "betas": (0.9, 0.95), "params": [0]}]}
+    torch.save({"model": gpt, "optimizer": optimizer, "steps": 5000, "args": args}, tmp_path / "c2i_B_256.pt")
+    torch.save({"model": random_vq().state_dict(), "optimizer": optimizer, "discriminator": {},
+                "optimizer_disc": optimizer, "steps": 10, "args": args}, tmp_path / "vq_ds16_c2i.pt")
+    model = load_gpt(str(tmp_path / "c2i_B_256.pt"))
+    assert all(torch.equal(v, gpt[k]) for k, v in model.state_dict().items())
+    assert load_vq(str(tmp_path / "vq_ds16_c2i.pt")).config.codebook_size == 64
+
+
+def test_namespace_is_the_only_object_let_through(tmp_path):
+    import argparse
+    torch.save({"model": random_gpt().state_dict(), "args": argparse.Namespace(lr=1e-4), "evil": Evil()},
+               tmp_path / "c2i_B_256.pt")
+    with pytest.raises(CheckpointError, match=r"holds Python objects \((tests\.)?test_llamagen\.Evil\) that are "
+                                              "never unpickled") as err:
+        load_gpt(str(tmp_path / "c2i_B_256.pt"))
+    assert "argparse" not in str(err.value)
+
+
+def test_a_tokenizer_of_the_other_kind_is_refused(files, tmp_path):
+    from sjdvp_core.registry import load_model
+    import shutil
+    shutil.copy(files["ddp"], tmp_path / "c2i_B_256.pt")
+    torch.save({"model": random_vq().state_dict()}, tmp_path / "vq_ds16_t2i.pt")   # same codebook shape
+    with pytest.raises(CheckpointError, match=r"no tokenizer for the c2i model c2i_B_256\.pt; vq_ds16_t2i\.pt is "
+                                              r"the t2i models' tokenizer.*Download vq_ds16_c2i\.pt from "
+                                              r"huggingface\.co/FoundationVision/LlamaGen"):
+        load_model(str(tmp_path))
+    torch.save({"model": random_vq(seed=1).state_dict()}, tmp_path / "vq_ds8_c2i.pt")
+    torch.save({"model": random_vq().state_dict()}, tmp_path / "vq_ds16_c2i.pt")
+    ad = load_model(str(tmp_path))              # its own kind, the ds16 one first
+    assert torch.equal(ad.vq.quantize.embedding.weight, random_vq().quantize.embedding.weight)

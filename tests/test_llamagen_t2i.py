@@ -75,3 +75,34 @@ def test_t2i_greedy_sjd_equals_ar_and_padding_is_masked(t5_folder, tmp_path):
         gpt_.setup_caches(2, prefix_valid=mask)
         b = gpt_.prefill(gpt_.embed_condition(torch.where(mask[..., None], feats, torch.randn_like(feats))))
     assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_golden_captions_are_cleaned_as_upstream():
+    """Prompts go through LlamaGen's caption cleaning (lower case, URLs, HTML, ids, ...), as recorded
+    from upstream's T5Embedder.clean_caption in tests/golden/captions.json."""
+    import os
+    from sjdvp_core.models.captions import clean_caption
+    with open(os.path.join(os.path.dirname(__file__), "golden", "captions.json"), encoding="utf-8") as f:
+        golden = json.load(f)
+    assert "FoundationVision/LlamaGen" in golden["source"]
+    for caption, cleaned in golden["pairs"]:
+        assert clean_caption(caption) == cleaned, caption
+
+
+def test_the_encoder_sees_cleaned_captions_in_the_gpts_precision(t5_folder, tmp_path):
+    from sjdvp_core.registry import load_model
+    enc = T5CaptionEncoder(t5_folder)
+    a, mask_a = enc(["A RED FOX in the <b>snow</b>"])
+    b, mask_b = enc(["a red fox in the snow"])
+    assert torch.equal(a, b) and torch.equal(mask_a, mask_b)
+    torch.manual_seed(1)
+    gpt = LlamaGenGPT(GPTConfig(dim=64, n_layer=1, n_head=1, vocab_size=64, block_size=16, model_type="t2i",
+                                caption_dim=32, cls_token_num=120))
+    torch.save({"model": gpt.state_dict()}, tmp_path / "t2i_XL_stage1_256.pt")
+    torch.save({"model": random_vq().state_dict()}, tmp_path / "vq_ds16_t2i.pt")
+    import shutil
+    shutil.copytree(t5_folder, tmp_path / "flan-t5-xl")
+    ad = load_model(str(tmp_path), precision="bf16")      # what "auto" picks on a GPU with bf16
+    assert ad.text_encoder.model.dtype == torch.bfloat16 and ad.gpt.output.weight.dtype == torch.bfloat16
+    feats, _ = ad.text_encoder(["a red fox"])
+    assert feats.dtype == torch.float32                   # the GPT's prefix casts them back to its own dtype

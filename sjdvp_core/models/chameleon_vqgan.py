@@ -7,6 +7,7 @@ The encoder is left out: generation only decodes.
 """
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 
@@ -17,6 +18,7 @@ from torch import Tensor, nn
 from .llamagen import CheckpointError, load_strict, read_state_dict
 from .llamagen_vq import AttnBlock, ResnetBlock, Upsample, swish
 
+log = logging.getLogger(__name__)
 CONFIG_FILE = "vqgan.yaml"
 WEIGHT_FILES = ("vqgan.ckpt", "vqgan.safetensors")        # Meta's file, or its state dict converted
 VQGAN_HINT = "Meta's Chameleon VQGAN checkpoint (keys like decoder.conv_in.weight, quantize.embedding.weight)"
@@ -152,5 +154,9 @@ def load_vqgan(folder: str) -> ChameleonVQGAN:
     state = {k: v for k, v in state.items() if not k.startswith(UNUSED_PREFIXES)}
     with torch.device("meta"):
         model = ChameleonVQGAN(config)
-    load_strict(model, state, path, VQGAN_HINT)
+    extra = sorted(set(state) - set(model.state_dict()))
+    if extra:   # upstream loads non-strictly; what we do not decode with is listed, not fatal
+        log.warning("%s: ignoring %d tensors the decoder does not use: %s%s", path, len(extra), ", ".join(extra[:8]),
+                    " ..." if len(extra) > 8 else "")
+    load_strict(model, {k: v for k, v in state.items() if k not in extra}, path, VQGAN_HINT)
     return model.eval()

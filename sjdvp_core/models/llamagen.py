@@ -9,9 +9,12 @@ comes from the file name, the safetensors metadata or the caller.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import pickle
 import re
+import zipfile
 from functools import lru_cache
 from typing import Any, Sequence
 
@@ -25,7 +28,12 @@ from .llamagen_vq import LlamaGenVQ, VQConfig
 
 GPT_HINT = "a LlamaGen GPT checkpoint (keys like tok_embeddings.weight, layers.0.attention.wqkv.weight)"
 VQ_HINT = "a LlamaGen VQ tokenizer checkpoint (keys like quantize.embedding.weight, decoder.conv_in.weight)"
+WEIGHT_EXT = (".pt", ".pth", ".bin", ".safetensors")
+RELEASES = {"c2i": "huggingface.co/FoundationVision/LlamaGen", "t2i": "huggingface.co/peizesun/llamagen_t2i"}
 DROPPED_KEYS = ("freqs_cis", "causal_mask", "quantize.codebook_used")
+# LlamaGen's training scripts (train_c2i.py, train_t2i.py, vq_train.py) save their argparse options as
+# "args" beside the weights: the one object besides tensors and plain data we let torch.load rebuild
+SAFE_GLOBALS = [argparse.Namespace]
 
 
 class CheckpointError(ValueError):
@@ -41,8 +49,11 @@ def read_state_dict(path: str, expected: str) -> tuple[dict[str, Tensor], dict[s
             from safetensors import safe_open
             with safe_open(path, framework="pt") as f:
                 return {k: f.get_tensor(k) for k in f.keys()}, dict(f.metadata() or {})
-        obj = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except Exception as e:  # corrupt, truncated, or a pickle of arbitrary objects
+        with torch.serialization.safe_globals(SAFE_GLOBALS):
+            obj = torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
+    except pickle.UnpicklingError as e:
+        raise CheckpointError(_refused_pickle(path, expected)) from e
+    except Exception as e:  # corrupt or truncated
         raise CheckpointError(f"{path}: cannot be read as {expected} ({type(e).__name__}: {e}). "
                               "Re-download the file, or convert it to .safetensors.") from e
     for key in ("model", "module", "state_dict"):   # DDP, DeepSpeed and plain wrappers
@@ -53,6 +64,19 @@ def read_state_dict(path: str, expected: str) -> tuple[dict[str, Tensor], dict[s
         raise CheckpointError(f"{path}: holds no state dict of tensors; expected {expected}")
     return {re.sub(r"^(module\.|_orig_mod\.)+", "", k): v for k, v in obj.items()
             if not k.endswith(DROPPED_KEYS)}, {}
+
+
+def _refused_pickle(path: str, expected: str) -> str:
+    """Why torch refused to unpickle a file: the objects it holds beyond tensors and plain data."""
+    try:
+        allowed = {f"{g.__module__}.{g.__qualname__}" for g in SAFE_GLOBALS}
+        names = [n for n in torch.serialization.get_unsafe_globals_in_checkpoint(path) if n not in allowed]
+    except Exception:  # not even its pickle can be walked: corrupt or truncated
+        names = []
+    held = f"it holds Python objects ({', '.join(names)}) that are never unpickled here" if names else \
+        "it cannot be read as a checkpoint of tensors"
+    return (f"{path}: {held}; expected {expected}. If the file is from a source you trust, re-save only its "
+            "tensors (e.g. as .safetensors), or re-download the released file.")
 
 
 def load_strict(model: torch.nn.Module, state: dict[str, Tensor], path: str, expected: str) -> None:
@@ -135,6 +159,39 @@ def load_vq(path: str, encoder: bool = False) -> LlamaGenVQ:
     if not encoder:
         model.encoder = None
     return model.eval()
+
+
+def load_llamagen(path: str, gpts: Sequence[str], device: torch.device, dtype: torch.dtype) -> "LlamaGenAdapter":
+    """The adapter for a LlamaGen folder (or one GPT file in it): the GPT, the tokenizer released for
+    its kind, and for t2i the FLAN-T5-XL folder beside them."""
+    folder = path if os.path.isdir(path) else os.path.dirname(path)
+    if len(gpts) > 1:
+        raise CheckpointError(f"{folder}: holds several LlamaGen GPT files ({', '.join(map(os.path.basename, gpts))}); "
+                              "select one file instead of the folder")
+    gpt = load_gpt(gpts[0])
+    kind = gpt.config.model_type
+    vq = load_vq(pick_vq(folder, os.path.basename(gpts[0]), kind))
+    text_encoder = None
+    if kind == "t2i":
+        from .t5_text import T5CaptionEncoder
+        text_encoder = T5CaptionEncoder(os.path.join(folder, "flan-t5-xl"), device=device, dtype=dtype)
+    names = imagenet_classes() if kind == "c2i" and gpt.config.num_classes == 1000 else None
+    return LlamaGenAdapter(gpt, vq, class_names=names, text_encoder=text_encoder, device=device, dtype=dtype)
+
+
+def pick_vq(folder: str, gpt_name: str, kind: str) -> str:
+    """The tokenizer file for a GPT of `kind` (c2i / t2i). The c2i and t2i tokenizers share the codebook
+    shape, so the wrong one would load and draw wrong images: a tokenizer named for the other kind is
+    refused. Among several of the right kind the ds16 one (every released GPT's) comes first."""
+    other = "t2i" if kind == "c2i" else "c2i"
+    names = sorted(sorted(n for n in os.listdir(folder) if n.startswith("vq_") and n.endswith(WEIGHT_EXT)),
+                   key=lambda n: "_ds16" not in n)
+    usable = [n for n in names if f"_{kind}" in n or f"_{other}" not in n]
+    if usable:
+        return os.path.join(folder, usable[0])
+    wrong = f"; {', '.join(names)} is the {other} models' tokenizer (same codebook shape, wrong images)" if names else ""
+    raise CheckpointError(f"{folder}: no tokenizer for the {kind} model {gpt_name}{wrong}. Download vq_ds16_{kind}.pt "
+                          f"from {RELEASES[kind]} into this folder")
 
 
 @lru_cache(maxsize=1)

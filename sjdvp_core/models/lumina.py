@@ -16,6 +16,7 @@ default) and image top-k 2000.
 """
 from __future__ import annotations
 
+import logging
 import os
 import re
 from typing import Sequence
@@ -29,12 +30,14 @@ from .chameleon_vqgan import ChameleonVQGAN, load_vqgan, vqgan_files
 from .hf_adapter import HFAdapter, SizeChoice, TextTokenizer, check_folder, load_pretrained, to_image
 from .llamagen import CheckpointError
 
+log = logging.getLogger(__name__)
 REPO = "Alpha-VLLM/Lumina-mGPT-7B-768 (or -512, -1024)"
 BOS, PAD, END_OF_TURN = "<s>", "<pad>", "<reserved08706>"
 IMAGE_START, ROW_END, IMAGE_END = "<racm3:break>", "<reserved08799>", "<eoss>"
 PROMPT = "Generate an image of {w}x{h} according to the following prompt:\n{prompt}"
 GRID = 32                  # pixels per resolution-token unit (2 x 2 VQGAN codes)
 DIGITS = str.maketrans("ABCDEFGHIJ", "0123456789")   # image token names spell the code with letters
+DEFAULT_TRAINED = 768      # the main release
 VQGAN_PLACES = ("tokenizer", "")   # Meta's tokenizer/ folder copied into the model folder, or its files there
 
 
@@ -42,12 +45,12 @@ def resolution_token(grids: int) -> str:
     return f"<reserved{8800 + grids:05d}>"
 
 
-def trained_size(folder: str) -> int:
-    """The released folders are named by their training size (Lumina-mGPT-7B-768, -768-Omni, ...);
-    a number that is a multiple of 32 at the end of a name part counts, else 768 (the main release)."""
+def trained_size(folder: str) -> int | None:
+    """The released folders are named by their training size (Lumina-mGPT-7B-768, -768-Omni, ...): a
+    number that is a multiple of 32 at the end of a name part; None when the name carries none."""
     name = os.path.basename(os.path.normpath(folder))
     sizes = [int(s) for s in re.findall(r"(?<![\dA-Za-z])(\d{2,4})(?![\dA-Za-z])", name) if int(s) % GRID == 0]
-    return sizes[-1] if sizes else 768
+    return sizes[-1] if sizes else None
 
 
 def supported_sizes(trained: int, max_ratio: float = 4.0) -> list[tuple[int, int]]:
@@ -69,7 +72,7 @@ class LuminaAdapter(SizeChoice, HFAdapter):
     family = "Lumina-mGPT"
 
     def __init__(self, model, tokenizer: TextTokenizer, vqgan: ChameleonVQGAN, *, width: int | None = None,
-                 height: int | None = None, trained: int = 768, device="cpu"):
+                 height: int | None = None, trained: int = DEFAULT_TRAINED, device="cpu"):
         self.tokenizer, self.trained = tokenizer, trained
         self.image_tokens = image_token_ids(tokenizer, vqgan)
         layout = self.layout_at(width or trained, height or trained)
@@ -165,9 +168,13 @@ def find_vqgan(folder: str) -> str:
 
 
 def load_lumina(folder: str, device="cpu", dtype=torch.float32, width: int | None = None,
-                height: int | None = None) -> LuminaAdapter:
-    """width, height: the image size in pixels (default: the size the folder's name says it was trained at)."""
+                height: int | None = None, trained: int | None = None) -> LuminaAdapter:
+    """width, height: the image size in pixels (default: the trained size). trained: the size the model was
+    trained at (512, 768 or 1024; nothing in its files says so): given, or read from the folder's name as
+    released, else 768 with a warning, since a wrong one gives the model prompts it never saw."""
     from transformers import ChameleonForConditionalGeneration
+    if trained is not None and (trained <= 0 or trained % GRID):
+        raise ValueError(f"trained={trained}: Lumina-mGPT was trained at 512, 768 or 1024 px (a multiple of {GRID})")
     check_folder(folder, REPO)                 # the cheap checks first: no 14 GB load before a missing file
     tokenizer = TextTokenizer(folder, REPO)
     if not any(name.startswith("IMGIMG") for name in tokenizer.tok.get_vocab()):
@@ -176,5 +183,15 @@ def load_lumina(folder: str, device="cpu", dtype=torch.float32, width: int | Non
     vqgan = load_vqgan(find_vqgan(folder))
     model = load_pretrained(ChameleonForConditionalGeneration, folder, REPO, dtype, optional=("model.vqmodel.",),
                             reshape=expand_qk_norm)
-    return LuminaAdapter(model, tokenizer, vqgan, width=width, height=height, trained=trained_size(folder),
-                         device=device)
+    return LuminaAdapter(model, tokenizer, vqgan, width=width, height=height,
+                         trained=trained or _trained_from_name(folder), device=device)
+
+
+def _trained_from_name(folder: str) -> int:
+    size = trained_size(folder)
+    if size is None:
+        size = DEFAULT_TRAINED
+        log.warning("%s: the folder's name does not say which size this Lumina-mGPT was trained at; assuming %d. "
+                    "Name the folder as released (Lumina-mGPT-7B-512, -768 or -1024) or pass trained=<size>",
+                    folder, size)
+    return size

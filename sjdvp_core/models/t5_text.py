@@ -1,13 +1,16 @@
 """The caption encoder of LlamaGen's text-to-image models: FLAN-T5-XL's encoder, loaded from a local
-folder with transformers (no hub access, no remote code). Captions are padded to 120 tokens and then
-left-padded (valid tokens moved to the end, padding zeroed and masked), as LlamaGen's t2i models saw
-them in training."""
+folder with transformers (no hub access, no remote code). Captions are cleaned as upstream's T5Embedder
+cleans them (`captions.py`), padded to 120 tokens and then left-padded (valid tokens moved to the end,
+padding zeroed and masked), as LlamaGen's t2i models saw them in training. The encoder runs in the
+GPT's precision (bf16 on GPUs, as upstream samples)."""
 from __future__ import annotations
 
 import os
 
 import torch
 from torch import Tensor
+
+from .captions import clean_caption
 
 T5_FILES = "config.json, model weights (*.safetensors or pytorch_model*.bin) and tokenizer files"
 
@@ -18,15 +21,17 @@ class T5CaptionEncoder:
             raise FileNotFoundError(f"{folder}: no FLAN-T5-XL text encoder here; download google/flan-t5-xl "
                                     f"({T5_FILES}) into this folder")
         from transformers import AutoTokenizer, T5EncoderModel
+
+        from .hf_adapter import dtype_kwarg
         self.tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-        self.model = T5EncoderModel.from_pretrained(folder, local_files_only=True, dtype=dtype).to(device).eval()
+        self.model = T5EncoderModel.from_pretrained(folder, local_files_only=True, **dtype_kwarg(dtype)).to(device).eval()
         self.max_length, self.device = max_length, torch.device(device)
 
     @torch.no_grad()
     def __call__(self, prompts: list[str]) -> tuple[Tensor, Tensor]:
         """prompts -> (features [B, T, D] left-padded with zeros, mask [B, T] bool)."""
-        tok = self.tokenizer(prompts, max_length=self.max_length, padding="max_length", truncation=True,
-                             return_tensors="pt").to(self.device)
+        tok = self.tokenizer([clean_caption(p) for p in prompts], max_length=self.max_length, padding="max_length",
+                             truncation=True, return_tensors="pt").to(self.device)
         feats = self.model(input_ids=tok.input_ids, attention_mask=tok.attention_mask).last_hidden_state
         return left_pad(feats.float(), tok.attention_mask.bool())
 
