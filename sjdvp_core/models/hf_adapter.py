@@ -12,6 +12,7 @@ real prompt tokens, as transformers' own left-padded generation does. Verified w
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
 import json
@@ -63,9 +64,10 @@ def load_pretrained(model_class, folder: str, repo: str, dtype: torch.dtype, opt
     than transformers' class: the stored tensor in `shape`, or None where the rule does not apply."""
     check_folder(folder, repo)
     try:
-        model, info = model_class.from_pretrained(folder, local_files_only=True, attn_implementation="sdpa",
-                                                  output_loading_info=True, ignore_mismatched_sizes=reshape is not None,
-                                                  **dtype_kwarg(dtype))
+        with quiet_transformers():   # its load report would call parts we skip or reshape "newly initialized"
+            model, info = model_class.from_pretrained(folder, local_files_only=True, attn_implementation="sdpa",
+                                                      output_loading_info=True,
+                                                      ignore_mismatched_sizes=reshape is not None, **dtype_kwarg(dtype))
     except Exception as e:  # corrupt or truncated files, a config of another version, ...
         raise CheckpointError(f"{folder}: cannot be loaded as {model_class.__name__} ({type(e).__name__}: {e}). "
                               f"Re-download the files of {repo}") from e
@@ -85,6 +87,18 @@ def load_pretrained(model_class, folder: str, repo: str, dtype: torch.dtype, opt
         with torch.no_grad():
             params[key].copy_(fixed)
     return model.eval()
+
+
+@contextlib.contextmanager
+def quiet_transformers():
+    """transformers logs errors only, for the duration: our loaders check the weights themselves."""
+    from transformers.utils import logging as hf_logging
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
 
 
 def read_tensor(folder: str, key: str) -> Tensor:
