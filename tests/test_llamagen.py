@@ -37,12 +37,14 @@ def files(tmp_path_factory):
     paths = {
         "ddp": d / "c2i_B_256.pt", "deepspeed": d / "c2i_L_256.pt", "bare": d / "c2i_XL_256.pt",
         "safetensors": d / "c2i_B_256.safetensors", "vq": d / "vq_ds16_c2i.pt",
+        "vq_safetensors": d / "vq_ds16_c2i.safetensors",
     }
     torch.save({"model": gpt, "optimizer": {}, "steps": 10}, paths["ddp"])
     torch.save({"module": {"module." + k: v for k, v in gpt.items()}}, paths["deepspeed"])
     torch.save(gpt, paths["bare"])
     save_file({k: v.contiguous() for k, v in gpt.items()}, paths["safetensors"])
     torch.save({"model": vq}, paths["vq"])
+    save_file(vq, paths["vq_safetensors"])                 # converted as is: the training buffer comes along
     return {k: str(v) for k, v in paths.items()}
 
 
@@ -55,8 +57,9 @@ def test_official_layouts_load_to_the_same_model(files, layout):
         assert torch.equal(v, ref[k]), k
 
 
-def test_vq_loads_and_decodes(files):
-    vq = load_vq(files["vq"])
+@pytest.mark.parametrize("layout", ["vq", "vq_safetensors"])
+def test_vq_loads_and_decodes(files, layout):
+    vq = load_vq(files[layout])
     assert vq.config.ch_mult == [1, 1, 2, 2, 4] and vq.config.downsample == 16
     img = vq.decode_code(torch.randint(0, 64, (2, 4, 4)))
     assert img.shape == (2, 3, 64, 64)

@@ -44,13 +44,15 @@ def read_state_dict(path: str, expected: str) -> tuple[dict[str, Tensor], dict[s
     """Tensors (and safetensors metadata) from .safetensors or a .pt/.pth/.bin pickle of tensors."""
     if not os.path.isfile(path):
         raise CheckpointError(f"{path}: no such file; expected {expected}")
+    meta: dict[str, str] = {}
     try:
         if path.endswith(".safetensors"):
             from safetensors import safe_open
             with safe_open(path, framework="pt") as f:
-                return {k: f.get_tensor(k) for k in f.keys()}, dict(f.metadata() or {})
-        with torch.serialization.safe_globals(SAFE_GLOBALS):
-            obj = torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
+                obj, meta = {k: f.get_tensor(k) for k in f.keys()}, dict(f.metadata() or {})
+        else:
+            with torch.serialization.safe_globals(SAFE_GLOBALS):
+                obj = torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
     except pickle.UnpicklingError as e:
         raise CheckpointError(_refused_pickle(path, expected)) from e
     except Exception as e:  # corrupt or truncated
@@ -63,7 +65,7 @@ def read_state_dict(path: str, expected: str) -> tuple[dict[str, Tensor], dict[s
     if not isinstance(obj, dict) or not all(isinstance(v, Tensor) for v in obj.values()):
         raise CheckpointError(f"{path}: holds no state dict of tensors; expected {expected}")
     return {re.sub(r"^(module\.|_orig_mod\.)+", "", k): v for k, v in obj.items()
-            if not k.endswith(DROPPED_KEYS)}, {}
+            if not k.endswith(DROPPED_KEYS)}, meta
 
 
 def _refused_pickle(path: str, expected: str) -> str:
