@@ -20,9 +20,14 @@ PROMPTS = ["a red fox in the snow", "a blue sky"]
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
-    from transformers import JanusConfig, JanusForConditionalGeneration
     d = tmp_path_factory.mktemp("models") / "Janus-Pro-1B"
     d.mkdir()
+    return write_converted(d)
+
+
+def write_converted(d) -> str:
+    """The tiny random model, saved into the existing folder d as transformers saves it."""
+    from transformers import JanusConfig, JanusForConditionalGeneration
     tok = byte_bpe_tokenizer(str(d), [BOS, EOS, PAD, "<image_placeholder>", BOI, "<end_of_image>"],
                              tokenizer_class="LlamaTokenizerFast", bos_token=BOS, eos_token=EOS, pad_token=PAD)
     ids = {name: tok.token_to_id(name) for name in (BOS, EOS, PAD)}

@@ -1,5 +1,6 @@
 """Janus-Pro 1B / 7B (Chen et al. 2025, github.com/deepseek-ai/Janus) through transformers'
-JanusForConditionalGeneration, from the converted deepseek-community/Janus-Pro-{1B,7B} folders.
+JanusForConditionalGeneration, from the converted deepseek-community/Janus-Pro-{1B,7B} folders or the
+original deepseek-ai/Janus-Pro-{1B,7B} ones (mapped at load time, janus_original.py).
 
 Image generation uses its own path: VQ codes are embedded by generation_embeddings + generation_aligner,
 the Llama decoder runs, and generation_head scores the 16384 codes (the LM head is unused). 384 px =
@@ -78,6 +79,12 @@ class JanusAdapter(HFAdapter):
 
 
 def load_janus(folder: str, device="cpu", dtype=torch.float32) -> JanusAdapter:
-    from transformers import JanusForConditionalGeneration
-    model = load_pretrained(JanusForConditionalGeneration, folder, REPOS, dtype)
-    return JanusAdapter(model, TextTokenizer(folder, REPOS), device=device)
+    """Either layout, told apart by config.json's model_type."""
+    from .janus_original import is_original, load_original
+    if is_original(folder):
+        model, tokenizer = load_original(folder, dtype)
+    else:
+        from transformers import JanusForConditionalGeneration
+        model = load_pretrained(JanusForConditionalGeneration, folder, REPOS, dtype)
+        tokenizer = TextTokenizer(folder, REPOS)
+    return JanusAdapter(model, tokenizer, device=device)

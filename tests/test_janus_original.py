@@ -1,0 +1,235 @@
+"""Janus-Pro in the layout DeepSeek released it (deepseek-ai/Janus-Pro-1B: config.json of model_type
+multi_modality, pytorch_model.bin; -7B: pytorch_model-0000N-of-00002.bin + pytorch_model.bin.index.json),
+written from the same tiny random weights as the converted folder of test_janus.py, with the release's
+tensor names (janus/models/modeling_vlm.py, vq_model.py, projector.py, siglip_vit.py of
+github.com/deepseek-ai/Janus). It must load without remote code and run exactly as the converted one."""
+import json
+import os
+import re
+import shutil
+
+import pytest
+import torch
+
+from sjdvp_core.models.janus import JanusAdapter
+from sjdvp_core.models.janus_original import REPOS, janus_config, vq_shape
+from sjdvp_core.models.llamagen import CheckpointError
+from sjdvp_core.registry import detect_family, list_models, load_model
+from tests.test_janus import PROMPTS, write_converted
+from tests.tiny_hf import assert_greedy_sjd_equals_ar
+
+SHARDS = ["pytorch_model-00001-of-00002.bin", "pytorch_model-00002-of-00002.bin"]
+# transformers name -> the release's name, applied in order (the inverse of convert_janus_weights_to_hf.py)
+TO_ORIGINAL = [
+    (r"^model\.language_model\.", "language_model.model."),
+    (r"^lm_head\.", "language_model.lm_head."),
+    (r"^model\.generation_embeddings\.", "gen_embed."),
+    (r"^model\.generation_aligner\.fc1\.", "gen_aligner.layers.0."),
+    (r"^model\.generation_aligner\.hidden_layers\.(\d+)\.", lambda m: f"gen_aligner.layers.{2 * int(m[1]) + 2}."),
+    (r"^model\.generation_head\.proj_out\.", "gen_head.output_mlp_projector."),
+    (r"^model\.generation_head\.vision_head\.", "gen_head.vision_head."),
+    (r"^model\.aligner\.fc1\.", "aligner.layers.0."),
+    (r"^model\.aligner\.hidden_layers\.0\.", "aligner.layers.2."),
+    (r"^model\.vqmodel\.(encoder|decoder)\.(down|up)\.(\d+)\.block\.", r"gen_vision_model.\1.conv_blocks.\3.res."),
+    (r"^model\.vqmodel\.(encoder|decoder)\.(down|up)\.", r"gen_vision_model.\1.conv_blocks."),
+    (r"^model\.vqmodel\.(encoder|decoder)\.mid\.block_1\.", r"gen_vision_model.\1.mid.0."),
+    (r"^model\.vqmodel\.(encoder|decoder)\.mid\.attn_1\.", r"gen_vision_model.\1.mid.1."),
+    (r"^model\.vqmodel\.(encoder|decoder)\.mid\.block_2\.", r"gen_vision_model.\1.mid.2."),
+    (r"^model\.vqmodel\.", "gen_vision_model."),
+    (r"^model\.vision_model\.embeddings\.patch_embedding\.", "vision_model.vision_tower.patch_embed.proj."),
+    (r"^model\.vision_model\.embeddings\.position_embedding\.weight$", "vision_model.vision_tower.pos_embed"),
+    (r"^model\.vision_model\.encoder\.layers\.", "vision_model.vision_tower.blocks."),
+    (r"^model\.vision_model\.post_layernorm\.", "vision_model.vision_tower.norm."),
+    (r"^(vision_model\..*)\.self_attn\.projection_layer\.", r"\1.attn.proj."),
+    (r"^(vision_model\..*)\.layer_norm(\d)\.", r"\1.norm\2."),
+]
+# deepseek-ai/Janus-Pro-7B's config.json as released (language_config lists only what differs from LlamaConfig)
+JANUS_PRO_7B = {
+    "aligner_config": {"cls": "MlpProjector", "model_type": "aligner",
+                       "params": {"depth": 2, "input_dim": 1024, "n_embed": 4096, "projector_type": "mlp_gelu"}},
+    "architectures": ["MultiModalityCausalLM"],
+    "gen_aligner_config": {"cls": "MlpProjector", "model_type": "gen_aligner",
+                           "params": {"depth": 2, "input_dim": 8, "n_embed": 4096, "projector_type": "mlp_gelu"}},
+    "gen_head_config": {"cls": "vision_head", "model_type": "gen_head",
+                        "params": {"image_token_embed": 4096, "image_token_size": 16384, "n_embed": 4096}},
+    "gen_vision_config": {"cls": "VQ-16", "model_type": "gen_vision",
+                          "params": {"image_token_size": 16384, "n_embed": 8}},
+    "language_config": {"_attn_implementation_autoset": True, "max_position_embeddings": 16384, "model_type": "llama",
+                        "num_hidden_layers": 30, "torch_dtype": "bfloat16", "vocab_size": 102400},
+    "model_type": "multi_modality",
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.33.1",
+    "vision_config": {"cls": "CLIPVisionTower", "model_type": "vision",
+                      "params": {"image_size": 384, "model_name": "siglip_large_patch16_384", "select_feature": "same",
+                                 "select_layer": -1}},
+}
+
+
+def original_name(key: str) -> str:
+    for pattern, replacement in TO_ORIGINAL:
+        key = re.sub(pattern, replacement, key)
+    return key
+
+
+def original_state(converted: dict) -> dict:
+    """The release's tensors: renamed, SigLIP's q/k/v merged into qkv, pos_embed with its batch axis,
+    plus tensors the converter drops (attention pooling, VQ usage counts)."""
+    state = {}
+    for key, tensor in converted.items():
+        q = re.match(r"^(model\.vision_model\.encoder\.layers\.\d+\.self_attn\.)q_proj\.(weight|bias)$", key)
+        if q:
+            parts = [converted[f"{q[1]}{p}_proj.{q[2]}"] for p in "qkv"]
+            state[original_name(f"{q[1]}qkv.{q[2]}").replace(".self_attn.", ".attn.")] = torch.cat(parts)
+        elif not re.match(r"^model\.vision_model\..*\.self_attn\.[kv]_proj\.", key):
+            state[original_name(key)] = tensor.clone()
+    state["vision_model.vision_tower.pos_embed"] = state["vision_model.vision_tower.pos_embed"][None]
+    state["vision_model.vision_tower.attn_pool.latent"] = torch.zeros(1, 1, 32)
+    state["gen_vision_model.quantize.codebook_used"] = torch.zeros(65536)
+    return state
+
+
+def original_config(vocab_size: int) -> dict:
+    """The tiny model's config.json in the release's structure and field names."""
+    config = json.loads(json.dumps(JANUS_PRO_7B))
+    config["vision_config"]["params"].update(image_size=32, model_name="siglip_large_patch8_32")
+    config["aligner_config"]["params"].update(input_dim=32, n_embed=32)
+    config["gen_vision_config"]["params"].update(image_token_size=16)
+    config["gen_aligner_config"]["params"].update(n_embed=32)
+    config["gen_head_config"]["params"].update(image_token_embed=32, image_token_size=16, n_embed=32)
+    config["language_config"] = {"hidden_size": 32, "intermediate_size": 64, "max_position_embeddings": 16384,
+                                 "model_type": "llama", "num_attention_heads": 4, "num_hidden_layers": 2,
+                                 "num_key_value_heads": 2, "torch_dtype": "bfloat16", "vocab_size": vocab_size}
+    return config
+
+
+def write_original(converted: str, d, sharded: bool) -> str:
+    from transformers import JanusForConditionalGeneration
+    d.mkdir()
+    model = JanusForConditionalGeneration.from_pretrained(converted)
+    state = original_state(model.state_dict())
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        shutil.copy(os.path.join(converted, name), d / name)
+    (d / "config.json").write_text(json.dumps(original_config(model.config.text_config.vocab_size), indent=2))
+    (d / "processor_config.json").write_text(json.dumps({"image_tag": "<image_placeholder>", "num_image_tokens": 576}))
+    (d / "preprocessor_config.json").write_text(json.dumps({"image_size": 384,
+                                                            "image_processor_type": "VLMImageProcessor"}))
+    if not sharded:
+        torch.save(state, d / "pytorch_model.bin")
+        return str(d)
+    keys = sorted(state)
+    weight_map = {k: SHARDS[i >= len(keys) // 2] for i, k in enumerate(keys)}
+    for shard in SHARDS:
+        torch.save({k: state[k] for k in keys if weight_map[k] == shard}, d / shard)
+    (d / "pytorch_model.bin.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    return str(d)
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    converted = tmp_path_factory.mktemp("converted") / "Janus-Pro-1B"
+    converted.mkdir()
+    write_converted(converted)
+    root = tmp_path_factory.mktemp("models")
+    return (str(converted), write_original(str(converted), root / "Janus-Pro-1B", sharded=False),
+            write_original(str(converted), root / "Janus-Pro-7B", sharded=True))
+
+
+@pytest.fixture(scope="module")
+def adapters(folders):
+    return [load_model(f) for f in folders]
+
+
+def test_original_folders_are_detected_listed_and_loaded(folders, adapters):
+    converted, single, sharded = folders
+    assert detect_family(single) == detect_family(sharded) == "janus"
+    assert set(list_models([os.path.dirname(single)])) == {"demo", "Janus-Pro-1B", "Janus-Pro-7B"}
+    reference = adapters[0]
+    for adapter in adapters[1:]:
+        assert isinstance(adapter, JanusAdapter)
+        assert (adapter.bos, adapter.boi, adapter.pad_id) == (reference.bos, reference.boi, reference.pad_id)
+        assert adapter.layout.length == 16 and adapter.layout.grid.shape == (4, 4)
+        assert adapter.model.config.vq_config.num_patches == reference.model.config.vq_config.num_patches
+        for field in ("embed_dim", "num_embeddings", "base_channels", "channel_multiplier", "num_res_blocks",
+                      "latent_channels", "projection_dim", "image_token_embed_dim", "num_hidden_layers"):
+            assert getattr(adapter.model.config.vq_config, field) == getattr(reference.model.config.vq_config, field)
+        assert adapter.model.model.vision_model is None and adapter.model.lm_head is None   # never run, never read
+        assert not any(p.is_meta for p in adapter.model.parameters())
+
+
+@torch.inference_mode()
+def test_original_logits_match_converted(adapters):
+    tokens = torch.tensor([[3, 7, 1, 12], [0, 15, 4, 9]]).repeat(2, 1)
+    positions = torch.arange(1, 5).expand(4, -1)
+    outputs = []
+    for adapter in adapters:
+        _, first = adapter.start(PROMPTS, None, True, 4)
+        outputs.append((first, adapter.forward(tokens, positions)))
+        adapter.finish()
+    for first, later in outputs[1:]:
+        assert torch.allclose(first, outputs[0][0], atol=1e-5)
+        assert torch.allclose(later, outputs[0][1], atol=1e-5)
+
+
+def test_original_decodes_the_same_images(adapters):
+    codes = torch.randint(0, 16, (2, 4, 4), generator=torch.Generator().manual_seed(0))
+    reference = adapters[0].decode_image(codes)
+    for adapter in adapters[1:]:
+        assert torch.allclose(adapter.decode_image(codes), reference, atol=1e-5)
+        assert torch.allclose(adapter.codebook(), adapters[0].codebook(), atol=1e-6)
+
+
+def test_original_greedy_sjd_equals_ar(adapters):
+    assert_greedy_sjd_equals_ar(adapters[1], PROMPTS, windows=(4, 16), cfg_scales=(1.0, 5.0))
+
+
+def test_original_janus_pro_7b_config_maps_right():
+    """The released 7B config.json with VQ-16's tensor shapes gives what the release builds."""
+    from transformers import JanusVQVAE, JanusVQVAEConfig
+    with torch.device("meta"):
+        vq = JanusVQVAE(JanusVQVAEConfig())          # its defaults are VQ-16
+    shapes = {original_name(f"model.vqmodel.{k}"): t.shape for k, t in vq.state_dict().items()}
+    assert vq_shape(shapes) == dict(base_channels=128, channel_multiplier=[1, 1, 2, 2, 4], num_res_blocks=2,
+                                    latent_channels=256, embed_dim=8, num_embeddings=16384)
+    tokens = {"bos_token_id": 100000, "eos_token_id": 100001, "pad_token_id": 100002}
+    config = janus_config(JANUS_PRO_7B, shapes, tokens)
+    text, vq = config.text_config, config.vq_config
+    assert (text.hidden_size, text.intermediate_size, text.num_hidden_layers, text.num_attention_heads,
+            text.num_key_value_heads, text.vocab_size, text.rms_norm_eps) == (4096, 11008, 30, 32, 32, 102400, 1e-6)
+    assert (text.bos_token_id, text.pad_token_id, text.hidden_act) == (100000, 100002, "silu")
+    assert (vq.num_patches, vq.projection_dim, vq.image_token_embed_dim, vq.num_hidden_layers) == (24, 4096, 4096, 2)
+
+
+def test_original_missing_files_shards_and_tensors_are_named(folders, tmp_path):
+    _, single, sharded = folders
+
+    def variant(name, source, drop=()):
+        d = tmp_path / name
+        shutil.copytree(source, d, ignore=shutil.ignore_patterns(*drop))
+        return d
+
+    cases = [(variant("no_tokenizer", single, ["tokenizer.json"]), r"missing tokenizer\.json"),
+             (variant("no_weights", single, ["*.bin"]), r"missing the weights \(pytorch_model\.bin"),
+             (variant("no_shard", sharded, [SHARDS[1]]), f"missing {SHARDS[1]}")]
+    partial = variant("partial", single)
+    state = torch.load(partial / "pytorch_model.bin", weights_only=True)
+    del state["gen_head.vision_head.weight"]
+    torch.save(state, partial / "pytorch_model.bin")
+    cases.append((partial, r"missing: model\.generation_head\.vision_head\.weight"))
+    for path, message in cases:
+        with pytest.raises(CheckpointError, match=message) as err:
+            load_model(str(path))
+        assert REPOS in str(err.value), str(err.value)
+
+
+class Payload:
+    """Stands for any Python object a pickle may carry."""
+
+
+def test_original_bin_with_pickled_objects_is_refused(folders, tmp_path):
+    _, single, _ = folders
+    for name, obj in (("object", {"gen_embed.weight": Payload()}), ("number", {"step": 3})):
+        d = tmp_path / name
+        shutil.copytree(single, d)
+        torch.save(obj, d / "pytorch_model.bin")
+        with pytest.raises(CheckpointError, match=re.escape(str(d / "pytorch_model.bin"))):
+            load_model(str(d))
