@@ -15,6 +15,9 @@ from .drafting_nodes import DRAFTER, WINDOW
 from .model_nodes import MODEL
 
 TOKENS = io.Custom("SJDVP_TOKENS")
+# where Speculative Decode's sampling settings come from; a prompt saved before the choice existed meant CUSTOM
+MODEL_DEFAULTS, CUSTOM = "model defaults", "custom"
+SAMPLING_SOURCES = (MODEL_DEFAULTS, CUSTOM)
 
 
 @dataclass
@@ -61,19 +64,25 @@ class SpeculativeDecode(io.ComfyNode):
                                      "size it trained on; Emu3: any aspect). 0 with height 0: the model's default."),
                 io.Int.Input("height", default=0, min=0, max=4096, step=16, optional=True,
                              tooltip="Image height in pixels; see width."),
+                io.Combo.Input("sampling", options=list(SAMPLING_SOURCES), default=MODEL_DEFAULTS, optional=True,
+                               tooltip="model defaults: the loaded family's recommended cfg, temperature, top-k "
+                                       "and top-p (e.g. Lumina-mGPT cfg 4, top-k 2000; the report lists them), "
+                                       "and the four widgets above are ignored. custom: those widgets."),
             ],
             outputs=[TOKENS.Output(display_name="tokens")],
         )
 
     @classmethod
     def execute(cls, model, prompt, negative_prompt, cfg, temperature, top_k, top_p, seed, batch_size,
-                window=None, drafter=None, width=0, height=0) -> io.NodeOutput:
+                window=None, drafter=None, width=0, height=0, sampling=CUSTOM) -> io.NodeOutput:
         window = WindowSettings(size=1) if drafter is None else (window or WindowSettings())
+        adapter = at_size(model.adapter, width, height)
+        if sampling not in SAMPLING_SOURCES:
+            raise ValueError(f"sampling={sampling!r}: choose one of {list(SAMPLING_SOURCES)}")
         settings = DecodeSettings(window=window, drafter=drafter or DrafterSettings(), seed=seed % 2**63,
                                   batch_size=batch_size,
-                                  sampling=SamplingSettings(cfg_scale=cfg, temperature=temperature,
-                                                            top_k=top_k, top_p=top_p))
-        adapter = at_size(model.adapter, width, height)
+                                  sampling=adapter.default_sampling if sampling == MODEL_DEFAULTS else
+                                  SamplingSettings(cfg_scale=cfg, temperature=temperature, top_k=top_k, top_p=top_p))
         runtime.prepare(model, rows=batch_size * (2 if settings.sampling.uses_cfg else 1), adapter=adapter,
                         extra=state_bytes(settings, adapter.layout))
         try:

@@ -69,3 +69,23 @@ def test_prompt_saved_before_new_widgets_keeps_its_meaning(server):
     history, _ = server.run(prompt)
     assert history["status"]["status_str"] == "success", history["status"]
     assert "".join(history["outputs"]["4"]["text"]).startswith("SJD-VP(+1):")
+
+
+def test_model_defaults_replace_the_sampling_widgets(server):
+    """sampling="model defaults" ignores cfg / temperature / top-k / top-p and uses the family's own
+    (the demo's: cfg 3); "custom" and a prompt without the input use the widgets."""
+    def report(cfg: float, sampling: str | None) -> list[str]:
+        prompt: dict = {}
+        image = decode_chain(prompt, 1, "demo", "a green diamond on sand")
+        prompt["4"]["inputs"]["cfg"] = cfg
+        if sampling is not None:
+            prompt["4"]["inputs"]["sampling"] = sampling
+        prompt["6"] = {"class_type": "PreviewImage", "inputs": {"images": [image, 0]}}
+        history, _ = server.run(prompt)
+        assert history["status"]["status_str"] == "success", history["status"]
+        text = "".join(history["outputs"]["4"]["text"])
+        return [line for line in text.splitlines() if not line.startswith("time:")]
+
+    model_defaults = report(1.5, "model defaults")
+    assert model_defaults == report(3.0, "custom")
+    assert report(1.5, "custom") == report(1.5, None) != model_defaults

@@ -11,4 +11,8 @@ test("widgets beyond the saved values get their legacy value", () => {
   assert.deepEqual(legacyValues("SJDVP_DrafterSJD", ["coupled"], 0), { coupled: false });
   assert.deepEqual(legacyValues("SJDVP_DrafterGSD", ["group", "max_gap", "max_distance", "coupled"], 4), {});
   assert.deepEqual(legacyValues("SJDVP_SpeculativeDecode", ["prompt"], 0), {});
+  const decode = ["prompt", "negative_prompt", "cfg", "temperature", "top_k", "top_p", "seed", "batch_size",
+    "width", "height", "sampling"];
+  assert.deepEqual(legacyValues("SJDVP_SpeculativeDecode", decode, 10), { sampling: "custom" });
+  assert.deepEqual(legacyValues("SJDVP_SpeculativeDecode", decode, 11), {});
 });

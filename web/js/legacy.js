@@ -5,6 +5,7 @@ export const LEGACY = {
   SJDVP_DrafterLANTERN: { coupled: false },
   SJDVP_DrafterGSD: { coupled: false },
   SJDVP_VerificationPrediction: { strength_mode: "fixed" },
+  SJDVP_SpeculativeDecode: { sampling: "custom" },
 };
 
 // widgetNames: the node's widgets in order; saved: how many values the workflow stored.
