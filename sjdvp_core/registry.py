@@ -20,13 +20,16 @@ FAMILY_FILES = {
     "janus": "a Janus-Pro folder, as released (all files of deepseek-ai/Janus-Pro-1B or -7B: config.json, "
              "tokenizer.json, pytorch_model.bin or pytorch_model.bin.index.json and its shards) or in transformers "
              "format (all files of deepseek-community/Janus-Pro-1B or -7B: config.json, tokenizer.json, *.safetensors)",
-    "emu3": "an Emu3 folder in transformers format (all files of BAAI/Emu3-Gen-hf: config.json, tokenizer.json, "
-            "model.safetensors.index.json and its model-*.safetensors shards)",
+    "emu3": "an Emu3 folder, as released (all files of BAAI/Emu3-Gen: config.json, emu3.tiktoken, "
+            "emu3_vision_tokens.txt, model.safetensors.index.json and its shards; with all files of "
+            "BAAI/Emu3-VisionTokenizer in its vision_tokenizer/ folder or in a sibling folder named "
+            "Emu3-VisionTokenizer) or in transformers format (all files of BAAI/Emu3-Gen-hf: config.json, "
+            "tokenizer.json, model.safetensors.index.json and its model-*.safetensors shards)",
     "lumina": "a Lumina-mGPT 1.0 folder (all files of Alpha-VLLM/Lumina-mGPT-7B-512, -768 or -1024: config.json, "
               "tokenizer.json, *.safetensors) with Meta's Chameleon vqgan.yaml and vqgan.ckpt in its tokenizer/ folder",
 }
 # transformers model folders: config.json's model_type -> family
-HF_MODEL_TYPES = {"janus": "janus", "multi_modality": "janus", "emu3": "emu3", "chameleon": "lumina"}
+HF_MODEL_TYPES = {"janus": "janus", "multi_modality": "janus", "emu3": "emu3", "Emu3": "emu3", "chameleon": "lumina"}
 LUMINA_ARCHITECTURE = "ChameleonXLLMXForConditionalGeneration"   # Lumina's own class; Chameleon/Anole use others
 OPTIONS = {"emu3", "lumina"}   # families with load options
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}

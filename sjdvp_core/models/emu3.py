@@ -1,5 +1,6 @@
 """Emu3-Gen (Wang et al. 2024, "Emu3: Next-Token Prediction is All You Need", github.com/baaivision/Emu3)
-through transformers' Emu3ForConditionalGeneration, from the converted BAAI/Emu3-Gen-hf folder.
+through transformers' Emu3ForConditionalGeneration, from the converted BAAI/Emu3-Gen-hf folder or from the
+original BAAI/Emu3-Gen + BAAI/Emu3-VisionTokenizer release (mapped at load time, see emu3_original.py).
 
 The prompt asks for a token grid: BOS + text + <|image start|> + "{h}*{w}" + <|image token|>, with
 h x w from an aspect ratio and a pixel area (default 1:1 at 720 x 720 = 90 x 90 tokens, the VQ-VAE
@@ -8,6 +9,12 @@ EOF (<|extra_201|>), <|image end|> and EOS (<|extra_204|>): those are forced, ev
 restricted to the 32768 visual tokens. CFG's unconditional branch is the negative prompt (upstream's
 default unless one is given) with the same image prefix, left-padded and masked. Upstream samples with
 CFG 3 and top-k 2048 and appends a quality phrase to the prompt; so do we.
+
+Text is split as the model was trained, whichever tokenizer file is loaded: upstream's Emu3Tokenizer
+(emu3/mllm/tokenization_emu3.py) normalises to NFC and pre-splits with a Qwen regex that makes every digit
+its own piece, so the size string "90*90" is read digit by digit. The converted tokenizer.json (transformers'
+convert_emu3_weights_to_hf.py) pre-splits with GPT-2's ByteLevel regex instead, which keeps digit runs
+together ("90" is one token of the vocabulary), so we replace its pre-tokenizer (as_trained).
 """
 from __future__ import annotations
 
@@ -30,6 +37,9 @@ NEGATIVE_PROMPT = ("lowres, bad anatomy, bad hands, text, error, missing fingers
                    "cropped, worst quality, low quality, normal quality, jpeg artifacts, signature, watermark, "
                    "username, blurry.")
 IMAGE_AREA = 720 * 720
+# upstream's PAT_STR: one digit per piece, letters with one leading non-letter, punctuation runs
+PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
+           r"""|\s*[\r\n]+|\s+(?!\S)|\s+""")
 
 
 def token_grid(ratio: str, image_area: int, factor: int, max_positions: int) -> tuple[int, int]:
@@ -56,8 +66,9 @@ class Emu3Adapter(SizeChoice, HFAdapter):
     def __init__(self, model, tokenizer: TextTokenizer, *, ratio: str = "1:1", image_area: int = IMAGE_AREA,
                  quality_suffix: str = QUALITY_SUFFIX, pixel_mean=(0.5,) * 3, pixel_std=(0.5,) * 3, device="cpu"):
         text, vq = model.config.text_config, model.config.vq_config
+        as_trained(tokenizer.tok)
         self.ids = {name: tokenizer.id(name) for name in (BOS, BOI, WRAPPER, EOL, EOF, EOI, EOS, PAD)}
-        self.visual = visual_tokens(model.model.vocabulary_mapping.img2bpe, vq.codebook_size, tokenizer.path)
+        self.visual = visual_tokens(model.model.vocabulary_mapping.img2bpe, vq.codebook_size, tokenizer)
         self.factor, self.max_positions = 2 ** (len(vq.channel_multiplier) - 1), text.max_position_embeddings
         super().__init__(model, model.model.text_model, text, self._grid(ratio, image_area), self.ids[PAD], device)
         model.model.vqmodel.float()                            # decode in fp32
@@ -109,23 +120,41 @@ class Emu3Adapter(SizeChoice, HFAdapter):
         return to_image(pixels, self.pixel_mean, self.pixel_std)
 
 
-def visual_tokens(img2bpe: dict[int, int], codebook_size: int, path: str) -> Tensor:
+def visual_tokens(img2bpe: dict[int, int], codebook_size: int, tokenizer: TextTokenizer) -> Tensor:
     """[K] vocabulary id of <|visual token c|> at index c: the engine's local id is the codebook index."""
     missing = [c for c in range(codebook_size) if c not in img2bpe]
     if missing:
-        raise CheckpointError(f"{path}: the vocabulary lacks <|visual token {missing[0]:06d}|> and {len(missing) - 1} "
-                              f"more of the {codebook_size} visual tokens; re-download {REPO}")
+        raise CheckpointError(f"{tokenizer.path}: the vocabulary lacks <|visual token {missing[0]:06d}|> and "
+                              f"{len(missing) - 1} more of the {codebook_size} visual tokens; "
+                              f"re-download {tokenizer.repo}")
     return torch.tensor([img2bpe[c] for c in range(codebook_size)], dtype=torch.long)
 
 
+def as_trained(tok) -> None:
+    """Give a byte-level BPE tokenizers.Tokenizer upstream's text pipeline (NFC, PATTERN, then bytes)."""
+    from tokenizers import Regex, normalizers, pre_tokenizers
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(PATTERN), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+
+
+def pixel_stats(folder: str) -> dict:
+    """How the VQ-VAE's pixels were normalised, from a preprocessor_config.json if the folder has one."""
+    path = os.path.join(folder, "preprocessor_config.json")
+    if not os.path.isfile(path):
+        return {}
+    config = read_json(path)
+    return {ours: config[theirs] for ours, theirs in (("pixel_mean", "image_mean"), ("pixel_std", "image_std"))
+            if theirs in config}
+
+
 def load_emu3(folder: str, device="cpu", dtype=torch.float32, **options) -> Emu3Adapter:
-    """options: ratio ("W:H"), image_area (pixels), quality_suffix (appended to every prompt)."""
+    """The converted (-hf) or the original release, told apart by config.json's model_type.
+    options: ratio ("W:H"), image_area (pixels), quality_suffix (appended to every prompt)."""
+    from .emu3_original import is_original, load_original
+    if is_original(folder):
+        return load_original(folder, device, dtype, **options)
     from transformers import Emu3ForConditionalGeneration
     model = load_pretrained(Emu3ForConditionalGeneration, folder, REPO, dtype)
-    stats = {}
-    preprocessor = os.path.join(folder, "preprocessor_config.json")
-    if os.path.isfile(preprocessor):                       # how the VQ-VAE's pixels were normalised
-        config = read_json(preprocessor)
-        stats = {ours: config[theirs] for ours, theirs in (("pixel_mean", "image_mean"), ("pixel_std", "image_std"))
-                 if theirs in config}
-    return Emu3Adapter(model, TextTokenizer(folder, REPO), device=device, **stats, **options)
+    return Emu3Adapter(model, TextTokenizer(folder, REPO), device=device, **pixel_stats(folder), **options)
