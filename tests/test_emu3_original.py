@@ -292,3 +292,14 @@ def test_original_missing_files_say_what_to_download(folders, tmp_path):
     with pytest.raises(CheckpointError, match=r"vision_tokenizer: the weights lack 1 tensors \(model\.vqmodel\.decoder"
                                               r".*BAAI/Emu3-VisionTokenizer$"):
         load_model(str(partial_vq), **SIZE)
+
+
+def test_original_folder_passes_the_check_with_its_size_string(folders):
+    import io
+    from sjdvp_core.check import check
+    out = io.StringIO()
+    problems = check(folders[1], out=out)
+    text = out.getvalue()
+    assert problems == 0, text
+    assert "vision_tokenizer/model.safetensors" in text and "<|image start|>" in text
+    assert "('6', '6'" not in text and "'6'), (" in text      # "6*6": one token per digit
