@@ -76,7 +76,7 @@ def run_one(adapter, judge, cond, settings, repeats: int) -> dict:
     times = []
     for _ in range(repeats):
         t = time.perf_counter()
-        res = decode(adapter, cond, settings)
+        res = decode(adapter, cond, settings, timing=True)
         times.append(time.perf_counter() - t)
     st = res.stats
     match = None

@@ -149,7 +149,7 @@ def engine_times(tiny: bool, device) -> list[dict]:
         model = FreeModel(K, 8 if tiny else grid, device)
         for label, drafter in drafters.items():
             s = DecodeSettings(window=WindowSettings(32), drafter=drafter, sampling=model.default_sampling)
-            res = decode(model, [None], s)
+            res = decode(model, [None], s, timing=True)
             st = res.stats
             iters = st.forward_passes - 1
             rows.append(dict(vocab=name, drafter=label, iterations=iters,

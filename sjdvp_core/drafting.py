@@ -1,64 +1,66 @@
-"""Fresh drafts for positions that enter the window with no history.
+"""How drafts are made: fresh ones for positions entering the window, and re-drafts of the positions a
+forward pass scored but did not commit.
 
-random: uniform over the image vocabulary, stored with q = that uniform distribution (the distribution
-it was really drawn from; a higher acceptance than declaring it one-hot, and just as exact).
-repeat_left / repeat_above: copy the nearest known image cell to the left / above (from committed
-tokens or carried drafts), stored with a one-hot q. Forced positions always get their forced token.
+Fresh drafts: random over the image vocabulary (stored with q = that uniform distribution, the
+distribution they were really drawn from: exact, and accepted more often than declaring the draw
+one-hot), or a copy of the nearest known cell to the left / above (one-hot q). Forced positions always
+get their forced token.
+Re-drafts: from the position's new target p (plain SJD), or from VP's fusion of p with the position's
+probability history (vp.py; the strength fixed or chosen by AutoStrength); stored with q = the
+distribution drawn from, so verification stays exact.
+Coupled drafting draws every draft at a position with that position's persistent Gumbel noise
+(Gumbel-max), so successive drafts only differ where their distribution moved: the same idea as SCD's
+Gumbel coupling (So et al., ICML 2026, arXiv 2510.24211) and MC-SJD.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 from torch import Tensor
+from torch.nn import functional as F
+
+from .settings import AUTO_STRENGTHS, DrafterSettings
+from .target import sample
+from .vp import AutoStrength, fuse
+from .window import History, LocalLayout, Window, shift_slots
 
 
-class DraftInit:
-    def __init__(self, scheme: str, forced_local: Tensor, grid: Tensor, num_image: int, vocab: int,
-                 pad: int, device):
-        L = forced_local.numel()
-        self.scheme, self.num_image, self.vocab = scheme, num_image, vocab
-        # per position j in [0, L + pad): forced local id (-1 free), latest image cell <= j, cell above
-        self.forced = torch.cat([forced_local, torch.full((pad,), -1)]).to(device)
-        is_cell = torch.zeros(L + pad, dtype=torch.bool)
-        is_cell[grid.flatten()] = True
-        idx = torch.where(is_cell, torch.arange(L + pad), torch.full((L + pad,), -1))
-        self.last_cell = idx.cummax(0).values.to(device)
-        above = torch.full((L + pad,), -1)
-        above[grid[1:].flatten()] = grid[:-1].flatten()
-        self.above = above.to(device)
-        self.uniform = torch.zeros(vocab, device=device)
-        self.uniform[:num_image] = 1.0 / num_image
+class FreshDrafts:
+    """Drafts for positions with no target yet."""
 
-    def forced_at(self, positions: Tensor) -> Tensor:
-        return self.forced[positions]
+    def __init__(self, scheme: str, local: LocalLayout, device):
+        self.scheme, self.local = scheme, local
+        self.uniform = torch.zeros(local.size, device=device)
+        self.uniform[:local.num_image] = 1.0 / local.num_image
 
     def __call__(self, positions: Tensor, canvas: Tensor, known_end: Tensor,
                  generator: torch.Generator) -> tuple[Tensor, Tensor]:
         """Drafts for positions [B, S] given canvas [B, L + pad] known below known_end [B].
         Returns tokens [B, S] and their draft distributions q [B, S, V]."""
-        tokens = torch.randint(self.num_image, positions.shape, generator=generator,
-                               device=positions.device)
+        tokens = torch.randint(self.local.num_image, positions.shape, generator=generator, device=positions.device)
         one_hot = torch.zeros_like(tokens, dtype=torch.bool)
         if self.scheme != "random":
             src = self._source(positions, known_end)
             copy = src >= 0
             tokens = torch.where(copy, canvas.gather(1, src.clamp_min(0)), tokens)
             one_hot |= copy
-        forced = self.forced[positions]
+        forced = self.local.forced_at(positions)
         tokens = torch.where(forced >= 0, forced, tokens)
         one_hot |= forced >= 0
-        q = torch.where(one_hot[..., None], torch.nn.functional.one_hot(tokens, self.vocab).float(),
+        q = torch.where(one_hot[..., None], F.one_hot(tokens, self.local.size).float(),
                         self.uniform.expand(*tokens.shape, -1))
         return tokens, q
 
     def _source(self, positions: Tensor, known_end: Tensor) -> Tensor:
         """Position to copy from, or -1. Unknown sources chain back to known ones."""
-        left = self.last_cell[(known_end - 1).clamp_min(0)][:, None].expand_as(positions)
+        left = self.local.last_cell[(known_end - 1).clamp_min(0)][:, None].expand_as(positions)
         if self.scheme == "repeat_left":
             return left
-        src = self.above[positions]
+        src = self.local.above[positions]
         unknown = src >= known_end[:, None]
         while bool(unknown.any()):
-            src = torch.where(unknown, self.above[src], src)
+            src = torch.where(unknown, self.local.above[src], src)
             unknown = src >= known_end[:, None]
         return torch.where(src >= 0, src, left)
 
@@ -71,8 +73,71 @@ def gumbel_noise(shape, generator: torch.Generator, device) -> Tensor:
 
 def coupled_draw(dist: Tensor, noise: Tensor) -> Tensor:
     """Gumbel-max: argmax(log dist + noise) is distributed as dist, and with the noise held fixed a
-    draft only changes where dist itself moved (coupled drafting, as in MC-SJD / SCD, arXiv
-    2510.24211). Exact for verification as long as a position's noise never touched anything the
-    position's own target was computed from, which causality guarantees (noise at j only feeds inputs
-    that predict later positions)."""
+    draft only changes where dist itself moved. Exact for verification as long as a position's noise
+    never touched anything the position's own target was computed from, which causality guarantees
+    (noise at j only feeds inputs that predict later positions)."""
     return (torch.log(dist) + noise).argmax(-1)
+
+
+class Drafter:
+    """The drafting rules of one decode: fresh drafts, plain / VP-fused / auto re-drafts, coupling."""
+
+    def __init__(self, settings: DrafterSettings, scheme: str, local: LocalLayout, slots: int, device):
+        self.vp, self.coupled, self.local, self.S = settings.vp, settings.coupled, local, slots
+        self.fresh = FreshDrafts(scheme, local, device)
+        self.auto = AutoStrength(self.vp, AUTO_STRENGTHS, device) if self.vp is not None and self.vp.auto else None
+
+    def start(self, n: Tensor, canvas: Tensor, gen: torch.Generator) -> Window:
+        """The first window: every slot drafted fresh."""
+        B, S, V, dev = n.shape[0], self.S, self.local.size, n.device
+        tokens, q = self.fresh(n[:, None] + torch.arange(S, device=dev), canvas, n, gen)
+        noise = gumbel_noise((B, S, V), gen, dev) if self.coupled else None
+        if self.coupled:
+            tokens = coupled_draw(q, noise)
+        no = torch.zeros(B, S, dtype=torch.bool, device=dev)
+        candidates = torch.zeros(len(self.auto.strengths), B, S, V, device=dev) if self.auto else None
+        return Window(tokens, q, ~no, no, torch.full((B, S), -1, dtype=torch.int8, device=dev),
+                      History.empty(B, S + 1, V, dev), noise, candidates)
+
+    def redraft(self, window: Window, p: Tensor, m: Tensor, n: Tensor, active: Tensor, canvas: Tensor,
+                gen: torch.Generator) -> Window:
+        """The window after row b committed m[b] tokens (n[b] is its new count): positions this pass
+        scored (p [B, w, V]) are re-drafted, drafts it did not score are carried, positions entering the
+        window are drafted fresh. Draft sources for repeat inits are written to canvas."""
+        S, dev = self.S, n.device
+        if S == 0:
+            return window
+        W, w = S + 1, p.shape[1]
+        before = window.history                                # pbar and prev before this observation
+        p = F.pad(p, (0, 0, 0, W - w))
+        history, growth = before.observe(p, (torch.arange(W, device=dev) < w)[None] & active[:, None],
+                                         self.vp.beta if self.vp else 0.5)
+        # this pass's observations, aligned with the next draft slots
+        p, pbar_prev, prev, had, growth = (shift_slots(t, m, S) for t in (p, before.pbar, before.prev,
+                                                                          before.seen > 0, growth))
+        slid = replace(window, history=history).slide(m)
+        old_slot = m[:, None] + torch.arange(S, device=dev)
+        redraw, kept = old_slot < w, (old_slot >= w) & (old_slot < S)
+        positions = n[:, None] + torch.arange(S, device=dev)
+        fused = redraw & had & (self.local.forced_at(positions) < 0) & (self.vp is not None)
+        if self.auto is not None:
+            candidates = self.auto.fuse(p, pbar_prev, growth, fused)
+            dist = self.auto.chosen(candidates)
+            slid.candidates = torch.where(redraw[None, ..., None], candidates, slid.candidates)
+        else:
+            dist = fuse(p, pbar_prev, growth, fused, self.vp) if self.vp is not None else p
+        dist = dist.masked_fill(~redraw[..., None], 1.0)
+        if self.coupled:   # positions new to the draft slots get their noise now, the rest keep theirs
+            slid.noise = torch.where((old_slot >= S)[..., None], gumbel_noise(slid.noise.shape, gen, dev), slid.noise)
+        tok = coupled_draw(dist, slid.noise) if self.coupled else sample(dist, gen)
+        rose = (p.gather(-1, tok[..., None]) > prev.gather(-1, tok[..., None]))[..., 0]
+        q = dist if (self.vp is None or self.vp.lossless) else p
+        canvas.scatter_(1, positions, torch.where(redraw, tok, slid.tokens))   # sources for repeat inits
+        fresh_tok, fresh_q = self.fresh(positions, canvas, n + (redraw | kept).sum(1), gen)
+        if self.coupled:
+            fresh_tok = coupled_draw(fresh_q, slid.noise)
+        redrawn = Window(tok, q, torch.zeros_like(redraw), fused, torch.where(had, rose.to(torch.int8), -1),
+                         slid.history, slid.noise, slid.candidates)
+        fresh = Window(fresh_tok, fresh_q, torch.ones_like(redraw), torch.zeros_like(redraw),
+                       torch.full_like(tok, -1, dtype=torch.int8), slid.history, slid.noise, slid.candidates)
+        return redrawn.where(redraw, slid.where(kept, fresh))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import torch
 from torch import Tensor
 
 
@@ -61,14 +62,6 @@ class DecodeStats:
             return None
         return self.vp_expected_accept / self.plain_expected_accept
 
-    def count_momentum(self, rose: Tensor, carried: Tensor, accept: Tensor) -> None:
-        """Verified carried drafts [B, w]: rose (1 rose at its last observation, 0 not, -1 unknown)
-        and whether each was accepted."""
-        for flag, prefix in ((1, "rose"), (0, "flat")):
-            hit = carried & (rose == flag)
-            setattr(self, f"{prefix}_verified", getattr(self, f"{prefix}_verified") + int(hit.sum()))
-            setattr(self, f"{prefix}_accepted", getattr(self, f"{prefix}_accepted") + int((hit & accept).sum()))
-
     def momentum(self) -> dict:
         """Acceptance when the drafted token had just risen vs not, and the risen share of accepts."""
         def rate(a, n):
@@ -92,3 +85,47 @@ class DecodeStats:
         if self.vp_auto is not None:
             out.update(self.vp_auto)
         return out
+
+
+class Tally:
+    """What a decode counts while it runs, kept on the device (reading a count back each iteration would
+    stall the loop); `into` reads it once, at the end."""
+
+    def __init__(self, slots: int, device):
+        device = torch.device(device)
+        acc = torch.float32 if device.type == "mps" else torch.float64   # mps has no float64
+        self.slot_verified = torch.zeros(slots, dtype=torch.long, device=device)
+        self.slot_accepted = torch.zeros(slots, dtype=torch.long, device=device)
+        self.momentum = torch.zeros(4, dtype=torch.long, device=device)   # rose: verified, accepted; flat: same
+        self.vp = torch.zeros(3, dtype=acc, device=device)   # fused drafts, their sum min(p, q), the plain q's
+        self.entropy = torch.zeros((), dtype=acc, device=device)
+        self.committed: list[Tensor] = []                    # [B] per iteration
+
+    def slots(self, verified: Tensor, accepted: Tensor) -> None:
+        """Verified drafts [B, w] per window slot, and which of them were accepted."""
+        w = verified.shape[1]
+        self.slot_verified[:w] += verified.sum(0)
+        self.slot_accepted[:w] += (verified & accepted).sum(0)
+
+    def count_momentum(self, rose: Tensor, carried: Tensor, accept: Tensor) -> None:
+        """Verified carried drafts [B, w]: rose (1 rose at its last observation, 0 not, -1 unknown)
+        and whether each was accepted."""
+        hits = torch.stack([carried & (rose == 1), carried & (rose == 0)])                # [2, B, w]
+        self.momentum += torch.stack([hits.sum((1, 2)), (hits & accept).sum((1, 2))], 1).flatten()
+
+    def vp_effect(self, p: Tensor, q: Tensor, plain: Tensor, fused: Tensor) -> None:
+        """Expected exact-verifier acceptance sum(min(p, q)) of verified fused drafts (fused [B, w]),
+        with the fused q and with the plain distribution they replaced."""
+        self.vp += torch.stack([fused.sum().to(self.vp.dtype),
+                                (torch.minimum(p, q).sum(-1) * fused).sum().to(self.vp.dtype),
+                                (torch.minimum(p, plain).sum(-1) * fused).sum().to(self.vp.dtype)])
+
+    def into(self, stats: DecodeStats) -> DecodeStats:
+        stats.slot_verified, stats.slot_accepted = self.slot_verified.cpu(), self.slot_accepted.cpu()
+        (stats.rose_verified, stats.rose_accepted, stats.flat_verified,
+         stats.flat_accepted) = self.momentum.tolist()
+        drafts, stats.vp_expected_accept, stats.plain_expected_accept = self.vp.tolist()
+        stats.vp_drafts = int(drafts)
+        stats.entropy_sum = float(self.entropy)
+        stats.committed_per_iter = [m.cpu() for m in torch.stack(self.committed).unbind()] if self.committed else []
+        return stats

@@ -20,56 +20,6 @@ from .settings import VPSettings
 EPS = 1e-10
 
 
-def shift_slots(t: Tensor, shift: Tensor, width: int, fill=0) -> Tensor:
-    """Per row b, new slot s <- old slot shift[b] + s (fill where that runs past the old slots).
-    t [B, S_old, ...] -> [B, width, ...]."""
-    B, S_old = t.shape[:2]
-    idx = shift[:, None] + torch.arange(width, device=t.device)              # [B, width]
-    valid = idx < S_old
-    idx = idx.clamp(max=S_old - 1).view(B, width, *([1] * (t.dim() - 2))).expand(B, width, *t.shape[2:])
-    out = t.gather(1, idx)
-    mask = valid.view(B, width, *([1] * (t.dim() - 2)))
-    return torch.where(mask, out, torch.full_like(out, fill))
-
-
-class History:
-    """Probability history of the window's undecided positions: slots [B, S] with S = W - 1."""
-
-    def __init__(self, batch: int, slots: int, vocab: int, device):
-        self.pbar = torch.zeros(batch, slots, vocab, device=device)
-        self.prev = torch.zeros(batch, slots, vocab, device=device)
-        self.growth = torch.zeros(batch, slots, vocab, dtype=torch.int16, device=device)
-        self.seen = torch.zeros(batch, slots, dtype=torch.long, device=device)
-
-    def padded(self, width: int) -> "History":
-        """A view with `width` slots (extra slots empty), to align with a window's observations."""
-        out = History.__new__(History)
-        pad = width - self.seen.shape[1]
-        out.pbar, out.prev, out.growth = (torch.nn.functional.pad(t, (0, 0, 0, pad))
-                                          for t in (self.pbar, self.prev, self.growth))
-        out.seen = torch.nn.functional.pad(self.seen, (0, pad))
-        return out
-
-    def observe(self, p: Tensor, observed: Tensor, beta: float) -> Tensor:
-        """Fold observations p [B, S, V] into observed slots [B, S]; return the new growth counts."""
-        seen = (self.seen > 0)[..., None]
-        rose = seen & (p > self.prev)
-        growth = torch.where(rose, self.growth + 1, torch.zeros_like(self.growth))
-        pbar = torch.where(seen, beta * self.pbar + (1 - beta) * p, p)
-        obs = observed[..., None]
-        self.growth = torch.where(obs, growth, self.growth)
-        self.pbar = torch.where(obs, pbar, self.pbar)
-        self.prev = torch.where(obs, p, self.prev)
-        self.seen = self.seen + observed.long()
-        return growth
-
-    def shift(self, shift: Tensor, width: int) -> "History":
-        out = History.__new__(History)
-        out.pbar, out.prev, out.growth, out.seen = (shift_slots(t, shift, width)
-                                                    for t in (self.pbar, self.prev, self.growth, self.seen))
-        return out
-
-
 def fuse(p: Tensor, pbar_prev: Tensor, growth: Tensor, eligible: Tensor, s: VPSettings) -> Tensor:
     """p [B, S, V] -> p' [B, S, V]. pbar_prev is the history before this observation, growth the
     counts after it; eligible [B, S] marks slots that may be fused (history, not forced).
@@ -117,41 +67,38 @@ class AutoStrength:
     drafting, whose noise at a position is independent of both p and q_c (scoring the draft each
     candidate would have made with the realised noise has the same mean and more variance). No
     exploration is needed, and the choice is lossless: it only depends on positions that verification
-    has already committed, never on the randomness of drafts still waiting."""
+    has already committed, never on the randomness of drafts still waiting. Scores stay on the device:
+    choosing reads no value back to the host."""
 
-    def __init__(self, vp: VPSettings, candidates: tuple[float, ...]):
+    def __init__(self, vp: VPSettings, candidates: tuple[float, ...], device):
         self.vp, self.strengths = vp, candidates
-        self.score = torch.zeros(len(candidates), dtype=torch.float64)
-        self.count = 0
-        self.q: Tensor | None = None        # [C, B, S, V] candidates behind the current drafts
+        device = torch.device(device)
+        self.score = torch.zeros(len(candidates), dtype=torch.float32 if device.type == "mps" else torch.float64,
+                                 device=device)
+        self.count = torch.zeros((), dtype=torch.long, device=device)
+        self.plain = torch.tensor(candidates.index(0.0) if 0.0 in candidates else 0, device=device)
 
     @property
-    def best(self) -> int:
+    def best(self) -> Tensor:
         """Index of the strength to draft with; strength 0 (plain drafting) until there is evidence."""
-        if self.count == 0:
-            return self.strengths.index(0.0) if 0.0 in self.strengths else 0
-        return int(self.score.argmax())
+        return torch.where(self.count == 0, self.plain, self.score.argmax())
 
-    def fuse(self, p: Tensor, pbar_prev: Tensor, growth: Tensor, eligible: Tensor, redraw: Tensor,
-             shift: Tensor) -> Tensor:
-        """Every candidate's fused distribution for the slots being re-drafted (redraw [B, S]; the
-        other slots keep theirs, shifted with the window by `shift`); returns the chosen one."""
-        new = fuse_many(p, pbar_prev, growth, eligible, self.vp, self.strengths)
-        old = torch.zeros_like(new) if self.q is None else \
-            torch.stack([shift_slots(q, shift, p.shape[1]) for q in self.q])
-        self.q = torch.where(redraw[None, ..., None], new, old)   # slots not scored now hold no target
-        return new[self.best]
+    def fuse(self, p: Tensor, pbar_prev: Tensor, growth: Tensor, eligible: Tensor) -> Tensor:
+        """Every candidate's fused distribution [C, B, S, V]."""
+        return fuse_many(p, pbar_prev, growth, eligible, self.vp, self.strengths)
 
-    def observe(self, p: Tensor, verified: Tensor) -> None:
-        """p [B, w, V]: the targets the drafts in slots [B, w] were just verified against; verified
-        [B, w] marks verified VP drafts."""
-        if self.q is None or not bool(verified.any()):
-            return
-        accept = torch.minimum(p, self.q[:, :, :p.shape[1]]).sum(-1)                  # [C, B, w]
-        self.score += torch.where(verified, accept, 0.0).sum((1, 2)).double().cpu()
-        self.count += int(verified.sum())
+    def chosen(self, candidates: Tensor) -> Tensor:
+        return candidates.index_select(0, self.best.view(1))[0]
+
+    def observe(self, p: Tensor, candidates: Tensor, verified: Tensor) -> None:
+        """p [B, w, V]: the targets the drafts in slots [B, w] were just verified against; candidates
+        [C, B, w, V] the distributions each strength would have drafted them from; verified [B, w]
+        marks verified VP drafts."""
+        accept = torch.minimum(p, candidates).sum(-1)                                  # [C, B, w]
+        self.score += torch.where(verified, accept, 0.0).sum((1, 2)).to(self.score.dtype)
+        self.count += verified.sum()
 
     def summary(self) -> dict:
-        rates = (self.score / max(1, self.count)).tolist()
-        return {"vp_auto_strength": self.strengths[self.best],
+        rates = (self.score / self.count.clamp_min(1)).tolist()
+        return {"vp_auto_strength": self.strengths[int(self.best)],
                 "vp_auto_rates": {str(c): round(r, 4) for c, r in zip(self.strengths, rates)}}

@@ -3,19 +3,20 @@ import math
 
 import torch
 
-from sjdvp_core.stats import DecodeStats
+from sjdvp_core.stats import DecodeStats, Tally
 
 
 def test_momentum_counts_only_carried_drafts_with_a_known_direction():
-    st = DecodeStats(length=10, window=5)
+    tally = Tally(4, "cpu")
     rose = torch.tensor([[1, 1, 0, -1], [0, 1, 0, 1]], dtype=torch.int8)
     carried = torch.tensor([[True, True, True, True], [True, False, True, True]])
     accept = torch.tensor([[True, False, True, True], [False, True, True, True]])
-    st.count_momentum(rose, carried, accept)
+    tally.count_momentum(rose, carried, accept)
+    st = tally.into(DecodeStats(length=10, window=5))
     # rose & carried: (0,0) acc, (0,1) rej, (1,3) acc; not-rose & carried: (0,2) acc, (1,0) rej, (1,2) acc
     assert (st.rose_verified, st.rose_accepted, st.flat_verified, st.flat_accepted) == (3, 2, 3, 2)
-    st.count_momentum(torch.tensor([[1]], dtype=torch.int8), torch.tensor([[True]]), torch.tensor([[True]]))
-    m = st.momentum()
+    tally.count_momentum(torch.tensor([[1]], dtype=torch.int8), torch.tensor([[True]]), torch.tensor([[True]]))
+    m = tally.into(st).momentum()
     assert m["accept_if_rose"] == 3 / 4 and m["accept_if_not"] == 2 / 3
     assert m["rose_share_of_accepted"] == 3 / 5
 

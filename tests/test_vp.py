@@ -6,16 +6,18 @@ import pytest
 import torch
 
 from sjdvp_core.settings import AUTO_STRENGTHS, VPSettings
-from sjdvp_core.vp import AutoStrength, History, fuse, shift_slots
+from sjdvp_core.vp import AutoStrength, fuse
+from sjdvp_core.window import History, shift_slots
 
 
 def test_history_ewa_and_growth_counter():
-    h = History(1, 1, 3, "cpu")
+    h = History.empty(1, 1, 3, "cpu")
     obs = torch.tensor([[True]])
     seq = [[0.2, 0.3, 0.5], [0.3, 0.3, 0.4], [0.4, 0.2, 0.4], [0.5, 0.25, 0.25]]
     growths = []
     for p in seq:
-        growths.append(h.observe(torch.tensor([[p]]), obs, beta=0.5)[0, 0].tolist())
+        h, growth = h.observe(torch.tensor([[p]]), obs, beta=0.5)
+        growths.append(growth[0, 0].tolist())
     # first observation: pbar = p, no growth; then counts of consecutive strict increases
     assert growths == [[0, 0, 0], [1, 0, 0], [2, 0, 0], [3, 1, 0]]
     pbar = torch.tensor(seq[0])
@@ -26,9 +28,9 @@ def test_history_ewa_and_growth_counter():
 
 
 def test_unobserved_slots_keep_their_history():
-    h = History(1, 2, 2, "cpu")
+    h = History.empty(1, 2, 2, "cpu")
     p = torch.tensor([[[0.5, 0.5], [0.9, 0.1]]])
-    h.observe(p, torch.tensor([[True, False]]), beta=0.5)
+    h, _ = h.observe(p, torch.tensor([[True, False]]), beta=0.5)
     assert h.seen.tolist() == [[1, 0]] and h.pbar[0, 1].tolist() == [0.0, 0.0]
 
 
@@ -89,16 +91,17 @@ def synthetic_logits(dynamics: str, steps=8, slots=400, vocab=16, seed=0):
 def test_auto_strength_picks_the_sign_the_dynamics_reward(dynamics, sign):
     logits = synthetic_logits(dynamics)
     slots, vocab = logits.shape[2:]
-    auto = AutoStrength(VPSettings(growth_steps=1, top_k=vocab, strength="auto"), AUTO_STRENGTHS)
-    history = History(1, slots, vocab, "cpu")
+    auto = AutoStrength(VPSettings(growth_steps=1, top_k=vocab, strength="auto"), AUTO_STRENGTHS, "cpu")
+    history = History.empty(1, slots, vocab, "cpu")
     everywhere = torch.ones(1, slots, dtype=torch.bool)
-    for step, p in enumerate(logits.softmax(-1)):
-        if step:
-            auto.observe(p, everywhere)          # how would each candidate's draft have fared?
-        pbar_prev, had = history.pbar.clone(), history.seen > 0
-        growth = history.observe(p, everywhere, beta=0.5)
-        auto.fuse(p, pbar_prev, growth, had, everywhere, torch.zeros(1, dtype=torch.long))
-    chosen = AUTO_STRENGTHS[auto.best]
+    candidates = None
+    for p in logits.softmax(-1):
+        if candidates is not None:
+            auto.observe(p, candidates, everywhere)          # how would each candidate's draft have fared?
+        pbar_prev, had = history.pbar, history.seen > 0
+        history, growth = history.observe(p, everywhere, beta=0.5)
+        candidates = auto.fuse(p, pbar_prev, growth, had)
+    chosen = AUTO_STRENGTHS[int(auto.best)]
     assert chosen * sign > 0, auto.summary()
 
 
