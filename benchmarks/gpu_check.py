@@ -98,7 +98,7 @@ def forward_times(tiny: bool, device, dtype, repeats: int) -> list[dict]:
         else:                                                                             # Chameleon
             lm, head, text = model.model, model.lm_head, config
         probe = Probe(model, lm, text, head, K, grid, device)
-        probe.start([None], None, True, 64)
+        probe.start([None], None, True)
         mid = min(probe.layout.length // 2, probe.layout.length - max(WINDOWS))
         embed_ids = torch.randint(0, K, (2, 64), device=device)
         t = {W: timed(lambda W=W: probe.forward(embed_ids[:, :W], mid + torch.arange(W, device=device).expand(2, W)),
@@ -116,6 +116,7 @@ def forward_times(tiny: bool, device, dtype, repeats: int) -> list[dict]:
 
 class FreeModel:
     """Logits that cost (almost) nothing, so a decode's time is the engine's own."""
+    family = "free model"
     def __init__(self, K, grid, device):
         self.device = torch.device(device)
         self.layout = TokenLayout.raster(torch.arange(K), grid, grid, row_end=K)
@@ -125,14 +126,11 @@ class FreeModel:
         self.gen = torch.Generator(device=self.device).manual_seed(0)
         self.table = torch.randn(8, self.V, device=self.device) * 3
 
-    def start(self, conditions, negatives, cfg, window):
+    def start(self, conditions, negatives, cfg):
         return self.layout, self.table[:2 * len(conditions) if cfg else len(conditions)].clone()
 
     def forward(self, tokens, positions):
         return self.table[(positions + tokens) % 8]
-
-    def rollback(self, lengths):
-        pass
 
     def finish(self):
         pass

@@ -60,25 +60,25 @@ class TokenLayout:
 
 
 class ModelAdapter(Protocol):
-    """What a model family implements for the engine. Rows R = B, or 2B with CFG (cond rows first)."""
+    """What a model family implements for the engine. Rows R = B, or 2B with CFG (cond rows first).
+    Optional: `with_size(width, height)` -> the same model generating at another size (a new adapter
+    sharing the weights), for families whose size is a choice (see at_size)."""
+    family: str             # the family's display name ("Lumina-mGPT", "LlamaGen c2i", ...)
+    layout: TokenLayout     # where the generated tokens go, at the current size
     device: torch.device    # where the weights are
     default_sampling: SamplingSettings  # the family's recommended cfg, top-k, ...
     module: torch.nn.Module  # every weight the adapter uses, for a memory manager to move
 
-    def start(self, conditions: Sequence[Any], negatives: Sequence[Any] | None, cfg: bool,
-              window: int) -> tuple[TokenLayout, Tensor]:
+    def start(self, conditions: Sequence[Any], negatives: Sequence[Any] | None,
+              cfg: bool) -> tuple[TokenLayout, Tensor]:
         """Prefill the condition prefix (and with cfg, the unconditional or negative twin); return the
-        layout and the logits [R, V] for generated position 0. Caches are sized for the layout plus a
-        window of `window` tokens."""
+        layout and the logits [R, V] for generated position 0."""
 
     def forward(self, tokens: Tensor, positions: Tensor) -> Tensor:
-        """Score a window: tokens [R, W] placed at generated positions [R, W] (consecutive per row) ->
-        logits [R, W, V]; slot i predicts position positions[:, i] + 1. Cache entries at or after a
-        row's first window position are overwritten, which is the rollback."""
-
-    def rollback(self, lengths: Tensor) -> None:
-        """Only the first lengths[r] generated positions of row r stay valid in the cache. A cache
-        written by position needs nothing here."""
+        """Score a window: tokens [R, W] placed at generated positions [R, W] (consecutive per row,
+        each < layout.length) -> logits [R, W, V]; slot i predicts position positions[:, i] + 1. Cache
+        entries at or after a row's first window position are overwritten: that is the rollback, so
+        rejected drafts cost nothing to undo."""
 
     def finish(self) -> None:
         """The decode ended (or was aborted): free per-run state such as KV caches."""
@@ -102,7 +102,6 @@ def at_size(adapter, width: int, height: int):
         raise ValueError(f"width={width}, height={height}: give both in pixels, or 0 for both (the model's default)")
     with_size = getattr(adapter, "with_size", None)
     if with_size is None:
-        h, w = adapter.layout.grid.shape if hasattr(adapter, "layout") else ("?", "?")
-        name = getattr(adapter, "family", type(adapter).__name__)
-        raise ValueError(f"{name} generates at one size ({w}x{h} tokens); set width and height to 0")
+        h, w = adapter.layout.grid.shape
+        raise ValueError(f"{adapter.family} generates at one size ({w}x{h} tokens); set width and height to 0")
     return with_size(width, height)

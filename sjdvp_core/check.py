@@ -158,7 +158,7 @@ def forward(rep: Report, adapter, prompt) -> None:
     device = adapter.device
     with torch.inference_mode():
         t = time.perf_counter()
-        layout, logits = adapter.start([prompt], None, True, 4)
+        layout, logits = adapter.start([prompt], None, True)
         prefill_s = time.perf_counter() - t
         if not torch.isfinite(logits[:, layout.image_tokens.to(logits.device)]).all():
             rep.problem("prefill", "image logits are not finite (wrong precision for these weights? try fp32)")

@@ -192,8 +192,7 @@ def decode(adapter: ModelAdapter, conditions: Sequence[Any] | Any, settings: Dec
     negatives = None if negatives is None else _per_image(negatives, B, "negatives")
     with torch.inference_mode():
         try:
-            layout, first_logits = adapter.start(conditions, negatives, settings.sampling.uses_cfg,
-                                                 settings.window.size)
+            layout, first_logits = adapter.start(conditions, negatives, settings.sampling.uses_cfg)
             return JacobiDecoder(adapter, settings, layout, timing).run(first_logits, progress)
         finally:
             adapter.finish()

@@ -11,7 +11,7 @@ import os
 
 import torch
 
-from .models.llamagen import WEIGHT_EXT
+from .models.checkpoint import WEIGHT_EXT
 
 DEMO = "demo"
 FAMILY_FILES = {

@@ -19,12 +19,69 @@ def colour_ramp(x: Tensor) -> Tensor:
     return _RAMP[lo] * (1 - frac) + _RAMP[lo + 1] * frac
 
 
-def commit_map(result: DecodeResult, cell: int = 8) -> Tensor:
+def commit_map(result: DecodeResult, cell: int = 8, last: int | None = None) -> Tensor:
     """[B, h*cell, w*cell, 3]: each image cell coloured by the iteration that committed it (early =
-    dark, late = yellow); runs of one colour are tokens accepted together."""
+    dark, late = yellow; yellow = each image's last iteration, or `last` for all); runs of one colour
+    are tokens accepted together."""
     it = result.stats.commit_iter[:, result.layout.grid].float()                  # [B, h, w]
-    norm = it / it.amax(dim=(1, 2), keepdim=True).clamp_min(1)
+    norm = it / (it.amax(dim=(1, 2), keepdim=True) if last is None else torch.tensor(float(last))).clamp_min(1)
     return colour_ramp(norm).repeat_interleave(cell, 1).repeat_interleave(cell, 2)
+
+
+def report_data(result: DecodeResult, method: str, ar_passes: int | None = None) -> dict:
+    """The report's figures as plain numbers (what the node pack sends to the UI for its badge):
+    speedup = AR forward passes / this run's, the figure report_text prints."""
+    st = result.stats
+    ar = ar_passes or st.length
+    per_iter = torch.cat(st.committed_per_iter) if st.committed_per_iter else torch.zeros(1)
+    return {"method": method, "tokens": int(st.length), "forward_passes": int(st.forward_passes),
+            "ar_passes": int(ar), "speedup": round(ar / st.forward_passes, 4),
+            "step_compression": round(st.step_compression, 4), "tokens_per_pass": round(st.mean_accepted, 4),
+            "max_tokens_per_pass": int(per_iter.max()), "acceptance": round(st.acceptance_rate, 4),
+            "seconds": round(st.time_total, 3)}
+
+
+def commit_figure(result: DecodeResult, method: str, min_width: int = 256) -> Tensor:
+    """commit_map with what it shows written under it, so a shared screenshot carries the figure:
+    the step compression, and the colour scale from the first forward pass to the last.
+    -> [B, H, W, 3] in 0..1."""
+    from PIL import Image, ImageDraw
+
+    h, w = result.layout.grid.shape
+    cell = max(1, -(-min_width // w))
+    last = int(result.stats.commit_iter[:, result.layout.grid].max())         # iteration 0 = prefill = pass 1
+    maps = commit_map(result, cell=cell, last=last)                           # [B, h*cell, w*cell, 3]
+    width = maps.shape[2]
+    data = report_data(result, method)
+    pad, bar = 4, max(6, width // 40)
+    caption = f"{method}: {data['speedup']:.2f}x fewer passes ({data['forward_passes']} vs AR {data['ar_passes']})"
+    size = max(8, width // 22)
+    font = _font(size)
+    while size > 8 and font.getlength(caption) > width - 2 * pad:
+        size -= 1
+        font = _font(size)
+    line = font.getbbox("Ag")[3] + 2
+    band = Image.new("RGB", (width, 2 * line + bar + 3 * pad), (24, 24, 24))
+    draw = ImageDraw.Draw(band)
+    draw.text((pad, pad), caption, fill=(255, 255, 255), font=font)
+    ramp = (colour_ramp(torch.linspace(0, 1, width - 2 * pad)) * 255).byte()    # [W', 3]
+    strip = Image.fromarray(ramp[None].expand(bar, -1, -1).contiguous().numpy())
+    y = pad + line + pad // 2
+    band.paste(strip, (pad, y))
+    y += bar + 1
+    draw.text((pad, y), "committed in forward pass 1", fill=(200, 200, 200), font=font)
+    right = str(last + 1)
+    draw.text((width - pad - draw.textlength(right, font=font), y), right, fill=(200, 200, 200), font=font)
+    legend = torch.frombuffer(bytearray(band.tobytes()), dtype=torch.uint8).view(band.height, width, 3).float() / 255
+    return torch.cat([maps, legend[None].expand(maps.shape[0], -1, -1, -1)], dim=1)
+
+
+def _font(size: int):
+    from PIL import ImageFont
+    try:
+        return ImageFont.load_default(size=size)
+    except TypeError:                       # Pillow < 10.1: one fixed bitmap size
+        return ImageFont.load_default()
 
 
 def report_text(result: DecodeResult, method: str, ar_passes: int | None = None) -> str:

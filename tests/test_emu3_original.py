@@ -16,7 +16,7 @@ import torch
 
 from sjdvp_core import decode
 from sjdvp_core.models.emu3 import BOI, BOS, EOF, EOI, EOL, EOS, PAD, WRAPPER, Emu3Adapter
-from sjdvp_core.models.llamagen import CheckpointError
+from sjdvp_core.models.checkpoint import CheckpointError
 from sjdvp_core.registry import detect_family, list_models, load_model
 from sjdvp_core.settings import SamplingSettings, method_settings
 from tests.tiny_hf import CORPUS, assert_greedy_sjd_equals_ar, spread_weights
@@ -225,7 +225,7 @@ def test_size_string_is_read_digit_by_digit_even_where_the_tokenizer_merges_digi
 def test_original_logits_equal_the_converted(adapters):
     outs = []
     for adapter in adapters:
-        layout, first = adapter.start(PROMPTS, None, True, 4)
+        layout, first = adapter.start(PROMPTS, None, True)
         window = layout.image_tokens[torch.tensor([[3, 1, 4, 1], [5, 9, 2, 6], [5, 3, 5, 8], [9, 7, 9, 3]])]
         outs.append((first, adapter.forward(window, torch.arange(4).expand(4, -1))))
         adapter.finish()

@@ -13,7 +13,7 @@ import torch
 
 from sjdvp_core.models.janus import JanusAdapter
 from sjdvp_core.models.janus_original import REPOS, janus_config, vq_shape
-from sjdvp_core.models.llamagen import CheckpointError
+from sjdvp_core.models.checkpoint import CheckpointError
 from sjdvp_core.registry import detect_family, list_models, load_model
 from tests.test_janus import PROMPTS, write_converted
 from tests.tiny_hf import assert_greedy_sjd_equals_ar
@@ -162,7 +162,7 @@ def test_original_logits_match_converted(adapters):
     positions = torch.arange(1, 5).expand(4, -1)
     outputs = []
     for adapter in adapters:
-        _, first = adapter.start(PROMPTS, None, True, 4)
+        _, first = adapter.start(PROMPTS, None, True)
         outputs.append((first, adapter.forward(tokens, positions)))
         adapter.finish()
     for first, later in outputs[1:]:

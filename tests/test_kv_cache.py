@@ -19,7 +19,7 @@ def test_window_steps_with_rollback_match_full_recompute():
     model, R = ad.model, 3
     g = torch.Generator().manual_seed(0)
     classes = torch.tensor([0, 1, 2])
-    ad.start(classes.tolist(), None, False, 8)
+    ad.start(classes.tolist(), None, False)
     committed = torch.randint(2, 12, (R, 60), generator=g)  # the "true" sequence per row
     n = torch.ones(R, dtype=torch.long)                      # committed generated tokens per row
     for step in range(8):

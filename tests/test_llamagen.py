@@ -6,7 +6,8 @@ import torch
 from safetensors.torch import save_file
 
 from sjdvp_core import DecodeSettings, DrafterSettings, SamplingSettings, VPSettings, WindowSettings, decode
-from sjdvp_core.models.llamagen import (CheckpointError, LlamaGenAdapter, imagenet_classes, load_gpt,
+from sjdvp_core.models.checkpoint import CheckpointError
+from sjdvp_core.models.llamagen import (LlamaGenAdapter, imagenet_classes, load_gpt,
                                         load_vq)
 from sjdvp_core.models.llamagen_gpt import GPTConfig, LlamaGenGPT
 from sjdvp_core.models.llamagen_vq import LlamaGenVQ, VQConfig
@@ -91,7 +92,7 @@ def test_window_cache_matches_full_recompute(files):
     truth = torch.randint(0, 64, (2, 16), generator=g)
     cond = gpt.embed_condition(torch.tensor([1, 2]))
     full = gpt(cond, truth)                                         # teacher forcing, no cache
-    ad.start([1, 2], None, False, 8)
+    ad.start([1, 2], None, False)
     n = torch.tensor([1, 1])
     for W, acc in [(5, (2, 0)), (3, (1, 2)), (6, (4, 3)), (4, (3, 3))]:
         window = torch.randint(0, 64, (2, W), generator=g)

@@ -12,7 +12,7 @@ from safetensors.torch import load_file, save_file
 from sjdvp_core import DecodeSettings, SamplingSettings, WindowSettings, decode
 from sjdvp_core.models.chameleon_vqgan import ChameleonVQGAN, VQGANConfig, load_vqgan
 from sjdvp_core.models.hf_adapter import read_tensor
-from sjdvp_core.models.llamagen import CheckpointError
+from sjdvp_core.models.checkpoint import CheckpointError
 from sjdvp_core.models.lumina import (IMAGE_END, IMAGE_START, REPO, ROW_END, LuminaAdapter, image_token_ids,
                                       resolution_token, supported_sizes, trained_size)
 from sjdvp_core.registry import detect_family, list_models, load_model

@@ -29,7 +29,7 @@ def test_family_detection_and_listing(tmp_path):
 
 def test_missing_tokenizer_names_the_file(tmp_path):
     torch.save({"model": random_gpt().state_dict()}, tmp_path / "c2i_B_256.pt")
-    with pytest.raises(FileNotFoundError, match="vq_ds16_c2i.pt"):
+    with pytest.raises(ValueError, match=r"no tokenizer for the c2i model c2i_B_256\.pt\. Download vq_ds16_c2i\.pt"):
         load_model(str(tmp_path))
 
 

@@ -56,13 +56,14 @@ class TinyGPT(nn.Module):
 
 class TinyGPTAdapter:
     """Prefix: one class token at position 0; generated position j sits at absolute j + 1."""
+    family = "tiny GPT"
     def __init__(self, height=3, width=4, seed=0):
         torch.manual_seed(seed)
         self.model = TinyGPT().eval()
         self.device = torch.device("cpu")
         self.layout = TokenLayout.raster(torch.arange(2, 12), height, width, row_end=1, suffix=[0])
 
-    def start(self, conditions, negatives, cfg, window):
+    def start(self, conditions, negatives, cfg):
         null = self.model.cls.num_embeddings - 1
         classes = list(conditions) + ([null] * len(conditions) if cfg else [])
         self.model.setup_caches(len(classes))
@@ -73,8 +74,6 @@ class TinyGPTAdapter:
     def forward(self, tokens, positions):
         return self.model(self.model.tok(tokens), positions + 1)
 
-    def rollback(self, lengths):
-        pass
 
     def finish(self):
         pass

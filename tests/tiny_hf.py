@@ -61,7 +61,7 @@ def assert_windows_match_recompute(adapter, prompts, cfg: bool, reference, steps
     that row's unpadded sequence without any cache. reference returns logits [T + 1, V] for a row's
     prompt followed by T generated tokens."""
     g = torch.Generator().manual_seed(seed)
-    layout, first = adapter.start(prompts, None, cfg, 8)
+    layout, first = adapter.start(prompts, None, cfg)
     R, K, L = first.shape[0], layout.image_tokens.numel(), layout.length
     truth = layout.image_tokens[torch.randint(0, K, (R, L), generator=g)]
     forced = layout.forced >= 0
@@ -92,7 +92,7 @@ def assert_missing_files_are_named(folder: str, tmp_path, load, repo: str) -> No
     naming it and the hub repository to download."""
     import shutil
 
-    from sjdvp_core.models.llamagen import CheckpointError
+    from sjdvp_core.models.checkpoint import CheckpointError
 
     def variant(name: str, drop=(), write=None):
         d = tmp_path / name

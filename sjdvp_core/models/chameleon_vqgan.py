@@ -15,7 +15,7 @@ import torch
 import yaml
 from torch import Tensor, nn
 
-from .llamagen import CheckpointError, load_strict, read_state_dict
+from .checkpoint import CheckpointError, load_strict, read_state_dict
 from .llamagen_vq import AttnBlock, ResnetBlock, Upsample, swish
 
 log = logging.getLogger(__name__)

@@ -27,7 +27,7 @@ from torch import Tensor
 from ..adapter import TokenLayout
 from ..settings import SamplingSettings
 from .hf_adapter import HFAdapter, SizeChoice, TextTokenizer, load_pretrained, read_json, to_image
-from .llamagen import CheckpointError
+from .checkpoint import CheckpointError
 
 REPO = "BAAI/Emu3-Gen-hf"
 BOS, BOI, WRAPPER = "<|extra_203|>", "<|image start|>", "<|image token|>"

@@ -26,7 +26,7 @@ from transformers.cache_utils import Cache
 
 from ..adapter import TokenLayout
 from ..kv_cache import causal_mask
-from .llamagen import CheckpointError
+from .checkpoint import CheckpointError
 
 INDEX = "model.safetensors.index.json"
 PROMPT_ALLOWANCE = 256   # prompt tokens cache_bytes assumes before a prompt is known
@@ -224,7 +224,7 @@ class HFAdapter:
         raise NotImplementedError
 
     # --- the adapter interface ---------------------------------------------------------------------
-    def start(self, conditions, negatives, cfg: bool, window: int):
+    def start(self, conditions, negatives, cfg: bool):
         ids, valid = (t.to(self.device) for t in left_pad(self.prompt_ids(conditions, negatives, cfg), self.pad_id))
         R, P = ids.shape
         S = P + self.layout.length
@@ -239,8 +239,6 @@ class HFAdapter:
     def forward(self, tokens: Tensor, positions: Tensor) -> Tensor:
         if self.cache is None:
             raise RuntimeError(f"{self.family}: forward() before start()")
-        if int(positions.max()) >= self.layout.length:
-            raise ValueError(f"position {int(positions.max())} is past the generated length {self.layout.length}")
         hidden = self._run(self.embed(tokens), self.prefix_len + positions, self.prompt_len[:, None] + positions)
         return self.head(hidden).float()
 
@@ -255,8 +253,6 @@ class HFAdapter:
                       **{self._cache_arg: self.cache})
         return out.last_hidden_state
 
-    def rollback(self, lengths: Tensor) -> None:
-        pass
 
     def finish(self) -> None:
         self.cache = self.key_valid = None

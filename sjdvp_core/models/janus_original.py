@@ -19,7 +19,7 @@ import torch
 
 from .hf_adapter import TextTokenizer, dtype_kwarg, read_json
 from .janus import PAD
-from .llamagen import CheckpointError, load_strict, read_state_dict
+from .checkpoint import CheckpointError, load_strict, read_state_dict
 
 REPOS = "deepseek-ai/Janus-Pro-1B (or Janus-Pro-7B)"
 MODEL_TYPE = "multi_modality"

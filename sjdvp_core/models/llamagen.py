@@ -9,12 +9,9 @@ comes from the file name, the safetensors metadata or the caller.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import pickle
 import re
-import zipfile
 from functools import lru_cache
 from typing import Any, Sequence
 
@@ -23,75 +20,13 @@ from torch import Tensor
 
 from ..adapter import TokenLayout
 from ..settings import SamplingSettings
+from .checkpoint import WEIGHT_EXT, CheckpointError, load_strict, read_state_dict
 from .llamagen_gpt import GPT_SIZES, GPTConfig, LlamaGenGPT, rope_table_2d
 from .llamagen_vq import LlamaGenVQ, VQConfig
 
 GPT_HINT = "a LlamaGen GPT checkpoint (keys like tok_embeddings.weight, layers.0.attention.wqkv.weight)"
 VQ_HINT = "a LlamaGen VQ tokenizer checkpoint (keys like quantize.embedding.weight, decoder.conv_in.weight)"
-WEIGHT_EXT = (".pt", ".pth", ".bin", ".safetensors")
 RELEASES = {"c2i": "huggingface.co/FoundationVision/LlamaGen", "t2i": "huggingface.co/peizesun/llamagen_t2i"}
-DROPPED_KEYS = ("freqs_cis", "causal_mask", "quantize.codebook_used")
-# LlamaGen's training scripts (train_c2i.py, train_t2i.py, vq_train.py) save their argparse options as
-# "args" beside the weights: the one object besides tensors and plain data we let torch.load rebuild
-SAFE_GLOBALS = [argparse.Namespace]
-
-
-class CheckpointError(ValueError):
-    """A file that is missing, unreadable or not what was expected; the message says what to do."""
-
-
-def read_state_dict(path: str, expected: str) -> tuple[dict[str, Tensor], dict[str, str]]:
-    """Tensors (and safetensors metadata) from .safetensors or a .pt/.pth/.bin pickle of tensors."""
-    if not os.path.isfile(path):
-        raise CheckpointError(f"{path}: no such file; expected {expected}")
-    meta: dict[str, str] = {}
-    try:
-        if path.endswith(".safetensors"):
-            from safetensors import safe_open
-            with safe_open(path, framework="pt") as f:
-                obj, meta = {k: f.get_tensor(k) for k in f.keys()}, dict(f.metadata() or {})
-        else:
-            with torch.serialization.safe_globals(SAFE_GLOBALS):
-                obj = torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
-    except pickle.UnpicklingError as e:
-        raise CheckpointError(_refused_pickle(path, expected)) from e
-    except Exception as e:  # corrupt or truncated
-        raise CheckpointError(f"{path}: cannot be read as {expected} ({type(e).__name__}: {e}). "
-                              "Re-download the file, or convert it to .safetensors.") from e
-    for key in ("model", "module", "state_dict"):   # DDP, DeepSpeed and plain wrappers
-        if isinstance(obj, dict) and isinstance(obj.get(key), dict):
-            obj = obj[key]
-            break
-    if not isinstance(obj, dict) or not all(isinstance(v, Tensor) for v in obj.values()):
-        raise CheckpointError(f"{path}: holds no state dict of tensors; expected {expected}")
-    return {re.sub(r"^(module\.|_orig_mod\.)+", "", k): v for k, v in obj.items()
-            if not k.endswith(DROPPED_KEYS)}, meta
-
-
-def _refused_pickle(path: str, expected: str) -> str:
-    """Why torch refused to unpickle a file: the objects it holds beyond tensors and plain data."""
-    try:
-        allowed = {f"{g.__module__}.{g.__qualname__}" for g in SAFE_GLOBALS}
-        names = [n for n in torch.serialization.get_unsafe_globals_in_checkpoint(path) if n not in allowed]
-    except Exception:  # not even its pickle can be walked: corrupt or truncated
-        names = []
-    held = f"it holds Python objects ({', '.join(names)}) that are never unpickled here" if names else \
-        "it cannot be read as a checkpoint of tensors"
-    return (f"{path}: {held}; expected {expected}. If the file is from a source you trust, re-save only its "
-            "tensors (e.g. as .safetensors), or re-download the released file.")
-
-
-def load_strict(model: torch.nn.Module, state: dict[str, Tensor], path: str, expected: str) -> None:
-    own = model.state_dict()
-    missing = sorted(set(own) - set(state))
-    unexpected = sorted(set(state) - set(own))
-    wrong = sorted(k for k in set(own) & set(state) if own[k].shape != state[k].shape)
-    if missing or unexpected or wrong:
-        detail = "; ".join(f"{name}: {', '.join(keys[:4])}{' ...' if len(keys) > 4 else ''}"
-                           for name, keys in (("missing", missing), ("unexpected", unexpected),
-                                              ("wrong shape", wrong)) if keys)
-        raise CheckpointError(f"{path}: does not match {expected} ({detail})")
-    model.load_state_dict(state, strict=True, assign=True)
 
 
 def gpt_config_from_state(state: dict[str, Tensor], meta: dict[str, str], path: str,
@@ -278,7 +213,7 @@ class LlamaGenAdapter:
         return self.gpt.embed_condition(captions.to(self.device, dtype)), mask.to(self.device)
 
     # --- the adapter interface -----------------------------------------------------------------
-    def start(self, conditions, negatives, cfg: bool, window: int):
+    def start(self, conditions, negatives, cfg: bool):
         prefix, mask = self._prefix(conditions, negatives, cfg)
         self.gpt.setup_caches(prefix.shape[0], prefix_valid=mask)
         return self.layout, self.gpt.prefill(prefix)
@@ -286,8 +221,6 @@ class LlamaGenAdapter:
     def forward(self, tokens: Tensor, positions: Tensor) -> Tensor:
         return self.gpt.decode(tokens, positions + self.config.cls_token_num)
 
-    def rollback(self, lengths: Tensor) -> None:
-        pass
 
     def finish(self) -> None:
         self.gpt.release_caches()

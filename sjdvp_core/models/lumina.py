@@ -28,7 +28,7 @@ from ..adapter import TokenLayout
 from ..settings import SamplingSettings
 from .chameleon_vqgan import ChameleonVQGAN, load_vqgan, vqgan_files
 from .hf_adapter import HFAdapter, SizeChoice, TextTokenizer, check_folder, load_pretrained, to_image
-from .llamagen import CheckpointError
+from .checkpoint import CheckpointError
 
 log = logging.getLogger(__name__)
 REPO = "Alpha-VLLM/Lumina-mGPT-7B-768 (or -512, -1024)"

@@ -21,6 +21,7 @@ ROW_END, END_OF_IMAGE = 0, 1
 
 
 class ToyGridAdapter:
+    family = "toy"
     def __init__(self, height: int = 4, width: int = 4, levels: int = 4, *, row_end: bool = True,
                  sharpness: float = 12.0, num_classes: int = 4, noise: float = 0.5, seed: int = 0,
                  device: str = "cpu"):
@@ -78,7 +79,7 @@ class ToyGridAdapter:
         return torch.stack([mean if c is None else self.class_colours[int(c)] for c in conditions])
 
     # --- the adapter interface -----------------------------------------------------------------
-    def start(self, conditions, negatives, cfg: bool, window: int):
+    def start(self, conditions, negatives, cfg: bool):
         rows = list(conditions) + (list(negatives) if negatives is not None else [None] * len(conditions)) * cfg
         self._colour = self.colours(rows)
         self._buffer = torch.zeros(len(rows), self.layout.length + 1, dtype=torch.long)
@@ -89,8 +90,6 @@ class ToyGridAdapter:
         self._buffer.scatter_(1, positions, tokens)
         return self.logits_for(self._buffer, positions + 1, self._colour)
 
-    def rollback(self, lengths: Tensor) -> None:
-        pass
 
     def finish(self) -> None:
         pass

@@ -45,8 +45,8 @@ def free_port() -> int:
 
 
 class ComfyServer:
-    def __init__(self, workdir: str, python: str = sys.executable):
-        self.workdir, self.python = workdir, python
+    def __init__(self, workdir: str, python: str = sys.executable, args: tuple[str, ...] = ()):
+        self.workdir, self.python, self.args = workdir, python, list(args)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.models = os.path.join(workdir, "models", "sjdvp")
@@ -70,7 +70,7 @@ class ComfyServer:
         self.proc = subprocess.Popen(
             [self.python, "main.py", "--cpu", "--listen", "127.0.0.1", "--port", str(self.port),
              "--output-directory", self.output, "--extra-model-paths-config", config,
-             "--disable-auto-launch", "--preview-method", "auto"],
+             "--disable-auto-launch", "--preview-method", "auto", *self.args],
             cwd=comfyui_root(), stdout=self.log, stderr=subprocess.STDOUT, env=env)
         deadline = time.time() + timeout
         while time.time() < deadline:

@@ -1,18 +1,26 @@
-// node --test tests/web/: the badge figures read from a real report's wording.
+// node --test tests/web/: the badge and the report box from what the nodes really send to the UI.
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { readFileSync } from "node:fs";
 
-import { badgeText, parseReport } from "../../web/js/report.js";
+import { badgeText, reportOf, reportText } from "../../web/js/report.js";
 
-const REPORT = readFileSync(process.env.SJDVP_REPORT, "utf8");   // written by tests/test_web.py
+// a Speed-up Report node's UI output (nodes/decode_nodes.py report_ui), written by tests/test_web.py
+const MESSAGE = JSON.parse(readFileSync(process.env.SJDVP_REPORT, "utf8"));
 
-test("reads the speed-up, tokens per pass and acceptance", () => {
-  const r = parseReport(REPORT);
-  assert.ok(r.speedup > 1 && r.tokensPerPass >= 1 && r.acceptance > 0 && r.acceptance <= 100);
+test("the badge comes from the figures the node sends", () => {
+  const r = reportOf(MESSAGE);
+  assert.ok(r.speedup > 1 && r.tokens_per_pass >= 1 && r.acceptance > 0 && r.acceptance <= 1);
   assert.match(badgeText(r), /^\d+\.\d\d× fewer passes · \d+\.\d tok\/pass$/);
+  assert.ok(badgeText(r).startsWith(r.speedup.toFixed(2)));
 });
 
-test("no figure, no badge", () => {
-  assert.equal(badgeText(parseReport("")), null);
+test("the report box shows the report text", () => {
+  assert.match(reportText(MESSAGE), /forward passes/);
+});
+
+test("no figures, no badge", () => {
+  assert.equal(reportOf({ text: ["old server"] }), null);
+  assert.equal(badgeText(null), null);
+  assert.equal(badgeText({ speedup: Number.NaN }), null);
 });
