@@ -98,10 +98,20 @@ def load_vq(path: str, encoder: bool = False) -> LlamaGenVQ:
     return model.eval()
 
 
-def load_llamagen(path: str, gpts: Sequence[str], device: torch.device, dtype: torch.dtype) -> "LlamaGenAdapter":
+def is_gpt_file(name: str) -> bool:
+    return name.startswith(("c2i_", "t2i_")) and name.endswith(WEIGHT_EXT)
+
+
+def gpt_files(folder: str) -> list[str]:
+    """The LlamaGen GPT checkpoints in a folder."""
+    return sorted(os.path.join(folder, n) for n in os.listdir(folder) if is_gpt_file(n))
+
+
+def load_llamagen(path: str, device: torch.device, dtype: torch.dtype) -> "LlamaGenAdapter":
     """The adapter for a LlamaGen folder (or one GPT file in it): the GPT, the tokenizer released for
     its kind, and for t2i the FLAN-T5-XL folder beside them."""
     folder = path if os.path.isdir(path) else os.path.dirname(path)
+    gpts = gpt_files(folder) if os.path.isdir(path) else [path]
     if len(gpts) > 1:
         raise CheckpointError(f"{folder}: holds several LlamaGen GPT files ({', '.join(map(os.path.basename, gpts))}); "
                               "select one file instead of the folder")
