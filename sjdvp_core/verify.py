@@ -21,24 +21,30 @@ from torch import Tensor
 
 from .settings import DrafterSettings
 
-_NEIGHBOUR_CACHE: dict[int, tuple[weakref.ref, Tensor]] = {}  # id(codebook) -> (codebook ref, table)
+# LANTERN's neighbour table per model: keyed by the adapter's weights module, so it lives as long as the
+# model (and is shared by the same model at other sizes), whatever tensor codebook() returns
+_NEIGHBOURS: "weakref.WeakKeyDictionary[torch.nn.Module, Tensor]" = weakref.WeakKeyDictionary()
 
 
 def latent_neighbours(codebook: Tensor, k: int, chunk: int = 1024) -> Tensor:
-    """[K, d] codebook -> [K, k] indices of each code's k nearest other codes (L2), nearest first.
-    Computed once per codebook tensor (and reused for any smaller k), in chunks to bound memory."""
+    """[K, d] codebook -> [K, k] indices of each code's k nearest other codes (L2), nearest first;
+    in chunks to bound memory."""
     k = min(k, codebook.shape[0] - 1)
-    ref, table = _NEIGHBOUR_CACHE.get(id(codebook), (None, None))
-    if ref is None or ref() is not codebook or table.shape[1] < k:
-        emb = codebook.float()
-        rows = []
-        for start in range(0, emb.shape[0], chunk):
-            d = torch.cdist(emb[start:start + chunk], emb)
-            d[torch.arange(d.shape[0]), torch.arange(start, start + d.shape[0])] = float("inf")
-            rows.append(d.topk(k, dim=-1, largest=False).indices)
-        table = torch.cat(rows)
-        _NEIGHBOUR_CACHE[id(codebook)] = (weakref.ref(codebook), table)
-        weakref.finalize(codebook, _NEIGHBOUR_CACHE.pop, id(codebook), None)
+    emb = codebook.float()
+    rows = []
+    for start in range(0, emb.shape[0], chunk):
+        d = torch.cdist(emb[start:start + chunk], emb)
+        d[torch.arange(d.shape[0]), torch.arange(start, start + d.shape[0])] = float("inf")
+        rows.append(d.topk(k, dim=-1, largest=False).indices)
+    return torch.cat(rows)
+
+
+def model_neighbours(model: torch.nn.Module, codebook: Tensor, k: int) -> Tensor:
+    """latent_neighbours, computed once per model (and device) and reused for any smaller k."""
+    k = min(k, codebook.shape[0] - 1)
+    table = _NEIGHBOURS.get(model)
+    if table is None or table.shape[1] < k or table.device != codebook.device:
+        table = _NEIGHBOURS[model] = latent_neighbours(codebook, k)
     return table[:, :k]
 
 
@@ -54,7 +60,9 @@ def _gather(t: Tensor, x: Tensor) -> Tensor:
 class Verifier:
     """Built once per decode from the drafter settings and the model's codebook."""
 
-    def __init__(self, settings: DrafterSettings, codebook: Tensor | None, num_image: int):
+    def __init__(self, settings: DrafterSettings, codebook: Tensor | None, num_image: int,
+                 model: torch.nn.Module | None = None):
+        """model: the weights the codebook belongs to, which LANTERN's neighbour table is cached with."""
         self.s = settings
         self.num_image = num_image
         self.codebook = codebook
@@ -65,7 +73,8 @@ class Verifier:
                              "VQ codebook, and this model adapter has none; use verifier='sjd'")
         self.neighbours = None
         if settings.verifier == "lantern" and settings.lantern_delta > 0:
-            self.neighbours = latent_neighbours(codebook, settings.lantern_k)
+            self.neighbours = (latent_neighbours(codebook, settings.lantern_k) if model is None else
+                               model_neighbours(model, codebook, settings.lantern_k))
 
     def accept_prob(self, p: Tensor, q: Tensor, x: Tensor) -> Tensor:
         """[B, S] probability of accepting each draft."""

@@ -1,7 +1,7 @@
 import torch
 
 from sjdvp_core.settings import DrafterSettings
-from sjdvp_core.verify import Verifier, first_rejection, latent_neighbours
+from sjdvp_core.verify import Verifier, first_rejection, latent_neighbours, model_neighbours
 
 
 def test_first_rejection_counts_leading_accepts():
@@ -21,7 +21,12 @@ def test_latent_neighbours_are_nearest_first_and_cached():
     codebook = torch.tensor([[0.0], [1.0], [3.0], [10.0]])
     nb = latent_neighbours(codebook, 2)
     assert nb.tolist() == [[1, 2], [0, 2], [1, 0], [2, 1]]
-    assert latent_neighbours(codebook, 1).data_ptr() == nb.data_ptr()
+    model = torch.nn.Linear(1, 1)                  # the weights the table lives with
+    cached = model_neighbours(model, codebook, 2)
+    assert torch.equal(cached, nb)
+    # computed once per model, whatever tensor its codebook comes in, and reused for smaller k
+    assert model_neighbours(model, codebook.clone(), 1).data_ptr() == cached.data_ptr()
+    assert model_neighbours(torch.nn.Linear(1, 1), codebook, 1).data_ptr() != cached.data_ptr()
 
 
 def test_lantern_adds_neighbour_mass_within_delta():
