@@ -6,7 +6,7 @@ The cache holds, per layer, [R, H, S, D] buffers: slots 0..P-1 are the left-padd
 P + j is generated position j. A window writes its entries at their slots, and an explicit 4D mask
 lets a query at slot s see only valid slots <= s (never the padding of a shorter prompt, never the
 stale drafts beyond s). So rollback costs nothing, and each row may sit at its own position, as the
-engine needs (sjdvp_core.kv_cache is the same idea for our own models). RoPE positions count only the
+engine needs (the buffers are sjdvp_core.kv_cache's, as in our own models). RoPE positions count only the
 real prompt tokens, as transformers' own left-padded generation does. Verified with transformers
 5.24 and 4.52.
 """
@@ -25,7 +25,7 @@ from transformers import __version__ as TRANSFORMERS_VERSION
 from transformers.cache_utils import Cache
 
 from ..adapter import TokenLayout
-from ..kv_cache import causal_mask
+from ..kv_cache import StaticKVCache, causal_mask
 from .checkpoint import CheckpointError
 
 INDEX = "model.safetensors.index.json"
@@ -158,30 +158,25 @@ def left_pad(prompts: Sequence[Sequence[int]], pad_id: int) -> tuple[Tensor, Ten
 # --- the cache ------------------------------------------------------------------------------------
 class PositionCache(Cache):
     """A transformers Cache whose update() writes each row's new keys/values at `slots` [R, W] (set
-    before every forward) and returns the whole buffers. Buffers are allocated at the first write of
-    each layer, in the dtype and on the device of its keys."""
+    before every forward) and returns the whole buffers: one StaticKVCache per layer (the engine's
+    position-written cache), allocated at the layer's first write in the dtype and on the device of
+    its keys."""
     is_compileable = False
 
     def __init__(self, rows: int, max_len: int):
         try:
-            super().__init__(layers=[])   # transformers 5.x keeps per-layer objects; ours are the dicts below
+            super().__init__(layers=[])   # transformers 5.x keeps per-layer objects; ours are below
         except TypeError:
             super().__init__()            # transformers 4.x
         self.rows, self.max_len = rows, max_len
-        self.k: dict[int, Tensor] = {}    # layer -> [R, H, S, D]
-        self.v: dict[int, Tensor] = {}
+        self.kv: dict[int, StaticKVCache] = {}
         self.slots: Tensor | None = None
 
     def update(self, key_states: Tensor, value_states: Tensor, layer_idx: int, *args, **kwargs):
-        if layer_idx not in self.k:
+        if layer_idx not in self.kv:
             _, H, _, D = key_states.shape
-            self.k[layer_idx] = key_states.new_zeros(self.rows, H, self.max_len, D)
-            self.v[layer_idx] = value_states.new_zeros(self.rows, H, self.max_len, D)
-        k, v = self.k[layer_idx], self.v[layer_idx]
-        rows = torch.arange(k.shape[0], device=k.device)[:, None]
-        k[rows, :, self.slots] = key_states.transpose(1, 2).to(k.dtype)       # [R, W, H, D] into [R, H, S, D]
-        v[rows, :, self.slots] = value_states.transpose(1, 2).to(v.dtype)
-        return k, v
+            self.kv[layer_idx] = StaticKVCache(self.rows, H, self.max_len, D, key_states.dtype, key_states.device)
+        return self.kv[layer_idx].update(self.slots, key_states, value_states)
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self.max_len
