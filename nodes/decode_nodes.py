@@ -8,7 +8,7 @@ from comfy_api.latest import io, ui
 
 from ..sjdvp_core.adapter import at_size
 from ..sjdvp_core.decode import DecodeResult, decode, state_bytes
-from ..sjdvp_core.report import commit_map, report_text
+from ..sjdvp_core.report import commit_figure, report_data, report_text
 from ..sjdvp_core.settings import DecodeSettings, DrafterSettings, SamplingSettings, WindowSettings
 from . import runtime
 from .drafting_nodes import DRAFTER, WINDOW
@@ -91,7 +91,7 @@ class SpeculativeDecode(io.ComfyNode):
         except runtime.OOM as e:
             raise runtime.oom_message(e, window.size) from e
         method = "AR" if drafter is None else drafter.name
-        return io.NodeOutput(Tokens(model, result, method), ui=ui.PreviewText(report_text(result, method)))
+        return io.NodeOutput(Tokens(model, result, method), ui=report_ui(result, method))
 
 
 class DecodeImage(io.ComfyNode):
@@ -118,7 +118,8 @@ class Report(io.ComfyNode):
         return io.Schema(
             node_id="SJDVP_Report", display_name="Speed-up Report", category="sjdvp",
             description="How much faster decoding was than plain AR, and a picture of when each image cell "
-                        "was committed: dark early, yellow late; same-coloured runs were accepted together.",
+                        "was committed: dark early, yellow late; same-coloured runs were accepted together. "
+                        "The picture carries its colour scale and the speed-up; the text shows on the node.",
             inputs=[TOKENS.Input("tokens", tooltip="From Speculative Decode.")],
             outputs=[io.String.Output(display_name="text"), io.Image.Output(display_name="commit_map")],
         )
@@ -126,4 +127,10 @@ class Report(io.ComfyNode):
     @classmethod
     def execute(cls, tokens) -> io.NodeOutput:
         text = report_text(tokens.result, tokens.method)
-        return io.NodeOutput(text, commit_map(tokens.result), ui=ui.PreviewText(text))
+        return io.NodeOutput(text, commit_figure(tokens.result, tokens.method), ui=report_ui(tokens.result, tokens.method))
+
+
+def report_ui(result: DecodeResult, method: str) -> dict:
+    """What the browser gets: the report text (shown on the Report node, like core's Preview as Text) and
+    its figures as data (sjdvp_report, for the speed-up badge the web extension draws)."""
+    return {**ui.PreviewText(report_text(result, method)).as_dict(), "sjdvp_report": [report_data(result, method)]}

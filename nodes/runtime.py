@@ -70,7 +70,8 @@ def prepare(model: LoadedModel, rows: int = 0, adapter=None, extra: int = 0) -> 
 
 class Progress:
     """Engine progress -> ComfyUI's bar (counted in image tokens, and the interrupt point), with a
-    throttled preview of the partly decoded image."""
+    throttled preview of the partly decoded image. The last preview is the finished image, or, when
+    the run is interrupted, the image as far as it got."""
 
     def __init__(self, adapter, preview_every: float = 1.0):
         self.adapter, self.pbar = adapter, None
@@ -79,9 +80,18 @@ class Progress:
     def __call__(self, done: int, total: int, partial: torch.Tensor) -> None:
         if self.pbar is None:
             self.pbar = comfy.utils.ProgressBar(total)
+        if mm.processing_interrupted():
+            # ComfyUI's progress hook raises before it sends a preview: send where decoding stopped
+            # with the flag lowered for that one call, then raise as the hook would have.
+            mm.interrupt_current_processing(False)
+            try:
+                self.pbar.update_absolute(done, total, ("JPEG", self._preview(partial), 512))
+            finally:
+                mm.interrupt_current_processing(True)
+            mm.throw_exception_if_processing_interrupted()
         preview = None
         now = time.monotonic()
-        if now - self.last >= self.preview_every and done < total:
+        if done >= total or now - self.last >= self.preview_every:
             self.last = now
             preview = ("JPEG", self._preview(partial), 512)
         self.pbar.update_absolute(done, total, preview)

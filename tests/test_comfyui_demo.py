@@ -31,6 +31,11 @@ def test_demo_workflows_run_with_progress_and_save_images(path, server, object_i
     progress = [m["data"] for m in messages if m["type"] == "progress"]
     assert progress and all(p["max"] == 256 for p in progress)
     assert progress[-1]["value"] == 256
+    # the last preview shows the finished image: it follows the last progress message
+    last_progress = max(i for i, m in enumerate(messages) if m["type"] == "progress")
+    assert any(m["type"] == "binary_preview" for m in messages[last_progress:])
+    reports = [v for k, v in history["outputs"].items() if prompt[k]["class_type"] == "SJDVP_Report"]
+    assert all(r["sjdvp_report"][0]["speedup"] >= 1 and r["sjdvp_report"][0]["ar_passes"] == 256 for r in reports)
     reports = [v for k, v in history["outputs"].items() if prompt[k]["class_type"] == "SJDVP_Report"]
     assert reports and all("forward passes" in "".join(r["text"]) for r in reports)
     # the same prompt again is served from the cache
@@ -51,3 +56,6 @@ def test_interrupt_stops_decoding(server, object_info):
 
     history, messages = server.run(prompt, on_message=on_message)
     assert any(m["type"] == "execution_interrupted" for m in messages)
+    # the preview shows where decoding stopped: one is sent after the last progress message
+    last_progress = max(i for i, m in enumerate(messages) if m["type"] == "progress")
+    assert any(m["type"] == "binary_preview" for m in messages[last_progress:])

@@ -7,7 +7,7 @@ import torch
 from sjdvp_core import DecodeSettings, DrafterSettings, VPSettings, WindowSettings, decode
 from sjdvp_core.models.toy import ToyGridAdapter
 from sjdvp_core.registry import detect_family, list_models, load_model, resolve_dtype
-from sjdvp_core.report import colour_ramp, commit_map, report_text
+from sjdvp_core.report import colour_ramp, commit_figure, commit_map, report_data, report_text
 from tests.test_llamagen import random_gpt, random_vq
 
 
@@ -73,3 +73,15 @@ def test_at_size_keeps_fixed_size_families_and_says_so():
         at_size(toy, 64, 0)
     with pytest.raises(ValueError, match="generates at one size.*set width and height to 0"):
         at_size(toy, 64, 64)
+
+
+def test_report_data_and_the_commit_figure():
+    """The figures the nodes send to the UI match the text; the commit map carries its legend."""
+    toy = ToyGridAdapter(height=4, width=4)
+    res = decode(toy, 1, DecodeSettings(window=WindowSettings(8), batch_size=2))
+    data = report_data(res, "SJD")
+    assert data["forward_passes"] == res.stats.forward_passes and data["ar_passes"] == toy.layout.length
+    assert f"{data['speedup']:.2f}x fewer steps" in report_text(res, "SJD")
+    figure = commit_figure(res, "SJD", min_width=64)
+    assert figure.shape[0] == 2 and figure.shape[2] == 64 and figure.shape[1] > 64     # map + legend band
+    assert torch.equal(figure[:, :64], commit_map(res, cell=16, last=int(res.stats.commit_iter.max())))

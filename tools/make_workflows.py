@@ -33,9 +33,10 @@ class Graph:
     def __init__(self):
         self.nodes, self.links = [], []
 
-    def add(self, kind: str, widgets: list, pos: tuple[int, int], title: str | None = None) -> int:
+    def add(self, kind: str, widgets: list, pos: tuple[int, int], title: str | None = None,
+            size: tuple[int, int] | None = None) -> int:
         ins, outs = SOCKETS[kind]
-        node = {"id": len(self.nodes) + 1, "type": kind, "pos": list(pos), "size": [320, 80 + 26 * len(widgets)],
+        node = {"id": len(self.nodes) + 1, "type": kind, "pos": list(pos), "size": list(size or default_size(widgets)),
                 "flags": {}, "order": len(self.nodes), "mode": 0,
                 "inputs": [{"name": n, "type": t, "link": None} for n, t in ins],
                 "outputs": [{"name": n, "type": t, "links": [], "slot_index": i} for i, (n, t) in enumerate(outs)],
@@ -57,53 +58,74 @@ class Graph:
 
     def json(self) -> dict:
         return {"last_node_id": len(self.nodes), "last_link_id": len(self.links), "nodes": self.nodes,
-                "links": self.links, "groups": [], "config": {}, "extra": {"ds": {"scale": 0.8, "offset": [0, 0]}},
+                "links": self.links, "groups": [], "config": {}, "extra": {"ds": {"scale": 0.7, "offset": [110, 130]}},
                 "version": 0.4}
+
+
+def default_size(widgets: list) -> tuple[int, int]:
+    return 320, 80 + 26 * len(widgets)
+
+
+# Layout: no node overlaps another, also as the Vue node renderer draws them and after a run (images
+# and the report text shown); tests/test_browser.py checks every workflow in a real browser.
+GAP, TITLE = 60, 30
+DECODE_SIZE, IMAGE_SIZE, REPORT_SIZE, PICTURE_SIZE = (340, 640), (360, 60), (360, 330), (340, 400)
+BRANCH_HEIGHT = 2 * (PICTURE_SIZE[1] + TITLE + GAP)   # one decode branch: its 2 x 2 block is the tallest part
+
+
+def column(g: Graph, x: int, nodes: list[tuple[str, list]]) -> list[int]:
+    """Nodes stacked top to bottom from y = 0 with GAP between them (plus the next one's title bar)."""
+    ids, y = [], 0
+    for kind, widgets in nodes:
+        ids.append(g.add(kind, widgets, (x, y)))
+        y += g.nodes[-1]["size"][1] + GAP + TITLE
+    return ids
 
 
 def decode_branch(g: Graph, model: int, window: int | None, drafter: int | None, prompt: str, sampling: list,
                   x: int, y: int, name: str, seed: int = 0, size: tuple[int, int] = (0, 0)) -> None:
-    """Decode -> image -> SaveImage, and Report -> commit map preview."""
-    dec = g.add("SJDVP_SpeculativeDecode", [prompt, "", *sampling[:4], seed, "fixed", 1, *size], (x, y), name)
+    """Decode -> image -> SaveImage, and Report -> commit map preview: a 2 x 2 block right of the decode."""
+    dec = g.add("SJDVP_SpeculativeDecode", [prompt, "", *sampling[:4], seed, "fixed", 1, *size], (x, y), name,
+                size=DECODE_SIZE)
     g.connect(model, 0, dec, "model")
     if window is not None:
         g.connect(window, 0, dec, "window")
     if drafter is not None:
         g.connect(drafter, 0, dec, "drafter")
-    img = g.add("SJDVP_DecodeImage", [], (x + 360, y))
+    x1 = x + DECODE_SIZE[0] + GAP
+    x2 = x1 + max(IMAGE_SIZE[0], REPORT_SIZE[0]) + GAP
+    img = g.add("SJDVP_DecodeImage", [], (x1, y), size=IMAGE_SIZE)
     g.connect(dec, 0, img, "tokens")
-    save = g.add("SaveImage", [f"sjdvp/{name}"], (x + 640, y))
+    save = g.add("SaveImage", [f"sjdvp/{name}"], (x2, y), size=PICTURE_SIZE)
     g.connect(img, 0, save, "images")
-    rep = g.add("SJDVP_Report", [], (x + 360, y + 160))
+    rep = g.add("SJDVP_Report", [], (x1, y + IMAGE_SIZE[1] + GAP + TITLE), size=REPORT_SIZE)
     g.connect(dec, 0, rep, "tokens")
-    prev = g.add("PreviewImage", [], (x + 640, y + 300))
+    prev = g.add("PreviewImage", [], (x2, y + PICTURE_SIZE[1] + GAP + TITLE), size=PICTURE_SIZE)
     g.connect(rep, 1, prev, "images")
 
 
 def single(model: str, drafter: tuple[str, list], vp: bool, prompt: str, sampling: list, window: int = 16,
            name: str = "sjdvp", size: tuple[int, int] = (0, 0)) -> dict:
     g = Graph()
-    m = g.add("SJDVP_LoadModel", [model, "auto", "auto"], (0, 0))
-    w = g.add("SJDVP_JacobiWindow", [window, "random"], (0, 160))
-    d = g.add(drafter[0], drafter[1], (0, 300))
+    left = [("SJDVP_LoadModel", [model, "auto", "auto"]), ("SJDVP_JacobiWindow", [window, "random"]), drafter]
+    m, w, d, *_ = column(g, 0, left + ([("SJDVP_VerificationPrediction", VP_DEFAULTS)] if vp else []))
     if vp:
-        v = g.add("SJDVP_VerificationPrediction", VP_DEFAULTS, (0, 440))
+        v = len(g.nodes)
         g.connect(d, 0, v, "drafter")
         d = v
-    decode_branch(g, m, w, d, prompt, sampling, 380, 0, name, size=size)
+    decode_branch(g, m, w, d, prompt, sampling, 320 + GAP, 0, name, size=size)
     return g.json()
 
 
 def compare(model: str, prompt: str, sampling: list, window: int = 16) -> dict:
     """AR, SJD and SJD-VP side by side on one model, prompt and seed, each with its report."""
     g = Graph()
-    m = g.add("SJDVP_LoadModel", [model, "auto", "auto"], (0, 0))
-    w = g.add("SJDVP_JacobiWindow", [window, "random"], (0, 160))
-    sjd = g.add("SJDVP_DrafterSJD", [True], (0, 300))
-    vp = g.add("SJDVP_VerificationPrediction", VP_DEFAULTS, (0, 440))
+    m, w, sjd, vp = column(g, 0, [("SJDVP_LoadModel", [model, "auto", "auto"]), ("SJDVP_JacobiWindow", [window, "random"]),
+                                  ("SJDVP_DrafterSJD", [True]), ("SJDVP_VerificationPrediction", VP_DEFAULTS)])
     g.connect(sjd, 0, vp, "drafter")
     for row, (name, drafter) in enumerate([("AR", None), ("SJD", sjd), ("SJD-VP", vp)]):
-        decode_branch(g, m, None if drafter is None else w, drafter, prompt, sampling, 380, row * 520, name)
+        decode_branch(g, m, None if drafter is None else w, drafter, prompt, sampling, 320 + GAP, row * BRANCH_HEIGHT,
+                      name)
     return g.json()
 
 

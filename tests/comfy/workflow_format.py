@@ -69,6 +69,8 @@ def to_api(workflow: dict, object_info: dict) -> dict:
         info = object_info[node["type"]]
         inputs, values = {}, list(node.get("widgets_values", []))
         for name, extra in widget_slots(info):
+            if not values:      # saved before this widget existed: the node's default keeps the old meaning
+                break
             inputs[name] = values.pop(0)
             if extra:
                 values.pop(0)  # the control_after_generate mode ("fixed", "randomize", ...)

@@ -1,21 +1,21 @@
-// Reads the speed-up figures out of a Speculative Decode / Speed-up Report text (sjdvp_core/report.py),
-// for the badge the sjdvp extension draws on those nodes. Pure functions, tested with node --test.
+// The speed-up badge's text, from the figures Speculative Decode and Speed-up Report send to the UI
+// (their `sjdvp_report` output: sjdvp_core.report.report_data). Pure functions, tested with node --test.
 
-export function parseReport(text) {
-  const number = (re) => {
-    const m = text.match(re);
-    return m ? Number(m[1]) : null;
-  };
-  return {
-    speedup: number(/([\d.]+)x fewer steps/),
-    tokensPerPass: number(/tokens per pass: mean ([\d.]+)/),
-    acceptance: number(/drafts accepted ([\d.]+)%/),
-  };
+// message: the node's UI output ({text: [...], sjdvp_report: [{speedup, tokens_per_pass, ...}]}).
+export function reportOf(message) {
+  const data = message?.sjdvp_report;
+  return Array.isArray(data) && data.length ? data[0] : null;
 }
 
 export function badgeText(report) {
-  if (report.speedup === null) return null;
+  if (!report || typeof report.speedup !== "number" || !Number.isFinite(report.speedup)) return null;
   const parts = [`${report.speedup.toFixed(2)}× fewer passes`];
-  if (report.tokensPerPass !== null) parts.push(`${report.tokensPerPass.toFixed(1)} tok/pass`);
+  if (typeof report.tokens_per_pass === "number") parts.push(`${report.tokens_per_pass.toFixed(1)} tok/pass`);
   return parts.join(" · ");
+}
+
+// The report text as core's "Preview as Text" joins it.
+export function reportText(message) {
+  const text = message?.text;
+  return Array.isArray(text) ? text.join("\n\n") : (text ?? "");
 }

@@ -1,11 +1,71 @@
-// Two small helps: a speed-up badge on Speculative Decode and Speed-up Report nodes after they run
-// ("3.30× fewer passes · 3.4 tok/pass", read from the report text the nodes send to the UI; drawing
-// only, no widget added), and old workflows keeping their meaning when a node gained a widget.
-import { app } from "../../scripts/app.js";
+// Two small helps: what a run found, shown where the artist looks, and old workflows keeping their
+// meaning when a node gained a widget.
+//  - Speed-up Report shows its report text on the node (a read-only text box, as core's "Preview as
+//    Text" does), and Speculative Decode and Speed-up Report carry a badge ("2.49× fewer passes ·
+//    2.5 tok/pass") built from the figures the nodes send as data (`sjdvp_report`). The classic
+//    canvas draws it as a litegraph node badge. The Vue node renderer ("Nodes 2.0") reads node badges
+//    once when it mounts a node (frontend 1.58: measured), so after a run it gets a chip in the node's
+//    header instead.
+import { app } from "../../../scripts/app.js";
 import { LEGACY, legacyValues } from "./legacy.js";
-import { badgeText, parseReport } from "./report.js";
+import { badgeText, reportOf, reportText } from "./report.js";
 
 const NODES = new Set(["SJDVP_SpeculativeDecode", "SJDVP_Report"]);
+const REPORT_BOX = "report";
+const BADGE_COLOURS = { fgColor: "#ffffff", bgColor: "#1f7a4d" };
+
+function vueNodes() {
+  return !!app.extensionManager?.setting?.get?.("Comfy.VueNodes.Enabled");
+}
+
+// A read-only, unsaved text box (never part of the prompt or of widgets_values).
+function addReportBox(node) {
+  const widgets = window.comfyAPI?.widgets?.ComfyWidgets;
+  if (!widgets?.STRING) return;
+  const { widget } = widgets.STRING(node, REPORT_BOX, ["STRING", { multiline: true }], app);
+  widget.serialize = false;
+  widget.options ??= {};
+  widget.options.serialize = false;
+  widget.options.read_only = true;
+  if (widget.element) {
+    widget.element.readOnly = true;
+    widget.element.placeholder = "the speed-up report appears here after a run";
+  }
+}
+
+function showBadge(node, text) {
+  node.sjdvpBadge = text;
+  const LGraphBadge = globalThis.LGraphBadge;
+  if (LGraphBadge && !node.sjdvpBadgeAdded) {
+    node.sjdvpBadgeAdded = true;
+    node.badges ??= [];
+    node.badges.push(() => new LGraphBadge({ text: vueNodes() ? "" : node.sjdvpBadge ?? "", ...BADGE_COLOURS }));
+  }
+  node.setDirtyCanvas?.(true, true);
+  if (vueNodes()) for (const ms of [0, 100, 500, 1500]) setTimeout(() => headerChip(node), ms);
+}
+
+// The Vue renderer's node header: [data-node-id] > [data-testid=node-title] (frontends 1.32 to 1.58).
+function headerChip(node) {
+  const root = document.querySelector(`[data-node-id="${node.id}"]`);
+  const title = root?.querySelector('[data-testid="node-title"]');
+  if (!title) return;
+  let chip = root.querySelector(".sjdvp-badge");
+  if (!node.sjdvpBadge || !vueNodes()) {
+    chip?.remove();
+    return;
+  }
+  if (!chip) {
+    chip = document.createElement("span");
+    chip.className = "sjdvp-badge";
+    Object.assign(chip.style, {
+      background: BADGE_COLOURS.bgColor, color: BADGE_COLOURS.fgColor, borderRadius: "8px", padding: "1px 7px",
+      font: "bold 11px sans-serif", whiteSpace: "nowrap", marginLeft: "4px", flexShrink: "0",
+    });
+    title.after(chip);
+  }
+  chip.textContent = node.sjdvpBadge;
+}
 
 app.registerExtension({
   name: "sjdvp.SpeedBadge",
@@ -21,32 +81,21 @@ app.registerExtension({
     }
     if (!NODES.has(nodeData.name)) return;
 
+    if (nodeData.name === "SJDVP_Report") {
+      const onNodeCreated = nodeType.prototype.onNodeCreated;
+      nodeType.prototype.onNodeCreated = function () {
+        const r = onNodeCreated?.apply(this, arguments);
+        addReportBox(this);
+        return r;
+      };
+    }
+
     const onExecuted = nodeType.prototype.onExecuted;
     nodeType.prototype.onExecuted = function (message) {
       onExecuted?.apply(this, arguments);
-      const text = (message?.text ?? []).join("\n");
-      this.sjdvpBadge = badgeText(parseReport(text));
-      this.setDirtyCanvas(true, false);
-    };
-
-    const onDrawForeground = nodeType.prototype.onDrawForeground;
-    nodeType.prototype.onDrawForeground = function (ctx) {
-      onDrawForeground?.apply(this, arguments);
-      if (!this.sjdvpBadge || this.flags?.collapsed) return;
-      const titleHeight = globalThis.LiteGraph?.NODE_TITLE_HEIGHT ?? 30;
-      ctx.save();
-      ctx.font = "bold 11px sans-serif";
-      const width = ctx.measureText(this.sjdvpBadge).width + 14;
-      const x = this.size[0] - width - 6;
-      const y = -titleHeight + 6;
-      ctx.fillStyle = "#1f7a4d";
-      ctx.beginPath();
-      ctx.roundRect(x, y, width, titleHeight - 12, 8);
-      ctx.fill();
-      ctx.fillStyle = "#ffffff";
-      ctx.textBaseline = "middle";
-      ctx.fillText(this.sjdvpBadge, x + 7, y + (titleHeight - 12) / 2);
-      ctx.restore();
+      const box = this.widgets?.find((w) => w.name === REPORT_BOX);
+      if (box) box.value = reportText(message);
+      showBadge(this, badgeText(reportOf(message)));
     };
   },
 });

@@ -1,0 +1,189 @@
+"""What the artist sees, in a real browser (Chromium + Playwright) on the real ComfyUI 0.3.75 server,
+with the frontend it ships (1.32.9) and the newest frontend package (--front-end-root):
+
+- every shipped workflow, dropped onto the canvas as a file: no unknown node types, no dialog for
+  the demo ones (missing models or nodes), no node overlapping another, in the classic canvas and
+  the Vue node renderer;
+- the demo workflows run with the Run shortcut: the image shown in Save Image, the report text on
+  the Speed-up Report node, the speed-up badge on Speculative Decode and Report, and Speculative
+  Decode's last preview the finished image; in both renderers.
+
+Screenshots go to .cache/screenshots/. Without Chromium or Playwright these tests skip with what to
+install, except under CI, where they fail."""
+from __future__ import annotations
+
+import glob
+import json
+import os
+
+import pytest
+
+from tests.comfy import browser as B
+from tests.comfy.server import REPO, ComfyServer
+from tests.test_comfyui import COMFY_PYTHON, pytestmark  # noqa: F401  (the ComfyUI skip rule)
+
+WORKFLOWS = sorted(glob.glob(os.path.join(REPO, "workflows", "*.json")))
+DEMOS = [w for w in WORKFLOWS if os.path.basename(w).startswith("sjdvp_demo_")]
+FRONTENDS = ["1.32.9", B.NEWEST_FRONTEND]   # the bundled one (requirements-comfyui.txt), the newest
+RUN_TIMEOUT = 240
+
+
+def name(path: str) -> str:
+    return os.path.basename(path)[:-5]
+
+
+@pytest.fixture(scope="session")
+def playwright_browser():
+    reason = B.missing()
+    if reason:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the browser tests: {reason}")
+        pytest.skip(reason)
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=B.chromium(), args=["--no-sandbox", "--disable-gpu"])
+        yield browser
+        browser.close()
+
+
+@pytest.fixture(scope="module", params=FRONTENDS)
+def ui(request, playwright_browser, tmp_path_factory):
+    """A ComfyUI server with one frontend, and a page on it; yields (frontend version, server, page)."""
+    version = request.param
+    workdir = str(tmp_path_factory.mktemp(f"comfy-ui-{version}"))
+    args = ["--user-directory", B.user_directory(workdir)]
+    if version != FRONTENDS[0]:
+        args += ["--front-end-root", B.frontend_root(version)]
+    server = ComfyServer(workdir, python=COMFY_PYTHON, args=args).start()
+    context = playwright_browser.new_context(viewport={"width": 1600, "height": 1000})
+    page = context.new_page()
+    page.set_default_timeout(60_000)
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    try:
+        page.goto(server.url)
+        page.wait_for_function("window.app?.graph && window.app.extensionManager && window.comfyAPI?.api", timeout=90_000)
+        assert page.evaluate("window.__COMFYUI_FRONTEND_VERSION__") == version
+        yield version, server, page
+        ours = [e for e in errors if "sjdvp" in e.lower()]
+        assert not ours, ours                                   # the extension loads and runs cleanly
+    finally:
+        context.close()
+        server.stop()
+
+
+def use_renderer(page, vue: bool) -> None:
+    page.evaluate("(on) => app.extensionManager.setting.set('Comfy.VueNodes.Enabled', on)", vue)
+    page.wait_for_timeout(300)
+
+
+def drop(page, path: str, workflow: dict | None = None, vue: bool = False) -> dict:
+    """Drop a workflow file on the canvas, as an artist drags it in; wait until its nodes are drawn."""
+    workflow = workflow or json.load(open(path))
+    page.keyboard.press("Escape")
+    page.evaluate(B.DROP, [json.dumps(workflow), os.path.basename(path)])
+    count = len(workflow["nodes"])
+    B.wait_for(page, lambda: page.evaluate("app.graph._nodes.length") == count and
+               (not vue or page.evaluate("document.querySelectorAll('[data-node-id]').length") >= count),
+               30, f"{os.path.basename(path)}'s {count} nodes")
+    page.wait_for_timeout(500)
+    return workflow
+
+
+def fit(page) -> None:
+    page.evaluate("app.extensionManager.command?.execute?.('Comfy.Canvas.FitView')")
+    page.wait_for_timeout(600)
+
+
+def fit_and_shoot(page, label: str) -> str:
+    fit(page)
+    os.makedirs(B.SCREENSHOTS, exist_ok=True)
+    path = os.path.join(B.SCREENSHOTS, f"{label}.png")
+    page.screenshot(path=path)
+    return path
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=[name(w) for w in WORKFLOWS])
+def test_workflow_loads_as_dropped(ui, path):
+    version, _, page = ui
+    for vue in (False, True):
+        use_renderer(page, vue)
+        drop(page, path, vue=vue)
+        assert page.evaluate(B.UNKNOWN_TYPES) == []
+        if path in DEMOS:   # nothing to download, nothing missing: no dialog at all
+            assert page.evaluate(B.VISIBLE_DIALOGS) == []
+        boxes = page.evaluate(B.BOXES, vue)
+        assert all(b["box"] for b in boxes), boxes
+        assert B.overlaps(boxes) == [], f"overlapping nodes ({'vue' if vue else 'classic'} renderer)"
+    use_renderer(page, False)
+    page.keyboard.press("Escape")
+
+
+def links(workflow: dict) -> dict[int, list[int]]:
+    out = {}
+    for _, src, _, dst, _, _ in workflow["links"]:
+        out.setdefault(src, []).append(dst)
+    return out
+
+
+def speedup(state: dict) -> dict | None:
+    """The node's state with its speed-up badges (other badges, e.g. the pack's name, left out)."""
+    state["speedup"] = [b for b in state["badges"] if "× fewer passes" in b]
+    return state if state["speedup"] else None
+
+
+def run_and_check(page, path: str, vue: bool, seed: int, label: str) -> None:
+    workflow = json.load(open(path))
+    for node in workflow["nodes"]:
+        if node["type"] == "SJDVP_SpeculativeDecode":
+            node["widgets_values"][6] = seed          # a fresh seed: a real run, not the server's cache
+    use_renderer(page, vue)
+    drop(page, path, workflow, vue=vue)
+    page.evaluate(B.LISTEN)
+    page.mouse.click(800, 900)                        # focus the canvas (empty area), then Run
+    page.keyboard.press("Control+Enter")
+    end = B.wait_for(page, lambda: page.evaluate("window.__sjdvpEnd"), RUN_TIMEOUT, "the run to end")
+    assert end["type"] == "execution_success", end
+    fit(page)                                         # every node on screen: drawn, its images loaded
+
+    by_id = {n["id"]: n for n in workflow["nodes"]}
+    out = links(workflow)
+    decodes = [i for i, n in by_id.items() if n["type"] == "SJDVP_SpeculativeDecode"]
+
+    def state(node: int) -> dict:
+        page.evaluate(B.SHOW_NODE, node)
+        page.wait_for_timeout(100)
+        return page.evaluate(B.NODE_STATE, [node, vue])
+
+    for dec in decodes:
+        image = next(i for i in out[dec] if by_id[i]["type"] == "SJDVP_DecodeImage")
+        save = next(i for i in out[image] if by_id[i]["type"] == "SaveImage")
+        report = next(i for i in out[dec] if by_id[i]["type"] == "SJDVP_Report")
+        saved = B.wait_for(page, lambda: state(save)["images"], 30, "the image in Save Image")
+        shown = B.wait_for(page, lambda: speedup(state(report)), 30, "the Report's badge")
+        assert "forward passes" in shown["report"] and shown["reportShown"], shown
+        [badge] = shown["speedup"]
+        assert "tok/pass" in badge
+        decode = B.wait_for(page, lambda: speedup(state(dec)), 30, "Speculative Decode's badge")
+        assert decode["speedup"] == [badge]
+        # the last preview is the finished image: it matches the saved one everywhere (no grey block)
+        assert decode["images"], "Speculative Decode shows no preview"
+        diff = page.evaluate(B.COMPARE, [decode["images"][-1], saved[0]])
+        assert diff["mean"] < 6 and diff["worstCell"] < 25, diff
+    boxes = page.evaluate(B.BOXES, vue)
+    assert B.overlaps(boxes) == [], "nodes overlap after the run"
+    fit_and_shoot(page, label)
+
+
+@pytest.mark.parametrize("path", DEMOS, ids=[name(w) for w in DEMOS])
+def test_demo_runs_and_shows_the_speedup(ui, path):
+    version, _, page = ui
+    run_and_check(page, path, vue=False, seed=1, label=f"{version}-classic-{name(path)}")
+
+
+def test_demo_in_the_vue_node_renderer(ui):
+    version, _, page = ui
+    path = os.path.join(REPO, "workflows", "sjdvp_demo_sjd_vp.json")
+    run_and_check(page, path, vue=True, seed=2, label=f"{version}-vue-{name(path)}")
+    use_renderer(page, False)
