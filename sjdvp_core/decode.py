@@ -169,13 +169,13 @@ class JacobiDecoder:
 
 
 def state_bytes(settings: DecodeSettings, layout: TokenLayout) -> int:
-    """Memory the loop holds beyond the model's KV cache, for memory managers: per undecided window slot
-    and (local) vocabulary entry, the drafts' q and VP's history (pbar, prev in fp32, growth in int16),
-    coupled drafting's noise, auto's candidates; doubled for the temporaries of one iteration."""
-    vocab = layout.image_tokens.numel() + layout.special_tokens.numel()
-    vp = settings.drafter.vp
-    per_entry = 4 * 3 + 2 + 4 * settings.drafter.coupled + 4 * len(AUTO_STRENGTHS) * (vp is not None and vp.auto)
-    return 2 * settings.batch_size * max(1, settings.window.size - 1) * vocab * per_entry
+    """Memory the loop holds beyond the model's KV cache, for memory managers: the Window's per-slot,
+    per-vocabulary-entry tensors (q; coupled drafting's noise; auto's candidates; VP's history, one slot
+    wider: pbar and prev in fp32, growth in int16), doubled for the temporaries of one iteration."""
+    S, d = max(1, settings.window.size - 1), settings.drafter
+    candidates = len(AUTO_STRENGTHS) if d.vp is not None and d.vp.auto else 0
+    per_row = S * 4 * (1 + d.coupled + candidates) + (S + 1) * (4 + 4 + 2)
+    return 2 * settings.batch_size * per_row * (layout.image_tokens.numel() + layout.special_tokens.numel())
 
 
 def decode(adapter: ModelAdapter, conditions: Sequence[Any] | Any, settings: DecodeSettings,

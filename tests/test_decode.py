@@ -113,11 +113,24 @@ def test_relaxed_verifier_without_codebook_says_what_to_do():
         decode(NoCodebook(height=2, width=2), 0, settings(4, DrafterSettings(verifier="lantern")))
 
 
-def test_state_bytes_grows_with_what_the_run_keeps():
+@pytest.mark.parametrize("drafter", ["sjd", "sjd+c", "auto+c"])
+def test_state_bytes_is_what_the_window_really_holds(drafter, monkeypatch):
+    """The estimate, against the bytes of the per-vocabulary tensors of the window a decode holds
+    after a step (the estimate doubles them for one iteration's temporaries)."""
+    from dataclasses import fields
+
     from sjdvp_core.decode import state_bytes
-    plain = state_bytes(settings(32, DrafterSettings()), TOY.layout)
-    coupled = state_bytes(settings(32, DrafterSettings(coupled=True)), TOY.layout)
-    auto = state_bytes(settings(32, DrafterSettings(vp=VPSettings(), coupled=True), batch=2), TOY.layout)
-    assert 0 < plain < coupled < auto
+    from sjdvp_core.drafting import Drafter
+    chosen = {"sjd": DrafterSettings(), "sjd+c": DrafterSettings(coupled=True),
+              "auto+c": DrafterSettings(vp=VPSettings(), coupled=True)}[drafter]
+    held = []
+    redraft = Drafter.redraft
+    monkeypatch.setattr(Drafter, "redraft", lambda self, *a, **k: held.append(redraft(self, *a, **k)) or held[-1])
+    s = settings(32, chosen, batch=2)
+    decode(TOY, [0, 1], s)
+    window = held[0]
+    tensors = [getattr(window, f.name) for f in fields(window)] + [window.history.pbar, window.history.prev,
+                                                                  window.history.growth]
     vocab = TOY.layout.image_tokens.numel() + TOY.layout.special_tokens.numel()
-    assert auto == 2 * 2 * 31 * vocab * (14 + 4 + 16)
+    per_vocab = sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor) and t.shape[-1] == vocab)
+    assert state_bytes(s, TOY.layout) == 2 * per_vocab
