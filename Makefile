@@ -1,11 +1,12 @@
 # One command per job; each sets up what it needs first.
 #   make demo   the built-in demo model: AR vs SJD vs SJD-VP images and the speed-up report
-#   make test   the test suite, including a real ComfyUI server (a second venv, .venv-comfy)
+#   make test   the test suite, including a real ComfyUI server (a second venv, .venv-comfy) and a real
+#               browser on it (Chromium from apt, Playwright from pip)
 PY ?= python3
 BIN := .venv/bin
 COMFY := .venv-comfy/bin
 
-.PHONY: setup setup-comfy demo test bench workflows clean
+.PHONY: setup setup-comfy setup-browser demo test bench workflows clean
 
 $(BIN)/.installed: requirements.txt requirements-dev.txt
 	$(PY) -m venv .venv
@@ -26,10 +27,19 @@ setup: $(BIN)/.installed
 
 setup-comfy: $(COMFY)/.installed
 
+# The browser tests (tests/test_browser.py): Chromium from the distribution's packages (Playwright comes
+# from requirements-dev.txt and drives this binary; no browser download). Needs root for apt; without
+# it the tests skip and say what to install (under CI=true they fail instead).
+setup-browser:
+	@if command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	else echo "browser tests: no Chromium and not root; install it (sudo apt-get install chromium) to run them"; fi
+
 demo: setup
 	$(BIN)/python -m sjdvp_core --prompt "a red circle on grass" --methods ar sjd sjd-vp --window 32 --out out
 
-test: setup setup-comfy
+test: setup setup-comfy setup-browser
 	$(BIN)/python -m pytest -q tests
 
 bench: setup

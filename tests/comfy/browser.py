@@ -58,11 +58,12 @@ def frontend_root(version: str = NEWEST_FRONTEND) -> str:
 
 
 def user_directory(workdir: str) -> str:
-    """A fresh ComfyUI user folder whose settings skip the first-run template browser."""
+    """A fresh ComfyUI user folder whose settings skip the first-run template browser (and hide the
+    minimap, which would cover part of the screenshots)."""
     user = os.path.join(workdir, "user")
     os.makedirs(os.path.join(user, "default"), exist_ok=True)
     with open(os.path.join(user, "default", "comfy.settings.json"), "w") as f:
-        json.dump({"Comfy.TutorialCompleted": True}, f)
+        json.dump({"Comfy.TutorialCompleted": True, "Comfy.Minimap.Visible": False}, f)
     return user
 
 
