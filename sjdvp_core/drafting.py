@@ -119,7 +119,8 @@ class Drafter:
         old_slot = m[:, None] + torch.arange(S, device=dev)
         redraw, kept = old_slot < w, (old_slot >= w) & (old_slot < S)
         positions = n[:, None] + torch.arange(S, device=dev)
-        fused = redraw & had & (self.local.forced_at(positions) < 0) & (self.vp is not None)
+        fused = redraw & had & (self.local.forced_at(positions) < 0) & (positions < self.local.length) & \
+            (self.vp is not None)
         if self.auto is not None:
             candidates = self.auto.fuse(p, pbar_prev, growth, fused)
             dist = self.auto.chosen(candidates)
