@@ -92,7 +92,7 @@ class JacobiDecoder:
 
     def run(self, first_logits: Tensor, progress: ProgressFn | None) -> DecodeResult:
         B, S, W, dev, local = self.B, self.S, self.W, self.device, self.local
-        L, (lo, hi) = local.length, local.span
+        L, end, (lo, hi) = local.length, local.free_end, local.span
         stats = DecodeStats(length=L, window=W)
         tally = Tally(max(S, 1), dev)
         t_start = time.perf_counter()
@@ -107,11 +107,11 @@ class JacobiDecoder:
         canvas[:, 1:1 + S] = window.tokens
         it = 1
         self._progress(progress, n_host, canvas)
-        while any(c < L for c in n_host):
+        while any(c < end for c in n_host):
             # how far each row may accept drafts: to the end of the image grid, nothing outside it
-            limit_host = [min(S, max(hi - c, 0)) if lo <= c < L else 0 for c in n_host]
+            limit_host = [min(S, max(hi - c, 0)) if lo <= c < end else 0 for c in n_host]
             w = max(limit_host) + 1
-            limit, active = torch.tensor(limit_host, device=dev), torch.tensor([c < L for c in n_host], device=dev)
+            limit, active = torch.tensor(limit_host, device=dev), torch.tensor([c < end for c in n_host], device=dev)
             t0 = self.clock.now()
             inputs = torch.cat([canvas.gather(1, (n - 1)[:, None]), window.tokens[:, :w - 1]], 1)   # [B, w]
             positions = ((n - 1)[:, None] + torch.arange(w, device=dev)).clamp(max=L - 1)
@@ -119,7 +119,7 @@ class JacobiDecoder:
             t1 = self.clock.now()
             p = self.targets(logits, n)                                                        # [B, w, V]
             k, nxt, accepted = accept(window.tokens[:, :w - 1], window.q[:, :w - 1], p, limit, self.verifier, self.gen)
-            m = k + (active & (n + k < L)).long()                                              # committed now
+            m = k + (active & (n + k < end)).long()                                            # committed now
             canvas.scatter_(1, (n + k)[:, None], torch.where((m > k)[:, None], nxt[:, None], canvas.gather(1, (n + k)[:, None])))
             cols = n[:, None] + torch.arange(W, device=dev)
             commit_iter.scatter_(1, cols, torch.where(torch.arange(W, device=dev) < m[:, None], it,
@@ -134,7 +134,11 @@ class JacobiDecoder:
             stats.time_forward, stats.time_verify, stats.time_draft = (
                 stats.time_forward + t1 - t0, stats.time_verify + t2 - t1, stats.time_draft + t3 - t2)
             self._progress(progress, n_host, canvas)
-        stats.forward_passes, stats.row_forward_passes = it, row_passes.cpu()
+        canvas[:, end:L] = local.forced[end:L]                          # the known tail, without a forward pass
+        commit_iter[:, end:L] = it - 1
+        if end < L:
+            self._progress(progress, [L] * B, canvas)
+        stats.forward_passes, stats.ar_passes, stats.row_forward_passes = it, end, row_passes.cpu()
         stats.vp_auto = self.drafter.auto.summary() if self.drafter.auto is not None else None
         stats.commit_iter = commit_iter[:, :L].cpu()
         tally.into(stats)

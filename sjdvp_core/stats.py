@@ -13,6 +13,8 @@ class DecodeStats:
     length: int                        # generated tokens per image (L)
     window: int
     forward_passes: int = 0            # NFE, prefill included; one CFG-doubled batch counts once
+    ar_passes: int = 0                 # what plain AR needs for the same image: one per token up to the
+                                       # last image cell (forced tokens after it take none)
     row_forward_passes: Tensor | None = None  # [B] NFE until each image was complete
     committed_per_iter: list = field(default_factory=list)  # one [B] tensor per iteration
     commit_iter: Tensor | None = None  # [B, L] iteration at which each position was committed
@@ -36,14 +38,13 @@ class DecodeStats:
 
     @property
     def step_compression(self) -> float:
-        """AR forward passes / this run's, per image, averaged over the batch."""
-        passes = self.row_forward_passes.float()
-        return float((self.length / passes).mean())
+        """The headline figure: AR's forward passes / this decode's (for a batch, until its slowest image)."""
+        return self.ar_passes / self.forward_passes
 
     @property
     def mean_accepted(self) -> float:
         """Tokens committed per forward pass, per image (prefill excluded)."""
-        return float(((self.length - 1) / (self.row_forward_passes.float() - 1).clamp_min(1)).mean())
+        return float(((self.ar_passes - 1) / (self.row_forward_passes.float() - 1).clamp_min(1)).mean())
 
     @property
     def acceptance_rate(self) -> float:
@@ -53,7 +54,7 @@ class DecodeStats:
     @property
     def mean_entropy(self) -> float:
         """Mean entropy of the target distribution the committed tokens were decided by."""
-        return self.entropy_sum / max(1, int(self.row_forward_passes.numel()) * (self.length - 1))
+        return self.entropy_sum / max(1, int(self.row_forward_passes.numel()) * (self.ar_passes - 1))
 
     @property
     def vp_gain(self) -> float | None:

@@ -56,6 +56,10 @@ class LocalLayout:
         above = torch.full((L + pad,), -1)
         above[layout.grid[1:].flatten()] = layout.grid[:-1].flatten()
         self.above = above.to(device)
+        # the forced tokens after the image (row end, end of image, ...) are known: a row is done at free_end
+        self.free_end = L
+        while self.free_end > self.span[1] and forced[self.free_end - 1] >= 0:
+            self.free_end -= 1
 
     def forced_at(self, positions: Tensor) -> Tensor:
         return self.forced[positions]

@@ -59,7 +59,7 @@ class TinyGPTAdapter:
     family = "tiny GPT"
     def __init__(self, height=3, width=4, seed=0):
         torch.manual_seed(seed)
-        self.model = TinyGPT().eval()
+        self.model = self.module = TinyGPT().eval()
         self.device = torch.device("cpu")
         self.layout = TokenLayout.raster(torch.arange(2, 12), height, width, row_end=1, suffix=[0])
 
