@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from .devices import wide_float
+
 
 @dataclass
 class DecodeStats:
@@ -93,8 +95,7 @@ class Tally:
     stall the loop); `into` reads it once, at the end."""
 
     def __init__(self, slots: int, device):
-        device = torch.device(device)
-        acc = torch.float32 if device.type == "mps" else torch.float64   # mps has no float64
+        acc = wide_float(device)
         self.slot_verified = torch.zeros(slots, dtype=torch.long, device=device)
         self.slot_accepted = torch.zeros(slots, dtype=torch.long, device=device)
         self.momentum = torch.zeros(4, dtype=torch.long, device=device)   # rose: verified, accepted; flat: same

@@ -15,6 +15,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
+from .devices import wide_float
 from .settings import VPSettings
 
 EPS = 1e-10
@@ -72,9 +73,7 @@ class AutoStrength:
 
     def __init__(self, vp: VPSettings, candidates: tuple[float, ...], device):
         self.vp, self.strengths = vp, candidates
-        device = torch.device(device)
-        self.score = torch.zeros(len(candidates), dtype=torch.float32 if device.type == "mps" else torch.float64,
-                                 device=device)
+        self.score = torch.zeros(len(candidates), dtype=wide_float(device), device=device)
         self.count = torch.zeros((), dtype=torch.long, device=device)
         self.plain = torch.tensor(candidates.index(0.0) if 0.0 in candidates else 0, device=device)
 
