@@ -174,11 +174,11 @@ class JacobiDecoder:
 
 def state_bytes(settings: DecodeSettings, layout: TokenLayout) -> int:
     """Memory the loop holds beyond the model's KV cache, for memory managers: the Window's per-slot,
-    per-vocabulary-entry tensors (q; coupled drafting's noise; auto's candidates; VP's history, one slot
+    per-vocabulary-entry tensors (q; coupled drafting's noise in float64; auto's candidates; VP's history, one slot
     wider: pbar and prev in fp32, growth in int16), doubled for the temporaries of one iteration."""
     S, d = max(1, settings.window.size - 1), settings.drafter
     candidates = len(AUTO_STRENGTHS) if d.vp is not None and d.vp.auto else 0
-    per_row = S * 4 * (1 + d.coupled + candidates) + (S + 1) * (4 + 4 + 2)
+    per_row = S * (4 * (1 + candidates) + 8 * d.coupled) + (S + 1) * (4 + 4 + 2)
     return 2 * settings.batch_size * per_row * (layout.image_tokens.numel() + layout.special_tokens.numel())
 
 

@@ -106,7 +106,7 @@ class Window:
     fused: Tensor                  # [B, S] drawn from VP's fused distribution
     rose: Tensor                   # [B, S] int8: its probability rose at its last observation (1), not (0), unknown (-1)
     history: History               # VP's probability history, [B, S + 1, ...]
-    noise: Tensor | None = None    # [B, S, V] coupled drafting's Gumbel noise
+    noise: Tensor | None = None    # [B, S, V] coupled drafting's Gumbel noise (float64)
     candidates: Tensor | None = None  # [C, B, S, V] VP auto: each candidate strength's draft distribution
 
     def slide(self, m: Tensor) -> "Window":
