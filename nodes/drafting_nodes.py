@@ -66,13 +66,14 @@ class DrafterLANTERN(io.ComfyNode):
         return io.Schema(
             node_id="SJDVP_DrafterLANTERN", display_name="Drafter: LANTERN (relaxed)", category="sjdvp",
             description="LANTERN's relaxed verifier: a draft also passes on the probability of its nearest "
-                        "codebook neighbours, within a total-variation budget. Faster, slightly lossy.",
+                        "codebook neighbours, up to delta of extra mass. Faster, lossy.",
             inputs=[
                 io.Int.Input("neighbours", default=1000, min=1, max=65536,
                              tooltip="Latent neighbours considered per token (k)."),
                 io.Float.Input("delta", default=0.1, min=0.0, max=1.0, step=0.01,
-                               tooltip="Total-variation budget per token. 0 is exact SJD; larger is faster "
-                                       "and drifts further from the model's distribution."),
+                               tooltip="Most probability mass of a draft's neighbours added to its own when "
+                                       "it is verified. 0 is exact SJD; larger is faster and drifts further "
+                                       "from the model's distribution (the drift is not bounded by delta)."),
                 coupled_input(),
             ],
             outputs=[DRAFTER.Output(display_name="drafter")],

@@ -96,7 +96,7 @@ class DrafterSettings:
     """Which verifier judges the drafts, its knobs, and whether drafts use VP."""
     verifier: str = "sjd"               # sjd (exact) | lantern | gsd (both relaxed, lossy)
     lantern_k: int = 1000               # latent neighbours considered per token
-    lantern_delta: float = 0.1          # total-variation budget; 0 = exact SJD
+    lantern_delta: float = 0.1          # cap on the neighbours' mass added to p(x); 0 = exact SJD
     gsd_group: int = 14                 # G: tokens around the draft by target rank; 1 = exact SJD
     gsd_max_gap: float = 0.15           # cluster members differ from p(x) by less than this
     gsd_max_distance: float | None = None  # optional codebook L2 distance filter

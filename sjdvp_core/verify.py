@@ -6,7 +6,8 @@ was really sampled from. A draft x is accepted iff u < a(x), u ~ U(0, 1):
 - SJD (Teng et al. 2024), exact: a = min(1, p(x) / q(x)); on rejection the next token is drawn from
   norm(max(0, p - q)).
 - LANTERN (Jang et al. 2024): p(x) is raised by the mass of x's nearest codebook neighbours, as many
-  as fit in a total-variation budget delta; delta = 0 is SJD.
+  as fit in delta; delta = 0 is SJD. delta caps what one verification adds to p(x); it does not bound
+  how far the output's distribution moves from the model's (that can exceed delta).
 - GSD (So et al. 2025): a = min(1, p(C) / q(C)) over a dynamic cluster C of about G tokens around x
   by target rank, filtered by probability gap (and optionally codebook distance); G = 1 is SJD.
 Tensors are [B, S, V] for p and q, [B, S] for drafts x; all in the engine's local vocabulary, where
