@@ -68,6 +68,7 @@ class ModelAdapter(Protocol):
     device: torch.device    # where the weights are
     default_sampling: SamplingSettings  # the family's recommended cfg, top-k, ...
     module: torch.nn.Module  # every weight the adapter uses, for a memory manager to move
+    image_decoder: torch.nn.Module  # the part of module that decode_image needs (the VQ decoder)
 
     def start(self, conditions: Sequence[Any], negatives: Sequence[Any] | None,
               cfg: bool) -> tuple[TokenLayout, Tensor]:
@@ -91,6 +92,11 @@ class ModelAdapter(Protocol):
 
     def decode_image(self, codes: Tensor) -> Tensor:
         """codes [B, h, w] (codebook indices) -> images [B, H, W, 3] float in [0, 1]."""
+
+
+def weights_device(module: torch.nn.Module) -> torch.device:
+    """Where a module's weights are now (a memory manager may move them between runs)."""
+    return next(module.parameters()).device
 
 
 def at_size(adapter, width: int, height: int):

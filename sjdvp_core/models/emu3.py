@@ -24,7 +24,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from ..adapter import TokenLayout
+from ..adapter import TokenLayout, weights_device
 from ..settings import SamplingSettings
 from .hf_adapter import HFAdapter, SizeChoice, TextTokenizer, load_pretrained, read_json, to_image
 from .checkpoint import CheckpointError
@@ -71,7 +71,7 @@ class Emu3Adapter(SizeChoice, HFAdapter):
         self.visual = visual_tokens(model.model.vocabulary_mapping.img2bpe, vq.codebook_size, tokenizer)
         self.factor, self.max_positions = 2 ** (len(vq.channel_multiplier) - 1), text.max_position_embeddings
         super().__init__(model, model.model.text_model, text, self._grid(ratio, image_area), self.ids[PAD], device)
-        model.model.vqmodel.float()                            # decode in fp32
+        self.image_decoder = model.model.vqmodel.float()       # decode in fp32
         self.tokenizer, self.quality_suffix = tokenizer, quality_suffix
         self.pixel_mean, self.pixel_std = pixel_mean, pixel_std
 
@@ -116,7 +116,7 @@ class Emu3Adapter(SizeChoice, HFAdapter):
 
     @torch.no_grad()
     def decode_image(self, codes: Tensor) -> Tensor:
-        pixels = self.model.model.vqmodel.decode(codes.to(self.device))              # [B, 3, H, W]
+        pixels = self.image_decoder.decode(codes.to(weights_device(self.image_decoder)))    # [B, 3, H, W]
         return to_image(pixels, self.pixel_mean, self.pixel_std)
 
 

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 from torch.nn import functional as F
 
-from ..adapter import TokenLayout
+from ..adapter import TokenLayout, weights_device
 from ..settings import SamplingSettings
 from .hf_adapter import HFAdapter, TextTokenizer, load_pretrained, to_image
 
@@ -36,7 +36,7 @@ class JanusAdapter(HFAdapter):
         n = vq.num_patches                                     # 384 / 16 = 24
         super().__init__(model, model.model.language_model, model.config.text_config,
                          TokenLayout.raster(torch.arange(vq.num_embeddings), n, n), tokenizer.id(PAD), device)
-        model.model.vqmodel.float()                            # decode in fp32, as LlamaGen's tokenizer does
+        self.image_decoder = model.model.vqmodel.float()       # decode in fp32, as LlamaGen's tokenizer does
         self.tokenizer, self.bos, self.boi = tokenizer, model.config.text_config.bos_token_id, tokenizer.id(BOI)
         self._codebook: Tensor | None = None
 
@@ -74,7 +74,7 @@ class JanusAdapter(HFAdapter):
 
     @torch.no_grad()
     def decode_image(self, codes: Tensor) -> Tensor:
-        pixels = self.model.model.vqmodel.decode(codes.flatten(1).to(self.device))   # [B, 3, H, W] in [-1, 1]
+        pixels = self.image_decoder.decode(codes.flatten(1).to(weights_device(self.image_decoder)))   # in [-1, 1]
         return to_image(pixels)
 
 

@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import torch
 from torch import Tensor
 
-from ..adapter import TokenLayout
+from ..adapter import TokenLayout, weights_device
 from ..settings import SamplingSettings
 from .checkpoint import WEIGHT_EXT, CheckpointError, load_strict, read_state_dict
 from .llamagen_gpt import GPT_SIZES, GPTConfig, LlamaGenGPT, rope_table_2d
@@ -158,6 +158,7 @@ class LlamaGenAdapter:
         self.gpt.rope = self.gpt.rope.float()
         self.vq = vq.to(device, torch.float32)
         self.module = torch.nn.ModuleDict({"gpt": self.gpt, "vq": self.vq})  # all weights, for memory managers
+        self.image_decoder = self.vq
         self._codebook: Tensor | None = None
         self.config = gpt.config
         self.sampling = sampling
@@ -250,5 +251,5 @@ class LlamaGenAdapter:
 
     @torch.no_grad()
     def decode_image(self, codes: Tensor) -> Tensor:
-        images = self.vq.decode_code(codes.to(self.device))
+        images = self.vq.decode_code(codes.to(weights_device(self.vq)))
         return ((images.float() + 1) / 2).clamp(0, 1).permute(0, 2, 3, 1).cpu()

@@ -24,7 +24,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from ..adapter import TokenLayout
+from ..adapter import TokenLayout, weights_device
 from ..settings import SamplingSettings
 from .chameleon_vqgan import ChameleonVQGAN, load_vqgan, vqgan_files
 from .hf_adapter import HFAdapter, SizeChoice, TextTokenizer, check_folder, load_pretrained, to_image
@@ -80,6 +80,7 @@ class LuminaAdapter(SizeChoice, HFAdapter):
         super().__init__(model, model.model, model.config, layout, tokenizer.id(PAD), device)
         self.vqgan = vqgan.to(device, torch.float32)
         self.module = torch.nn.ModuleDict({"model": model, "vqgan": self.vqgan})
+        self.image_decoder = self.vqgan
         self._codebook: Tensor | None = None
 
     def layout_at(self, width: int, height: int) -> TokenLayout:
@@ -129,7 +130,7 @@ class LuminaAdapter(SizeChoice, HFAdapter):
 
     @torch.no_grad()
     def decode_image(self, codes: Tensor) -> Tensor:
-        return to_image(self.vqgan.decode_code(codes.to(self.vqgan.codebook().device)))
+        return to_image(self.vqgan.decode_code(codes.to(weights_device(self.vqgan))))
 
 
 def image_token_ids(tokenizer: TextTokenizer, vqgan: ChameleonVQGAN) -> Tensor:

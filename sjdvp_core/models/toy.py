@@ -48,7 +48,7 @@ class ToyGridAdapter:
         self.code_of[self.image_tokens] = torch.arange(K)
         self._buffer = None
         self._colour = None
-        self.module = torch.nn.Module()  # no weights to move
+        self.module = self.image_decoder = torch.nn.Module()  # no weights to move
         self.default_sampling = SamplingSettings(cfg_scale=2.0, top_k=20)
 
     # --- the model -----------------------------------------------------------------------------
