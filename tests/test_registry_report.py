@@ -84,4 +84,5 @@ def test_report_data_and_the_commit_figure():
     assert f"{data['speedup']:.2f}x fewer steps" in report_text(res, "SJD")
     figure = commit_figure(res, "SJD", min_width=64)
     assert figure.shape[0] == 2 and figure.shape[2] == 64 and figure.shape[1] > 64     # map + legend band
-    assert torch.equal(figure[:, :64], commit_map(res, cell=16, last=int(res.stats.commit_iter.max())))
+    last = int(res.stats.commit_iter[:, res.layout.grid].max())                      # one colour scale for the batch
+    assert torch.equal(figure[:, :64], commit_map(res, cell=16, last=last))
