@@ -6,18 +6,21 @@ from dataclasses import dataclass
 import torch
 from comfy_api.latest import io, ui
 
-from ..sjdvp_core.adapter import at_size
+from ..sjdvp_core.adapter import KEEP_SIZE, at_size
 from ..sjdvp_core.decode import DecodeResult, decode, state_bytes
 from ..sjdvp_core.report import commit_figure, report_data, report_text
-from ..sjdvp_core.settings import DecodeSettings, DrafterSettings, SamplingSettings, WindowSettings
+from ..sjdvp_core.demo import DEMO_SAMPLING
+from ..sjdvp_core.settings import DecodeSettings, SamplingSettings, decode_settings
 from . import runtime
 from .drafting_nodes import DRAFTER, WINDOW
+from .legacy import LEGACY
 from .model_nodes import MODEL
 
 TOKENS = io.Custom("SJDVP_TOKENS")
-# where Speculative Decode's sampling settings come from; a prompt saved before the choice existed meant CUSTOM
+# where Speculative Decode's sampling settings come from (a prompt saved before the choice existed: legacy.py)
 MODEL_DEFAULTS, CUSTOM = "model defaults", "custom"
 SAMPLING_SOURCES = (MODEL_DEFAULTS, CUSTOM)
+RUN = DecodeSettings()   # seed and batch size defaults; sampling widgets show the built-in demo model's
 
 
 @dataclass
@@ -45,24 +48,24 @@ class SpeculativeDecode(io.ComfyNode):
                                 tooltip="The guidance branch's prompt where the family has one (Emu3: "
                                         "upstream's negative prompt when empty; Janus-Pro: replaces the "
                                         "padded prompt); leave empty otherwise."),
-                io.Float.Input("cfg", default=3.0, min=0.0, max=30.0, step=0.1,
+                io.Float.Input("cfg", default=DEMO_SAMPLING.cfg_scale, min=0.0, max=30.0, step=0.1,
                                tooltip="Classifier-free guidance scale; 1 turns guidance off."),
-                io.Float.Input("temperature", default=1.0, min=0.01, max=5.0, step=0.01,
+                io.Float.Input("temperature", default=DEMO_SAMPLING.temperature, min=0.01, max=5.0, step=0.01,
                                tooltip="Sampling temperature."),
-                io.Int.Input("top_k", default=0, min=0, max=200000,
+                io.Int.Input("top_k", default=DEMO_SAMPLING.top_k, min=0, max=200000,
                              tooltip="Keep the k most likely image tokens; 0 keeps all."),
-                io.Float.Input("top_p", default=1.0, min=0.01, max=1.0, step=0.01,
+                io.Float.Input("top_p", default=DEMO_SAMPLING.top_p, min=0.01, max=1.0, step=0.01,
                                tooltip="Nucleus sampling mass; 1 keeps all."),
-                io.Int.Input("seed", default=0, min=0, max=0xFFFFFFFFFFFFFFFF, control_after_generate=True,
+                io.Int.Input("seed", default=RUN.seed, min=0, max=0xFFFFFFFFFFFFFFFF, control_after_generate=True,
                              tooltip="Same seed, settings and device give the same image."),
-                io.Int.Input("batch_size", default=1, min=1, max=64,
+                io.Int.Input("batch_size", default=RUN.batch_size, min=1, max=64,
                              tooltip="Images decoded together; each accepts its own number of tokens."),
                 WINDOW.Input("window", optional=True, tooltip="Jacobi window; 16 tokens with random init if absent."),
                 DRAFTER.Input("drafter", optional=True, tooltip="How drafts are made and verified; plain AR if absent."),
-                io.Int.Input("width", default=0, min=0, max=4096, step=16, optional=True,
+                io.Int.Input("width", default=KEEP_SIZE, min=0, max=4096, step=16, optional=True,
                              tooltip="Image width in pixels for families with a size choice (Lumina-mGPT: a "
                                      "size it trained on; Emu3: any aspect). 0 with height 0: the model's default."),
-                io.Int.Input("height", default=0, min=0, max=4096, step=16, optional=True,
+                io.Int.Input("height", default=KEEP_SIZE, min=0, max=4096, step=16, optional=True,
                              tooltip="Image height in pixels; see width."),
                 io.Combo.Input("sampling", options=list(SAMPLING_SOURCES), default=MODEL_DEFAULTS, optional=True,
                                tooltip="model defaults: the loaded family's recommended cfg, temperature, top-k "
@@ -74,22 +77,22 @@ class SpeculativeDecode(io.ComfyNode):
 
     @classmethod
     def execute(cls, model, prompt, negative_prompt, cfg, temperature, top_k, top_p, seed, batch_size,
-                window=None, drafter=None, width=0, height=0, sampling=CUSTOM) -> io.NodeOutput:
-        window = WindowSettings(size=1) if drafter is None else (window or WindowSettings())
+                window=None, drafter=None, width=LEGACY["SJDVP_SpeculativeDecode"]["width"],
+                height=LEGACY["SJDVP_SpeculativeDecode"]["height"],
+                sampling=LEGACY["SJDVP_SpeculativeDecode"]["sampling"]) -> io.NodeOutput:
         adapter = at_size(model.adapter, width, height)
         if sampling not in SAMPLING_SOURCES:
             raise ValueError(f"sampling={sampling!r}: choose one of {list(SAMPLING_SOURCES)}")
-        settings = DecodeSettings(window=window, drafter=drafter or DrafterSettings(), seed=seed % 2**63,
-                                  batch_size=batch_size,
-                                  sampling=adapter.default_sampling if sampling == MODEL_DEFAULTS else
-                                  SamplingSettings(cfg_scale=cfg, temperature=temperature, top_k=top_k, top_p=top_p))
+        chosen = adapter.default_sampling if sampling == MODEL_DEFAULTS else \
+            SamplingSettings(cfg_scale=cfg, temperature=temperature, top_k=top_k, top_p=top_p)
+        settings = decode_settings(drafter, window, chosen, seed % 2**63, batch_size)
         runtime.prepare(model, rows=batch_size * (2 if settings.sampling.uses_cfg else 1), adapter=adapter,
                         extra=state_bytes(settings, adapter.layout))
         try:
             result = decode(adapter, prompt, settings, negatives=negative_prompt or None,
                             progress=runtime.Progress(adapter))
         except runtime.OOM as e:
-            raise runtime.oom_message(e, window.size) from e
+            raise runtime.oom_message(e, settings.window.size) from e
         method = "AR" if drafter is None else drafter.name
         return io.NodeOutput(Tokens(model, result, method), ui=report_ui(result, method))
 
@@ -106,7 +109,7 @@ class DecodeImage(io.ComfyNode):
 
     @classmethod
     def execute(cls, tokens) -> io.NodeOutput:
-        runtime.prepare(tokens.model)
+        runtime.prepare_decoder(tokens.model)
         with torch.inference_mode():
             images = tokens.model.adapter.decode_image(tokens.result.codes)
         return io.NodeOutput(images.float().cpu().contiguous())

@@ -1,12 +1,16 @@
 """The Jacobi window, the drafters (SJD, LANTERN, GSD) and Verification Prediction."""
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 
 from comfy_api.latest import io
 
-from ..sjdvp_core.settings import DRAFT_INITS, MAX_WINDOW, DrafterSettings, VPSettings, WindowSettings
+from ..sjdvp_core.settings import (DRAFT_INITS, MAX_WINDOW, PAPER_STRENGTH, DrafterSettings, VPSettings,
+                                   WindowSettings)
+from .legacy import LEGACY
+
+DRAFTER_DEFAULTS, VP_DEFAULTS, WINDOW_DEFAULTS = DrafterSettings(), VPSettings(), WindowSettings()
+NO_LIMIT = 0.0   # GSD's max_distance widget: 0 stands for None (no codebook distance filter)
 
 WINDOW = io.Custom("SJDVP_WINDOW")
 DRAFTER = io.Custom("SJDVP_DRAFTER")
@@ -15,9 +19,8 @@ DRAFTER = io.Custom("SJDVP_DRAFTER")
 def coupled_input():
     """Every drafter's last widget: coupled drafting (exact, on by default: it won on the demo model).
     Optional, like every widget added after the first release, so prompts saved before it still
-    validate; a prompt without it keeps its old meaning (execute's default False, and the web
-    extension does the same for UI workflows)."""
-    return io.Boolean.Input("coupled", default=True, optional=True,
+    validate; a prompt without it keeps its old meaning (independent drafts: legacy.py)."""
+    return io.Boolean.Input("coupled", default=DRAFTER_DEFAULTS.coupled, optional=True,
                             tooltip="Draw every draft at a position with that position's fixed random noise, "
                                     "so successive drafts agree unless their distribution really moved. "
                                     "Exact, and many more drafts pass verification.")
@@ -30,10 +33,10 @@ class JacobiWindow(io.ComfyNode):
             node_id="SJDVP_JacobiWindow", display_name="Jacobi Window", category="sjdvp",
             description="How many tokens one forward pass drafts and verifies, and how new drafts start.",
             inputs=[
-                io.Int.Input("window", default=16, min=1, max=MAX_WINDOW,
+                io.Int.Input("window", default=WINDOW_DEFAULTS.size, min=1, max=MAX_WINDOW,
                              tooltip="Tokens scored per forward pass. 1 is plain AR. 16-32 suit GPUs; on a CPU "
                                      "a wide window is not free, prefer 4-8."),
-                io.Combo.Input("init", options=list(DRAFT_INITS), default="random",
+                io.Combo.Input("init", options=list(DRAFT_INITS), default=WINDOW_DEFAULTS.init,
                                tooltip="How fresh drafts start: random image tokens, or a copy of the cell to "
                                        "the left / above. All are exact."),
             ],
@@ -56,7 +59,7 @@ class DrafterSJD(io.ComfyNode):
         )
 
     @classmethod
-    def execute(cls, coupled=False) -> io.NodeOutput:
+    def execute(cls, coupled=LEGACY["SJDVP_DrafterSJD"]["coupled"]) -> io.NodeOutput:
         return io.NodeOutput(DrafterSettings(verifier="sjd", coupled=coupled))
 
 
@@ -68,9 +71,9 @@ class DrafterLANTERN(io.ComfyNode):
             description="LANTERN's relaxed verifier: a draft also passes on the probability of its nearest "
                         "codebook neighbours, up to delta of extra mass. Faster, lossy.",
             inputs=[
-                io.Int.Input("neighbours", default=1000, min=1, max=65536,
+                io.Int.Input("neighbours", default=DRAFTER_DEFAULTS.lantern_k, min=1, max=65536,
                              tooltip="Latent neighbours considered per token (k)."),
-                io.Float.Input("delta", default=0.1, min=0.0, max=1.0, step=0.01,
+                io.Float.Input("delta", default=DRAFTER_DEFAULTS.lantern_delta, min=0.0, max=1.0, step=0.01,
                                tooltip="Most probability mass of a draft's neighbours added to its own when "
                                        "it is verified. 0 is exact SJD; larger is faster and drifts further "
                                        "from the model's distribution (the drift is not bounded by delta)."),
@@ -80,7 +83,7 @@ class DrafterLANTERN(io.ComfyNode):
         )
 
     @classmethod
-    def execute(cls, neighbours, delta, coupled=False) -> io.NodeOutput:
+    def execute(cls, neighbours, delta, coupled=LEGACY["SJDVP_DrafterLANTERN"]["coupled"]) -> io.NodeOutput:
         return io.NodeOutput(DrafterSettings(verifier="lantern", lantern_k=neighbours, lantern_delta=delta,
                                              coupled=coupled))
 
@@ -93,11 +96,12 @@ class DrafterGSD(io.ComfyNode):
             description="Grouped Speculative Decoding: a draft passes on the mass of a cluster of tokens "
                         "around it by target rank. Faster, lossy.",
             inputs=[
-                io.Int.Input("group", default=14, min=1, max=512,
+                io.Int.Input("group", default=DRAFTER_DEFAULTS.gsd_group, min=1, max=512,
                              tooltip="Cluster size G around the draft by target rank. 1 is exact SJD."),
-                io.Float.Input("max_gap", default=0.15, min=0.001, max=1.0, step=0.01,
+                io.Float.Input("max_gap", default=DRAFTER_DEFAULTS.gsd_max_gap, min=0.001, max=1.0, step=0.01,
                                tooltip="Cluster members differ from the draft's probability by less than this."),
-                io.Float.Input("max_distance", default=0.0, min=0.0, max=1000.0, step=0.1,
+                io.Float.Input("max_distance", default=DRAFTER_DEFAULTS.gsd_max_distance or NO_LIMIT, min=0.0,
+                               max=1000.0, step=0.1,
                                tooltip="Optional codebook distance limit for cluster members; 0 turns it off."),
                 coupled_input(),
             ],
@@ -105,9 +109,10 @@ class DrafterGSD(io.ComfyNode):
         )
 
     @classmethod
-    def execute(cls, group, max_gap, max_distance, coupled=False) -> io.NodeOutput:
+    def execute(cls, group, max_gap, max_distance, coupled=LEGACY["SJDVP_DrafterGSD"]["coupled"]) -> io.NodeOutput:
         return io.NodeOutput(DrafterSettings(verifier="gsd", gsd_group=group, gsd_max_gap=max_gap,
-                                             gsd_max_distance=max_distance or None, coupled=coupled))
+                                             gsd_max_distance=None if max_distance == NO_LIMIT else max_distance,
+                                             coupled=coupled))
 
 
 class VerificationPrediction(io.ComfyNode):
@@ -120,19 +125,20 @@ class VerificationPrediction(io.ComfyNode):
                         "pass verification. The verifier is unchanged (SJD-VP stays exact).",
             inputs=[
                 DRAFTER.Input("drafter", tooltip="SJD, LANTERN or GSD drafter to enhance."),
-                io.Int.Input("growth_steps", default=2, min=1, max=64,
+                io.Int.Input("growth_steps", default=VP_DEFAULTS.growth_steps, min=1, max=64,
                              tooltip="N: a token is boosted only after rising in N consecutive iterations."),
-                io.Float.Input("beta", default=0.5, min=0.0, max=0.99, step=0.01,
+                io.Float.Input("beta", default=VP_DEFAULTS.beta, min=0.0, max=0.99, step=0.01,
                                tooltip="Decay of the probability history (exponentially weighted average)."),
-                io.Int.Input("top_k", default=50, min=1, max=65536,
+                io.Int.Input("top_k", default=VP_DEFAULTS.top_k, min=1, max=65536,
                              tooltip="Only the k most likely candidates of each position are fused."),
-                io.Float.Input("strength", default=1.0, min=-8.0, max=8.0, step=0.05,
+                io.Float.Input("strength", default=PAPER_STRENGTH, min=-8.0, max=8.0, step=0.05,
                                tooltip="Used when strength_mode is 'fixed'. lambda > 0: boost tokens that kept "
                                        "rising (the paper). lambda < 0: shrink drafts toward their history by "
                                        "|lambda| (helps where probabilities mean-revert). 0 turns VP off."),
-                io.Float.Input("max_score", default=round(math.log(4), 4), min=0.01, max=20.0, step=0.01,
+                io.Float.Input("max_score", default=round(VP_DEFAULTS.max_score, 4), min=0.01, max=20.0, step=0.01,
                                tooltip="Cap of the log-gain score per token."),
-                io.Combo.Input("strength_mode", options=["auto", "fixed"], default="auto", optional=True,
+                io.Combo.Input("strength_mode", options=["auto", "fixed"], default="auto" if VP_DEFAULTS.auto else "fixed",
+                               optional=True,
                                tooltip="auto: the strength is chosen during decoding by which candidate's "
                                        "drafts pass verification most on this model and prompt (exact either "
                                        "way). fixed: use the strength above."),
@@ -141,8 +147,8 @@ class VerificationPrediction(io.ComfyNode):
         )
 
     @classmethod
-    def execute(cls, drafter, growth_steps, beta, top_k, strength, max_score, strength_mode="fixed") -> io.NodeOutput:
-        # no strength_mode: a prompt saved before it existed, whose strength meant what it says
+    def execute(cls, drafter, growth_steps, beta, top_k, strength, max_score,
+                strength_mode=LEGACY["SJDVP_VerificationPrediction"]["strength_mode"]) -> io.NodeOutput:
         vp = VPSettings(growth_steps=growth_steps, beta=beta, top_k=top_k, max_score=max_score,
                         strength="auto" if strength_mode == "auto" else strength)
         return io.NodeOutput(replace(drafter, vp=vp))

@@ -37,19 +37,45 @@ def model_path(name: str) -> str:
 
 @dataclass
 class LoadedModel:
-    """What flows through an SJDVP_MODEL socket: the engine adapter and ComfyUI's handle on it."""
+    """What flows through an SJDVP_MODEL socket: the engine adapter and ComfyUI's handles on it, one for
+    the token generator and one for the image decoder, so decoding pixels after an eviction does not
+    reload the transformer."""
     name: str
     adapter: object
-    patcher: comfy.model_patcher.ModelPatcher
+    patcher: comfy.model_patcher.ModelPatcher           # everything but the image decoder
+    decoder_patcher: comfy.model_patcher.ModelPatcher   # the VQ decoder
 
 
 def load(name: str, precision: str, device: str) -> LoadedModel:
     load_device = torch.device("cpu") if device == "cpu" else mm.get_torch_device()
     adapter = load_model(model_path(name), device="cpu", precision=_precision(precision, load_device))
-    size = sum(t.numel() * t.element_size() for t in adapter.module.state_dict().values())
-    patcher = comfy.model_patcher.ModelPatcher(adapter.module, load_device=load_device,
-                                               offload_device=mm.unet_offload_device(), size=size)
-    return LoadedModel(name, adapter, patcher)
+    generator, decoder = without(adapter.module, adapter.image_decoder), adapter.image_decoder
+    return LoadedModel(name, adapter, _patcher(generator, load_device), _patcher(decoder, load_device))
+
+
+def _patcher(module: torch.nn.Module, load_device: torch.device) -> comfy.model_patcher.ModelPatcher:
+    size = sum(t.numel() * t.element_size() for t in module.state_dict().values())
+    return comfy.model_patcher.ModelPatcher(module, load_device=load_device, offload_device=mm.unet_offload_device(),
+                                            size=size)
+
+
+def without(module: torch.nn.Module, part: torch.nn.Module) -> torch.nn.Module:
+    """The weights of module other than part's: its largest submodules that do not contain part (a
+    ModuleDict of them, which moves those weights and nothing of part's)."""
+    if module is part:
+        return torch.nn.ModuleDict()
+    if not any(m is part for m in module.modules()):
+        return module
+    kept = torch.nn.ModuleDict()
+    for name, child in module.named_children():
+        rest = without(child, part)
+        if len(list(rest.parameters())) + len(list(rest.buffers())):
+            kept[name.replace(".", "_")] = rest
+    own = [p for p in module.parameters(recurse=False)]
+    if own:
+        raise ValueError(f"{type(module).__name__} holds weights of its own beside its image decoder; "
+                         "it cannot be loaded apart from it")
+    return kept
 
 
 def _precision(precision: str, device: torch.device) -> str:
@@ -60,12 +86,18 @@ def _precision(precision: str, device: torch.device) -> str:
     return "fp32"
 
 
-def prepare(model: LoadedModel, rows: int = 0, adapter=None, extra: int = 0) -> None:
-    """Ask ComfyUI to put the whole model on its device (plain modules cannot be partly loaded), with
-    room for the KV cache of `rows` sequences (at `adapter`'s image size) and `extra` bytes of decoding
-    state, evicting other models if needed."""
-    cache = (adapter or model.adapter).cache_bytes(rows)
-    mm.load_models_gpu([model.patcher], memory_required=cache + extra, force_full_load=True)
+def prepare(model: LoadedModel, rows: int, adapter, extra: int) -> None:
+    """Before decoding tokens: ask ComfyUI to put the generator and the image decoder (for the live
+    preview) wholly on its device (plain modules cannot be partly loaded), with room for the KV cache of
+    `rows` sequences at `adapter`'s image size and `extra` bytes of decoding state, evicting other models
+    if needed."""
+    mm.load_models_gpu([model.patcher, model.decoder_patcher], memory_required=adapter.cache_bytes(rows) + extra,
+                       force_full_load=True)
+
+
+def prepare_decoder(model: LoadedModel) -> None:
+    """Before decoding pixels: only the image decoder needs the device."""
+    mm.load_models_gpu([model.decoder_patcher], force_full_load=True)
 
 
 class Progress:

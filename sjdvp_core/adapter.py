@@ -99,8 +99,11 @@ def weights_device(module: torch.nn.Module) -> torch.device:
     return next(module.parameters()).device
 
 
+KEEP_SIZE = 0   # at_size's width and height: the model's own size
+
+
 def at_size(adapter, width: int, height: int):
-    """The adapter generating at width x height pixels; 0 x 0 keeps its size. Families whose size is a
+    """The adapter generating at width x height pixels; KEEP_SIZE for both keeps its size. Families whose size is a
     choice (Lumina-mGPT, Emu3) implement with_size(width, height); the others say they are fixed."""
     if not width and not height:
         return adapter

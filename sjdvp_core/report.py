@@ -28,17 +28,15 @@ def commit_map(result: DecodeResult, cell: int = 8, last: int | None = None) -> 
     return colour_ramp(norm).repeat_interleave(cell, 1).repeat_interleave(cell, 2)
 
 
-def report_data(result: DecodeResult, method: str, ar_passes: int | None = None) -> dict:
-    """The report's figures as plain numbers (what the node pack sends to the UI for its badge):
-    speedup = AR forward passes / this run's, the figure report_text prints."""
+def report_data(result: DecodeResult, method: str) -> dict:
+    """The report's figures as plain numbers (what the node pack sends to the UI for its badge);
+    step_compression (AR's forward passes / this run's) is the figure report_text prints."""
     st = result.stats
-    ar = ar_passes or st.length
     per_iter = torch.cat(st.committed_per_iter) if st.committed_per_iter else torch.zeros(1)
     return {"method": method, "tokens": int(st.length), "forward_passes": int(st.forward_passes),
-            "ar_passes": int(ar), "speedup": round(ar / st.forward_passes, 4),
-            "step_compression": round(st.step_compression, 4), "tokens_per_pass": round(st.mean_accepted, 4),
-            "max_tokens_per_pass": int(per_iter.max()), "acceptance": round(st.acceptance_rate, 4),
-            "seconds": round(st.time_total, 3)}
+            "ar_passes": int(st.ar_passes), "step_compression": round(st.step_compression, 4),
+            "tokens_per_pass": round(st.mean_accepted, 4), "max_tokens_per_pass": int(per_iter.max()),
+            "acceptance": round(st.acceptance_rate, 4), "seconds": round(st.time_total, 3)}
 
 
 def commit_figure(result: DecodeResult, method: str, min_width: int = 256) -> Tensor:
@@ -54,7 +52,8 @@ def commit_figure(result: DecodeResult, method: str, min_width: int = 256) -> Te
     width = maps.shape[2]
     data = report_data(result, method)
     pad, bar = 4, max(6, width // 40)
-    caption = f"{method}: {data['speedup']:.2f}x fewer passes ({data['forward_passes']} vs AR {data['ar_passes']})"
+    caption = (f"{method}: {data['step_compression']:.2f}x fewer passes ({data['forward_passes']} vs AR "
+               f"{data['ar_passes']})")
     size = max(8, width // 22)
     font = _font(size)
     while size > 8 and font.getlength(caption) > width - 2 * pad:
@@ -84,18 +83,18 @@ def _font(size: int):
         return ImageFont.load_default()
 
 
-def report_text(result: DecodeResult, method: str, ar_passes: int | None = None) -> str:
+def report_text(result: DecodeResult, method: str) -> str:
     st = result.stats
-    ar = ar_passes or st.length
     m = st.momentum()
     per_iter = torch.cat(st.committed_per_iter).float() if st.committed_per_iter else torch.zeros(1)
+    split = st.time_forward + st.time_verify + st.time_draft
     lines = [
         f"{method}: {st.length} tokens per image in {st.forward_passes} forward passes "
-        f"(AR needs {ar}): {ar / st.forward_passes:.2f}x fewer steps",
+        f"(AR needs {st.ar_passes}): {st.step_compression:.2f}x fewer steps",
         f"tokens per pass: mean {st.mean_accepted:.2f}, max {int(per_iter.max())}; "
         f"drafts accepted {st.acceptance_rate:.1%}",
-        f"time: {st.time_total:.2f} s (forward {st.time_forward:.2f}, verify {st.time_verify:.2f}, "
-        f"draft {st.time_draft:.2f})",
+        f"time: {st.time_total:.2f} s" + (f" (forward {st.time_forward:.2f}, verify {st.time_verify:.2f}, "
+                                         f"draft {st.time_draft:.2f})" if split else ""),
         f"carried drafts accepted: {m['accept_if_rose']:.1%} when their probability had just risen, "
         f"{m['accept_if_not']:.1%} otherwise",
     ]

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 
 MAX_WINDOW = 128
 AUTO_STRENGTHS = (1.0, 0.0, -0.35, -0.7)   # VP strengths "auto" chooses among: boost, none, two shrinkages
+PAPER_STRENGTH = 1.0                       # the paper's lambda: a fixed strength's default
 DRAFT_INITS = ("random", "repeat_left", "repeat_above")
 VERIFIERS = ("sjd", "lantern", "gsd")
 
@@ -101,7 +102,8 @@ class DrafterSettings:
     gsd_max_gap: float = 0.15           # cluster members differ from p(x) by less than this
     gsd_max_distance: float | None = None  # optional codebook L2 distance filter
     vp: VPSettings | None = None
-    coupled: bool = False               # one persistent Gumbel noise per position: redrafts agree
+    coupled: bool = True                # one persistent Gumbel noise per position: redrafts agree (exact;
+                                        # it won on the demo model: 2.24x -> 3.30x step compression at W = 32)
 
     def __post_init__(self):
         _check(self.verifier in VERIFIERS, "verifier", self.verifier, f"one of {VERIFIERS}")
@@ -150,12 +152,21 @@ METHODS: dict[str, DrafterSettings | None] = {
 }
 
 
+def decode_settings(drafter: DrafterSettings | None, window: WindowSettings | None, sampling: SamplingSettings,
+                    seed: int = 0, batch_size: int = 1) -> DecodeSettings:
+    """No drafter is plain AR: a window of 1 through the same loop (whatever window is given)."""
+    if drafter is None:
+        return DecodeSettings(window=WindowSettings(1), drafter=DrafterSettings(), sampling=sampling, seed=seed,
+                              batch_size=batch_size)
+    return DecodeSettings(window=window or WindowSettings(), drafter=drafter, sampling=sampling, seed=seed,
+                          batch_size=batch_size)
+
+
 def method_settings(method: str, window: int, sampling: SamplingSettings, seed: int = 0,
-                    batch_size: int = 1, coupled: bool = False) -> DecodeSettings:
-    """DecodeSettings for a named method (see METHODS), with coupled drafting if asked (not for AR)."""
+                    batch_size: int = 1, coupled: bool = True) -> DecodeSettings:
+    """DecodeSettings for a named method (see METHODS), with or without coupled drafting (not for AR)."""
     if method not in METHODS:
         raise ValueError(f"method={method!r} is unknown: choose one of {list(METHODS)}")
     drafter = METHODS[method]
-    return DecodeSettings(window=WindowSettings(1 if drafter is None else window),
-                          drafter=DrafterSettings() if drafter is None else replace(drafter, coupled=coupled),
-                          sampling=sampling, seed=seed, batch_size=batch_size)
+    return decode_settings(None if drafter is None else replace(drafter, coupled=coupled), WindowSettings(window),
+                           sampling, seed, batch_size)

@@ -1,16 +1,26 @@
-"""Writes the UI-format workflows in workflows/ (ComfyUI lists them under Browse Templates).
+"""Writes the UI-format workflows in workflows/ (ComfyUI lists them under Browse Templates) and the web
+extension's table of legacy widget values (web/js/legacy_values.js, from nodes/legacy.py).
 
     python tools/make_workflows.py
 
-Widget values follow each node's declared order; tests/test_comfyui.py checks every file against a
-real server's node definitions and runs the demo ones.
+Widget values follow each node's declared order and take their defaults from the engine's settings;
+tests/test_comfyui.py checks every file against a real server's node definitions and runs the demo ones.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import sys
 
-OUT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "workflows")
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+from sjdvp_core.demo import DEMO_SAMPLING  # noqa: E402
+from sjdvp_core.models import emu3, janus, llamagen, lumina  # noqa: E402
+from sjdvp_core.settings import DrafterSettings, SamplingSettings, VPSettings, WindowSettings  # noqa: E402
+
+OUT = os.path.join(REPO, "workflows")
+LEGACY_JS = os.path.join(REPO, "web", "js", "legacy_values.js")
 
 SOCKETS = {  # node type -> (socket inputs, outputs)
     "SJDVP_LoadModel": ([], [("model", "SJDVP_MODEL")]),
@@ -26,7 +36,11 @@ SOCKETS = {  # node type -> (socket inputs, outputs)
     "SaveImage": ([("images", "IMAGE")], []),
     "PreviewImage": ([("images", "IMAGE")], []),
 }
-VP_DEFAULTS = [2, 0.5, 50, 1.0, 1.3863, "auto"]
+_VP, _D = VPSettings(), DrafterSettings()
+VP_DEFAULTS = [_VP.growth_steps, _VP.beta, _VP.top_k, 1.0, round(_VP.max_score, 4), "auto" if _VP.auto else "fixed"]
+SJD = ("SJDVP_DrafterSJD", [_D.coupled])
+LANTERN = ("SJDVP_DrafterLANTERN", [_D.lantern_k, _D.lantern_delta, _D.coupled])
+GSD = ("SJDVP_DrafterGSD", [_D.gsd_group, _D.gsd_max_gap, _D.gsd_max_distance or 0.0, _D.coupled])
 
 
 class Graph:
@@ -82,11 +96,14 @@ def column(g: Graph, x: int, nodes: list[tuple[str, list]]) -> list[int]:
     return ids
 
 
-def decode_branch(g: Graph, model: int, window: int | None, drafter: int | None, prompt: str, sampling: list,
-                  x: int, y: int, name: str, seed: int = 0, size: tuple[int, int] = (0, 0)) -> None:
-    """Decode -> image -> SaveImage, and Report -> commit map preview: a 2 x 2 block right of the decode."""
-    dec = g.add("SJDVP_SpeculativeDecode", [prompt, "", *sampling[:4], seed, "fixed", 1, *size], (x, y), name,
-                size=DECODE_SIZE)
+def decode_branch(g: Graph, model: int, window: int | None, drafter: int | None, prompt: str,
+                  sampling: SamplingSettings, x: int, y: int, name: str, seed: int = 0,
+                  size: tuple[int, int] = (0, 0)) -> None:
+    """Decode -> image -> SaveImage, and Report -> commit map preview: a 2 x 2 block right of the decode.
+    The decode uses the model's own sampling defaults; its widgets show them."""
+    s = sampling
+    dec = g.add("SJDVP_SpeculativeDecode", [prompt, "", s.cfg_scale, s.temperature, s.top_k, s.top_p, seed, "fixed", 1,
+                                            *size, "model defaults"], (x, y), name, size=DECODE_SIZE)
     g.connect(model, 0, dec, "model")
     if window is not None:
         g.connect(window, 0, dec, "window")
@@ -104,10 +121,11 @@ def decode_branch(g: Graph, model: int, window: int | None, drafter: int | None,
     g.connect(rep, 1, prev, "images")
 
 
-def single(model: str, drafter: tuple[str, list], vp: bool, prompt: str, sampling: list, window: int = 16,
-           name: str = "sjdvp", size: tuple[int, int] = (0, 0)) -> dict:
+def single(model: str, drafter: tuple[str, list], vp: bool, prompt: str, sampling: SamplingSettings,
+           window: int = WindowSettings().size, name: str = "sjdvp", size: tuple[int, int] = (0, 0)) -> dict:
     g = Graph()
-    left = [("SJDVP_LoadModel", [model, "auto", "auto"]), ("SJDVP_JacobiWindow", [window, "random"]), drafter]
+    left = [("SJDVP_LoadModel", [model, "auto", "auto"]), ("SJDVP_JacobiWindow", [window, WindowSettings().init]),
+            drafter]
     m, w, d, *_ = column(g, 0, left + ([("SJDVP_VerificationPrediction", VP_DEFAULTS)] if vp else []))
     if vp:
         v = len(g.nodes)
@@ -117,11 +135,12 @@ def single(model: str, drafter: tuple[str, list], vp: bool, prompt: str, samplin
     return g.json()
 
 
-def compare(model: str, prompt: str, sampling: list, window: int = 16) -> dict:
+def compare(model: str, prompt: str, sampling: SamplingSettings, window: int = WindowSettings().size) -> dict:
     """AR, SJD and SJD-VP side by side on one model, prompt and seed, each with its report."""
     g = Graph()
-    m, w, sjd, vp = column(g, 0, [("SJDVP_LoadModel", [model, "auto", "auto"]), ("SJDVP_JacobiWindow", [window, "random"]),
-                                  ("SJDVP_DrafterSJD", [True]), ("SJDVP_VerificationPrediction", VP_DEFAULTS)])
+    m, w, sjd, vp = column(g, 0, [("SJDVP_LoadModel", [model, "auto", "auto"]),
+                                  ("SJDVP_JacobiWindow", [window, WindowSettings().init]),
+                                  SJD, ("SJDVP_VerificationPrediction", VP_DEFAULTS)])
     g.connect(sjd, 0, vp, "drafter")
     for row, (name, drafter) in enumerate([("AR", None), ("SJD", sjd), ("SJD-VP", vp)]):
         decode_branch(g, m, None if drafter is None else w, drafter, prompt, sampling, 320 + GAP, row * BRANCH_HEIGHT,
@@ -129,29 +148,29 @@ def compare(model: str, prompt: str, sampling: list, window: int = 16) -> dict:
     return g.json()
 
 
-DEMO_PROMPT, DEMO_SAMPLING = "a red circle on grass", [3.0, 1.0, 0, 1.0]
+DEMO_PROMPT, FOX = "a red circle on grass", "a photo of a red fox sitting in fresh snow, morning light"
 WORKFLOWS = {
-    "sjdvp_demo_sjd_vp": single("demo", ("SJDVP_DrafterSJD", [True]), True, DEMO_PROMPT, DEMO_SAMPLING, name="SJD-VP"),
+    "sjdvp_demo_sjd_vp": single("demo", SJD, True, DEMO_PROMPT, DEMO_SAMPLING, name="SJD-VP"),
     "sjdvp_demo_ar_vs_sjd_vs_sjd_vp": compare("demo", DEMO_PROMPT, DEMO_SAMPLING),
-    "sjdvp_demo_lantern_vp": single("demo", ("SJDVP_DrafterLANTERN", [1000, 0.1, True]), True, "a blue diamond on snow",
-                                    DEMO_SAMPLING, name="LANTERN-VP"),
-    "sjdvp_demo_gsd_vp": single("demo", ("SJDVP_DrafterGSD", [14, 0.15, 0.0, True]), True, "an orange triangle on night",
-                                DEMO_SAMPLING, name="GSD-VP"),
-    "sjdvp_llamagen_c2i": single("llamagen-c2i", ("SJDVP_DrafterSJD", [True]), True, "golden retriever",
-                                 [4.0, 1.0, 2000, 1.0], name="LlamaGen-c2i"),
-    "sjdvp_llamagen_t2i": single("llamagen-t2i", ("SJDVP_DrafterSJD", [True]), True,
-                                 "a photo of a red fox sitting in fresh snow, morning light",
-                                 [7.5, 1.0, 1000, 1.0], name="LlamaGen-t2i"),
-    "sjdvp_lumina_mgpt": single("Lumina-mGPT-7B-768", ("SJDVP_DrafterSJD", [True]), True,
-                                "a photo of a red fox sitting in fresh snow, morning light", [4.0, 1.0, 2000, 1.0],
-                                window=32, name="Lumina-mGPT", size=(768, 768)),
-    "sjdvp_emu3": single("Emu3-Gen-hf", ("SJDVP_DrafterSJD", [True]), True,
-                         "a photo of a red fox sitting in fresh snow, morning light", [3.0, 1.0, 2048, 1.0],
-                         window=32, name="Emu3", size=(720, 720)),
-    "sjdvp_janus_pro": single("Janus-Pro-7B", ("SJDVP_DrafterSJD", [True]), True,
-                              "a photo of a red fox sitting in fresh snow, morning light", [5.0, 1.0, 0, 1.0],
-                              window=32, name="Janus-Pro"),
+    "sjdvp_demo_lantern_vp": single("demo", LANTERN, True, "a blue diamond on snow", DEMO_SAMPLING, name="LANTERN-VP"),
+    "sjdvp_demo_gsd_vp": single("demo", GSD, True, "an orange triangle on night", DEMO_SAMPLING, name="GSD-VP"),
+    "sjdvp_llamagen_c2i": single("llamagen-c2i", SJD, True, "golden retriever", llamagen.SAMPLING["c2i"],
+                                 name="LlamaGen-c2i"),
+    "sjdvp_llamagen_t2i": single("llamagen-t2i", SJD, True, FOX, llamagen.SAMPLING["t2i"], name="LlamaGen-t2i"),
+    "sjdvp_lumina_mgpt": single("Lumina-mGPT-7B-768", SJD, True, FOX, lumina.SAMPLING, window=32, name="Lumina-mGPT",
+                                size=(768, 768)),
+    "sjdvp_emu3": single("Emu3-Gen-hf", SJD, True, FOX, emu3.SAMPLING, window=32, name="Emu3", size=(720, 720)),
+    "sjdvp_janus_pro": single("Janus-Pro-7B", SJD, True, FOX, janus.SAMPLING, window=32, name="Janus-Pro"),
 }
+
+
+def legacy_js() -> str:
+    """web/js/legacy_values.js: nodes/legacy.py's table for the web extension."""
+    spec = importlib.util.spec_from_file_location("legacy", os.path.join(REPO, "nodes", "legacy.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)          # plain data; importing the nodes package would need ComfyUI
+    return ("// Written by tools/make_workflows.py from nodes/legacy.py: do not edit.\n"
+            f"export const LEGACY = {json.dumps(module.LEGACY, indent=2)};\n")
 
 
 def main() -> None:
@@ -160,7 +179,9 @@ def main() -> None:
         with open(os.path.join(OUT, name + ".json"), "w") as f:
             json.dump(workflow, f, indent=1)
             f.write("\n")
-    print(f"wrote {len(WORKFLOWS)} workflows to {OUT}")
+    with open(LEGACY_JS, "w") as f:
+        f.write(legacy_js())
+    print(f"wrote {len(WORKFLOWS)} workflows to {OUT} and {os.path.relpath(LEGACY_JS, REPO)}")
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ NEGATIVE_PROMPT = ("lowres, bad anatomy, bad hands, text, error, missing fingers
                    "cropped, worst quality, low quality, normal quality, jpeg artifacts, signature, watermark, "
                    "username, blurry.")
 IMAGE_AREA = 720 * 720
+SAMPLING = SamplingSettings(cfg_scale=3.0, top_k=2048)   # upstream's generation example (with the negative prompt)
 # upstream's PAT_STR: one digit per piece, letters with one leading non-letter, punctuation runs
 PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
            r"""|\s*[\r\n]+|\s+(?!\S)|\s+""")
@@ -88,8 +89,7 @@ class Emu3Adapter(SizeChoice, HFAdapter):
 
     @property
     def default_sampling(self) -> SamplingSettings:
-        """Upstream's generation example: CFG 3 with the negative prompt, top-k 2048, temperature 1."""
-        return SamplingSettings(cfg_scale=3.0, top_k=2048)
+        return SAMPLING
 
     def prompt_ids(self, conditions: Sequence, negatives: Sequence | None, cfg: bool) -> list[list[int]]:
         rows = [self._encode(c + self.quality_suffix) for c in self._texts(conditions)]

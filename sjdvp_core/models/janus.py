@@ -22,6 +22,7 @@ from .hf_adapter import HFAdapter, TextTokenizer, load_pretrained, to_image
 
 REPOS = "deepseek-community/Janus-Pro-1B (or Janus-Pro-7B)"
 PAD, BOI = "<｜▁pad▁｜>", "<begin_of_image>"
+SAMPLING = SamplingSettings(cfg_scale=5.0)   # upstream generation: CFG 5, temperature 1, no top-k
 
 
 def chat_prompt(prompt: str) -> str:
@@ -42,8 +43,7 @@ class JanusAdapter(HFAdapter):
 
     @property
     def default_sampling(self) -> SamplingSettings:
-        """Upstream generation: CFG 5, temperature 1, the whole codebook (no top-k)."""
-        return SamplingSettings(cfg_scale=5.0)
+        return SAMPLING
 
     def prompt_ids(self, conditions: Sequence, negatives: Sequence | None, cfg: bool) -> list[list[int]]:
         cond = [self._encode(c) for c in conditions]

@@ -26,6 +26,8 @@ from .llamagen_vq import LlamaGenVQ, VQConfig
 
 GPT_HINT = "a LlamaGen GPT checkpoint (keys like tok_embeddings.weight, layers.0.attention.wqkv.weight)"
 VQ_HINT = "a LlamaGen VQ tokenizer checkpoint (keys like quantize.embedding.weight, decoder.conv_in.weight)"
+SAMPLING = {"c2i": SamplingSettings(cfg_scale=4.0, top_k=2000),    # LlamaGen's own sampling scripts
+            "t2i": SamplingSettings(cfg_scale=7.5, top_k=1000)}
 RELEASES = {"c2i": "huggingface.co/FoundationVision/LlamaGen", "t2i": "huggingface.co/peizesun/llamagen_t2i"}
 
 
@@ -182,11 +184,7 @@ class LlamaGenAdapter:
 
     @property
     def default_sampling(self) -> SamplingSettings:
-        """LlamaGen's own sampling scripts: c2i cfg 4.0, top-k 2000; t2i cfg 7.5, top-k 1000."""
-        if self.sampling is not None:
-            return self.sampling
-        return SamplingSettings(cfg_scale=4.0, top_k=2000) if self.config.model_type == "c2i" else \
-            SamplingSettings(cfg_scale=7.5, top_k=1000)
+        return self.sampling if self.sampling is not None else SAMPLING[self.config.model_type]
 
     # --- conditions ----------------------------------------------------------------------------
     def class_id(self, condition: Any) -> int:

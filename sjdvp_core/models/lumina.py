@@ -35,6 +35,7 @@ REPO = "Alpha-VLLM/Lumina-mGPT-7B-768 (or -512, -1024)"
 BOS, PAD, END_OF_TURN = "<s>", "<pad>", "<reserved08706>"
 IMAGE_START, ROW_END, IMAGE_END = "<racm3:break>", "<reserved08799>", "<eoss>"
 PROMPT = "Generate an image of {w}x{h} according to the following prompt:\n{prompt}"
+SAMPLING = SamplingSettings(cfg_scale=4.0, top_k=2000)   # upstream's text-to-image demos (image top-k)
 GRID = 32                  # pixels per resolution-token unit (2 x 2 VQGAN codes)
 DIGITS = str.maketrans("ABCDEFGHIJ", "0123456789")   # image token names spell the code with letters
 DEFAULT_TRAINED = 768      # the main release
@@ -98,8 +99,7 @@ class LuminaAdapter(SizeChoice, HFAdapter):
 
     @property
     def default_sampling(self) -> SamplingSettings:
-        """Upstream's text-to-image demos: CFG 4, image top-k 2000, temperature 1."""
-        return SamplingSettings(cfg_scale=4.0, top_k=2000)
+        return SAMPLING
 
     def prompt_ids(self, conditions: Sequence, negatives: Sequence | None, cfg: bool) -> list[list[int]]:
         if negatives is not None:

@@ -10,9 +10,9 @@ const MESSAGE = JSON.parse(readFileSync(process.env.SJDVP_REPORT, "utf8"));
 
 test("the badge comes from the figures the node sends", () => {
   const r = reportOf(MESSAGE);
-  assert.ok(r.speedup > 1 && r.tokens_per_pass >= 1 && r.acceptance > 0 && r.acceptance <= 1);
+  assert.ok(r.step_compression > 1 && r.tokens_per_pass >= 1 && r.acceptance > 0 && r.acceptance <= 1);
   assert.match(badgeText(r), /^\d+\.\d\d× fewer passes · \d+\.\d tok\/pass$/);
-  assert.ok(badgeText(r).startsWith(r.speedup.toFixed(2)));
+  assert.ok(badgeText(r).startsWith(r.step_compression.toFixed(2)));
 });
 
 test("the report box shows the report text", () => {
@@ -22,5 +22,5 @@ test("the report box shows the report text", () => {
 test("no figures, no badge", () => {
   assert.equal(reportOf({ text: ["old server"] }), null);
   assert.equal(badgeText(null), null);
-  assert.equal(badgeText({ speedup: Number.NaN }), null);
+  assert.equal(badgeText({ step_compression: Number.NaN }), null);
 });

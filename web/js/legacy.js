@@ -1,12 +1,8 @@
 // Widgets added after the first release take, in workflows saved before them, the value that keeps
 // the workflow's old meaning (the nodes' execute() defaults do the same for API prompts).
-export const LEGACY = {
-  SJDVP_DrafterSJD: { coupled: false },
-  SJDVP_DrafterLANTERN: { coupled: false },
-  SJDVP_DrafterGSD: { coupled: false },
-  SJDVP_VerificationPrediction: { strength_mode: "fixed" },
-  SJDVP_SpeculativeDecode: { sampling: "custom" },
-};
+import { LEGACY } from "./legacy_values.js";
+
+export { LEGACY };
 
 // widgetNames: the node's widgets in order; saved: how many values the workflow stored.
 export function legacyValues(nodeType, widgetNames, saved) {

@@ -1,15 +1,16 @@
 // The speed-up badge's text, from the figures Speculative Decode and Speed-up Report send to the UI
 // (their `sjdvp_report` output: sjdvp_core.report.report_data). Pure functions, tested with node --test.
 
-// message: the node's UI output ({text: [...], sjdvp_report: [{speedup, tokens_per_pass, ...}]}).
+// message: the node's UI output ({text: [...], sjdvp_report: [{step_compression, tokens_per_pass, ...}]}).
 export function reportOf(message) {
   const data = message?.sjdvp_report;
   return Array.isArray(data) && data.length ? data[0] : null;
 }
 
 export function badgeText(report) {
-  if (!report || typeof report.speedup !== "number" || !Number.isFinite(report.speedup)) return null;
-  const parts = [`${report.speedup.toFixed(2)}× fewer passes`];
+  const figure = report?.step_compression;
+  if (typeof figure !== "number" || !Number.isFinite(figure)) return null;
+  const parts = [`${figure.toFixed(2)}× fewer passes`];
   if (typeof report.tokens_per_pass === "number") parts.push(`${report.tokens_per_pass.toFixed(1)} tok/pass`);
   return parts.join(" · ");
 }

@@ -1,0 +1,23 @@
+"""Files written by tools/make_workflows.py stay as it writes them: the shipped workflows (defaults from
+the engine's settings) and the web extension's legacy table (from nodes/legacy.py)."""
+import importlib.util
+import json
+import os
+
+from tests.comfy.server import REPO
+
+
+def _generator():
+    spec = importlib.util.spec_from_file_location("make_workflows", os.path.join(REPO, "tools", "make_workflows.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_shipped_workflows_and_legacy_table_are_as_generated():
+    gen = _generator()
+    for name, workflow in gen.WORKFLOWS.items():
+        with open(os.path.join(REPO, "workflows", name + ".json")) as f:
+            assert json.load(f) == workflow, f"{name}: run python tools/make_workflows.py"
+    with open(gen.LEGACY_JS) as f:
+        assert f.read() == gen.legacy_js(), "web/js/legacy_values.js: run python tools/make_workflows.py"

@@ -1,0 +1,120 @@
+"""The node layer in-process, with ComfyUI stubbed (tests/comfy/stubs.py): what execute() does with its
+widgets, in a fraction of a second each. The live-server suites (test_comfyui*.py, test_browser.py) check
+the same nodes inside a real ComfyUI."""
+import importlib
+import inspect
+import math
+
+import pytest
+import torch
+
+from tests.comfy import stubs
+
+
+@pytest.fixture(scope="module")
+def pack():
+    mm = stubs.install()
+    nodes = stubs.load_pack()
+    mod = lambda name: importlib.import_module(f"{stubs.PACKAGE}.nodes.{name}")  # noqa: E731
+    yield dict(mm=mm, nodes=nodes, decode=mod("decode_nodes"), drafting=mod("drafting_nodes"),
+               runtime=mod("runtime"), legacy=mod("legacy"),
+               settings=importlib.import_module(f"{stubs.PACKAGE}.sjdvp_core.settings"))
+    stubs.uninstall()          # after this file's tests: nothing else sees a stubbed ComfyUI
+
+
+@pytest.fixture(scope="module")
+def demo(pack):
+    return pack["runtime"].load("demo", "auto", "auto")
+
+
+def widgets(node) -> dict:
+    return {i.name: i for i in node.define_schema().inputs if hasattr(i, "default")}
+
+
+def run(pack, demo, drafter=None, window=None, **kw):
+    args = dict(prompt="a red circle on grass", negative_prompt="", cfg=3.0, temperature=1.0, top_k=0, top_p=1.0,
+                seed=0, batch_size=1)
+    args.update(kw)
+    return pack["decode"].SpeculativeDecode.execute(demo, window=window, drafter=drafter, **args)
+
+
+def test_widget_defaults_come_from_the_engine_settings(pack):
+    s, d = pack["settings"], pack["drafting"]
+    assert widgets(d.JacobiWindow)["window"].default == s.WindowSettings().size
+    assert widgets(d.DrafterSJD)["coupled"].default is s.DrafterSettings().coupled is True
+    lantern = widgets(d.DrafterLANTERN)
+    assert (lantern["neighbours"].default, lantern["delta"].default) == (s.DrafterSettings().lantern_k,
+                                                                         s.DrafterSettings().lantern_delta)
+    vp = widgets(d.VerificationPrediction)
+    assert vp["growth_steps"].default == s.VPSettings().growth_steps and vp["strength_mode"].default == "auto"
+    assert math.isclose(vp["max_score"].default, s.VPSettings().max_score, abs_tol=1e-4)
+    assert widgets(pack["decode"].SpeculativeDecode)["sampling"].default == "model defaults"
+
+
+def test_execute_defaults_are_the_legacy_table(pack):
+    """A prompt saved before a widget existed runs with the value its absence meant (legacy.py, which the
+    web extension also serves to old UI workflows)."""
+    nodes = {n.define_schema().node_id: n for n in pack["nodes"].NODES}
+    for node_id, values in pack["legacy"].LEGACY.items():
+        params = inspect.signature(nodes[node_id].execute).parameters
+        assert {k: params[k].default for k in values} == values, node_id
+    d = pack["drafting"]
+    assert d.DrafterSJD.execute().values[0].coupled is False
+    vp = d.VerificationPrediction.execute(d.DrafterSJD.execute(True).values[0], 2, 0.5, 50, -0.5, 1.3863)
+    assert vp.values[0].vp.strength == -0.5 and vp.values[0].coupled is True
+
+
+def test_no_drafter_is_plain_ar_whatever_the_window(pack, demo):
+    window = pack["settings"].WindowSettings(32)
+    res = run(pack, demo, window=window).values[0].result
+    assert res.stats.forward_passes == res.stats.ar_passes == 256
+    assert run(pack, demo).values[0].method == "AR"
+
+
+def test_seed_is_folded_into_the_generators_range(pack, demo):
+    sjd = pack["drafting"].DrafterSJD.execute(True).values[0]
+    big = run(pack, demo, drafter=sjd, seed=2 ** 64 - 1).values[0].result
+    folded = run(pack, demo, drafter=sjd, seed=(2 ** 64 - 1) % 2 ** 63).values[0].result
+    assert torch.equal(big.tokens, folded.tokens)
+
+
+def test_model_defaults_take_the_familys_sampling(pack, demo):
+    sjd = pack["drafting"].DrafterSJD.execute(True).values[0]
+    ours = run(pack, demo, drafter=sjd, cfg=9.0, top_k=3, sampling="model defaults").values[0].result
+    demo_sampling = run(pack, demo, drafter=sjd, sampling="custom").values[0].result
+    assert torch.equal(ours.tokens, demo_sampling.tokens)
+    with pytest.raises(ValueError, match="sampling='best'"):
+        run(pack, demo, drafter=sjd, sampling="best")
+
+
+def test_sizes_say_what_to_do(pack, demo):
+    with pytest.raises(ValueError, match="give both in pixels"):
+        run(pack, demo, width=512)
+    with pytest.raises(ValueError, match="generates at one size.*set width and height to 0"):
+        run(pack, demo, width=512, height=512)
+
+
+def test_out_of_memory_says_what_to_change(pack, demo, monkeypatch):
+    decode_nodes = pack["decode"]
+
+    def oom(*a, **k):
+        raise pack["mm"].OOM_EXCEPTION("CUDA out of memory")
+    monkeypatch.setattr(decode_nodes, "decode", oom)
+    window = pack["settings"].WindowSettings(64)
+    sjd = pack["drafting"].DrafterSJD.execute(True).values[0]
+    with pytest.raises(RuntimeError, match=r"out of memory while decoding.*smaller Jacobi window \(now 64\)"):
+        run(pack, demo, drafter=sjd, window=window)
+
+
+def test_decoding_pixels_loads_only_the_image_decoder(pack, demo):
+    gen, dec = demo.patcher.model, demo.decoder_patcher.model
+    assert dec is demo.adapter.vq
+    generator_params = {id(p) for p in gen.parameters()}
+    assert generator_params == {id(p) for p in demo.adapter.gpt.parameters()}
+    assert not generator_params & {id(p) for p in dec.parameters()}
+    mm = pack["mm"]
+    mm.loads.clear()
+    tokens = run(pack, demo, drafter=pack["drafting"].DrafterSJD.execute(True).values[0]).values[0]
+    assert mm.loads[-1][0] == [demo.patcher, demo.decoder_patcher]      # decoding tokens (and previews): both
+    image = pack["decode"].DecodeImage.execute(tokens).values[0]
+    assert mm.loads[-1][0] == [demo.decoder_patcher] and image.shape == (1, 64, 64, 3)

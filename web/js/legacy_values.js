@@ -1,0 +1,20 @@
+// Written by tools/make_workflows.py from nodes/legacy.py: do not edit.
+export const LEGACY = {
+  "SJDVP_DrafterSJD": {
+    "coupled": false
+  },
+  "SJDVP_DrafterLANTERN": {
+    "coupled": false
+  },
+  "SJDVP_DrafterGSD": {
+    "coupled": false
+  },
+  "SJDVP_VerificationPrediction": {
+    "strength_mode": "fixed"
+  },
+  "SJDVP_SpeculativeDecode": {
+    "width": 0,
+    "height": 0,
+    "sampling": "custom"
+  }
+};
