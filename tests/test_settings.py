@@ -48,5 +48,6 @@ def test_valid_edges_are_accepted():
     SamplingSettings(temperature=0.0, greedy=True, top_p=1.0, cfg_scale=0.0)
     VPSettings(beta=0.0, strength=-2.0)
     DrafterSettings(verifier="lantern", lantern_delta=0.0), DrafterSettings(verifier="gsd", gsd_group=1)
-    assert DrafterSettings(verifier="gsd", vp=VPSettings()).name == "GSD-VP"
+    assert DrafterSettings(verifier="gsd", vp=VPSettings(), coupled=False).name == "GSD-VP"
+    assert DrafterSettings().coupled and DrafterSettings().name == "SJD coupled"   # coupled is the default
     assert DrafterSettings(vp=VPSettings(strength=-0.7), coupled=True).name == "SJD-VP(-0.7) coupled"
