@@ -22,23 +22,29 @@ PROMPTS = ["a red fox in the snow", "a blue sky"]
 SIZE = dict(image_area=128, ratio="2:1")          # 16 x 8 px at the tiny VQ's f2 -> 4 rows of 8 tokens
 
 
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory):
-    from transformers import Emu3Config, Emu3ForConditionalGeneration
-    d = tmp_path_factory.mktemp("models") / "Emu3-Gen-hf"
-    d.mkdir()
-    visual = [f"<|visual token {c:06d}|>" for c in range(CODES)]
-    random.Random(0).shuffle(visual)                    # vocabulary order != codebook order
-    tok = byte_bpe_tokenizer(str(d), [PAD, BOS, EOS, EOL, EOF, BOI, EOI, WRAPPER, "<image>"] + visual,
-                             tokenizer_class="GPT2Tokenizer", bos_token=BOS, eos_token=EOS, pad_token=PAD)
-    config = Emu3Config(
+def tiny_config(tok, attn_resolutions=()):
+    """A tiny Emu3Config over a tokenizer whose vocabulary holds the special and visual tokens."""
+    from transformers import Emu3Config
+    return Emu3Config(
         vocabulary_map=tok.get_vocab(),
         text_config=dict(vocab_size=tok.get_vocab_size(), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=160,
                          pad_token_id=tok.token_to_id(PAD), bos_token_id=tok.token_to_id(BOS),
                          eos_token_id=tok.token_to_id(EOS)),
         vq_config=dict(codebook_size=CODES, embed_dim=4, latent_channels=4, base_channels=32, channel_multiplier=[1, 2],
-                       num_res_blocks=1, attn_resolutions=[], hidden_size=64, num_attention_heads=1))
+                       num_res_blocks=1, attn_resolutions=list(attn_resolutions), hidden_size=64, num_attention_heads=1))
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    from transformers import Emu3ForConditionalGeneration
+    d = tmp_path_factory.mktemp("models") / "Emu3-Gen-hf"
+    d.mkdir()
+    visual = [f"<|visual token {c:06d}|>" for c in range(CODES)]
+    random.Random(0).shuffle(visual)                    # vocabulary order != codebook order
+    tok = byte_bpe_tokenizer(str(d), [PAD, BOS, EOS, EOL, EOF, BOI, EOI, WRAPPER, "<image>"] + visual,
+                             tokenizer_class="GPT2Tokenizer", bos_token=BOS, eos_token=EOS, pad_token=PAD)
+    config = tiny_config(tok)
     model = Emu3ForConditionalGeneration(config)
     spread_weights(model)
     model.save_pretrained(d, max_shard_size="1MB")    # sharded with an index, as the 8B release

@@ -19,6 +19,7 @@ from sjdvp_core.models.emu3 import BOI, BOS, EOF, EOI, EOL, EOS, PAD, WRAPPER, E
 from sjdvp_core.models.checkpoint import CheckpointError
 from sjdvp_core.registry import detect_family, list_models, load_model
 from sjdvp_core.settings import SamplingSettings, method_settings
+from tests.test_emu3 import tiny_config
 from tests.tiny_hf import CORPUS, assert_greedy_sjd_equals_ar, spread_weights
 
 CODES = 16
@@ -133,7 +134,7 @@ def write_vision_tokenizer(folder, model, vq):
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
     """(converted, original with vision_tokenizer/, original with a sibling Emu3-VisionTokenizer)."""
-    from transformers import Emu3Config, Emu3ForConditionalGeneration
+    from transformers import Emu3ForConditionalGeneration
     root = tmp_path_factory.mktemp("emu3")
     hf = root / "models" / "Emu3-Gen-hf"
     hf.mkdir(parents=True)
@@ -143,14 +144,7 @@ def folders(tmp_path_factory):
     tok.save(str(hf / "tokenizer.json"))
     (hf / "tokenizer_config.json").write_text(json.dumps(
         {"tokenizer_class": "GPT2Tokenizer", "bos_token": BOS, "eos_token": EOS, "pad_token": PAD}))
-    config = Emu3Config(
-        vocabulary_map=tok.get_vocab(),
-        text_config=dict(vocab_size=tok.get_vocab_size(), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=160,
-                         pad_token_id=tok.token_to_id(PAD), bos_token_id=tok.token_to_id(BOS),
-                         eos_token_id=tok.token_to_id(EOS)),
-        vq_config=dict(codebook_size=CODES, embed_dim=4, latent_channels=4, base_channels=32, channel_multiplier=[1, 2],
-                       num_res_blocks=1, attn_resolutions=[1], hidden_size=64, num_attention_heads=1))
+    config = tiny_config(tok, attn_resolutions=[1])
     model = Emu3ForConditionalGeneration(config)
     spread_weights(model)
     g = torch.Generator().manual_seed(1)

@@ -44,7 +44,7 @@ def test_report_text_and_commit_map():
     toy = ToyGridAdapter(height=4, width=4)
     res = decode(toy, 1, DecodeSettings(window=WindowSettings(8), batch_size=2))
     text = report_text(res, "SJD")
-    assert f"in {res.stats.forward_passes} forward passes (AR needs {toy.layout.length})" in text
+    assert f"in {res.stats.forward_passes} forward passes (AR needs {toy.layout.length - 2})" in text
     auto = decode(toy, 1, DecodeSettings(window=WindowSettings(8), drafter=DrafterSettings(vp=VPSettings(),
                                                                                           coupled=True)))
     assert "VP auto settled on strength" in report_text(auto, "SJD-VP")

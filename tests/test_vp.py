@@ -106,15 +106,16 @@ def test_auto_strength_picks_the_sign_the_dynamics_reward(dynamics, sign):
 
 
 def test_auto_strength_differs_between_models_with_different_dynamics():
-    """Whole decodes: on the mean-reverting grid toy auto shrinks; on the drifting trend toy, where
-    shrinkage costs forward passes, it never does."""
+    """Whole decodes with independent drafts: on the mean-reverting grid toy auto shrinks; on the drifting
+    trend toy, where shrinkage costs forward passes, it never does."""
     from sjdvp_core import DecodeSettings, DrafterSettings, WindowSettings, decode
     from sjdvp_core.models.toy import ToyGridAdapter, ToyTrendAdapter
     grid = ToyGridAdapter(height=16, width=16, levels=8, sharpness=12.0)
     trend = ToyTrendAdapter(height=16, width=16, levels=8, sharpness=80.0, noise=0.3)
     picks = {}
     for name, toy in (("grid", grid), ("trend", trend)):
-        picks[name] = [decode(toy, c, DecodeSettings(window=WindowSettings(16), drafter=DrafterSettings(vp=VPSettings()),
+        independent = DrafterSettings(vp=VPSettings(), coupled=False)
+        picks[name] = [decode(toy, c, DecodeSettings(window=WindowSettings(16), drafter=independent,
                                                      sampling=toy.default_sampling, seed=c)).stats.vp_auto["vp_auto_strength"]
                        for c in range(4)]
     assert all(s < 0 for s in picks["grid"]) and all(s >= 0 for s in picks["trend"]), picks
