@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .download import incomplete, incomplete_folder, incomplete_message
 from .models.llamagen import gpt_files, is_gpt_file
 
 DEMO = "demo"
@@ -61,6 +62,9 @@ def detect_family(path: str) -> str:
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path}: not found. Put a model folder there ({describe_families()}), "
                                 "or pick 'demo'")
+    unfinished = incomplete_folder(path)
+    if unfinished:
+        raise ValueError(incomplete_message(unfinished))
     if os.path.isfile(path) and is_gpt_file(os.path.basename(path)):
         return "llamagen"
     if os.path.isdir(path) and gpt_files(path):
@@ -131,10 +135,14 @@ def _listed_hf(folder: str) -> bool:
 
 
 def list_models(roots: list[str]) -> list[str]:
-    """'demo', then every model folder or GPT file under the roots (relative names)."""
+    """'demo', then every model folder or GPT file under the roots (relative names). An unfinished
+    download (sjdvp_core.download's marker in its folder) is not listed, nor anything under it."""
     found = [DEMO]
     for root in roots:
-        for dirpath, _, files in os.walk(root):
+        for dirpath, dirs, files in os.walk(root):
+            if incomplete(dirpath):
+                dirs.clear()
+                continue
             rel = os.path.relpath(dirpath, root)
             if rel != "." and "config.json" in files and _listed_hf(dirpath):
                 found.append(rel)

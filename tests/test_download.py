@@ -1,0 +1,215 @@
+"""Downloads (sjdvp_core.download) with the real huggingface_hub client against a tiny Hub on 127.0.0.1
+(tests/fake_hub.py, HF_ENDPOINT pointing at it): a fetched folder loads and decodes; an interrupted download
+is not listed, is explained by check, and resumes with a range request; a dropped connection resumes
+within the run; truncated, corrupt and wrongly pinned files are caught; gated, missing and unreachable
+repositories say what to do; the catalogue is consistent with the families and the shipped workflows."""
+import hashlib
+import io
+import json
+import os
+
+import pytest
+import torch
+
+from sjdvp_core import DecodeSettings, WindowSettings, catalogue, decode
+from sjdvp_core.check import check
+from sjdvp_core.download import INCOMPLETE, DownloadError, download, incomplete, main
+from sjdvp_core.registry import FAMILIES, detect_family, list_models, load_model
+from tests.fake_hub import FakeHub
+from tests.test_llamagen import random_gpt, random_vq
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+C2I = "FoundationVision/LlamaGen"      # the real repository id: the tiny files stand in for the real ones
+
+
+def saved(obj) -> bytes:
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+def tiny_llamagen() -> dict[str, bytes]:
+    vq = random_vq().state_dict()
+    return {"c2i_B_256.pt": saved({"model": random_gpt().state_dict()}), "vq_ds16_c2i.pt": saved({"model": vq}),
+            "README.md": b"---\nlicense: mit\n---\n"}
+
+
+@pytest.fixture
+def hub(tiny_llamagen, monkeypatch):
+    with FakeHub(lifetime=120) as h:
+        h.add(C2I, tiny_llamagen)
+        monkeypatch.setenv("HF_ENDPOINT", h.url)
+        monkeypatch.delenv("HF_TOKEN", raising=False)
+        yield h
+
+
+ENTRY = catalogue.BY_NAME["LlamaGen-c2i-B-256"]
+
+
+class Stop(Exception):
+    pass
+
+
+def test_download_fetches_verifies_lists_loads_and_decodes(hub, tmp_path):
+    seen = []
+    path = download(ENTRY, str(tmp_path), lambda done, total: seen.append((done, total)))
+    folder = tmp_path / "llamagen-c2i"
+    assert path == str(folder / "c2i_B_256.pt") and not incomplete(str(folder))
+    assert sorted(os.listdir(folder)) == ["c2i_B_256.pt", "vq_ds16_c2i.pt"]      # the allow patterns only
+    total = len(hub.repos[C2I]["c2i_B_256.pt"]) + len(hub.repos[C2I]["vq_ds16_c2i.pt"])
+    assert seen[-1] == (total, total) and all(a[0] <= b[0] for a, b in zip(seen, seen[1:]))
+    assert list_models([str(tmp_path)]) == ["demo", "llamagen-c2i"]
+    assert catalogue.on_disk(ENTRY, [str(tmp_path)]) == path
+    adapter = load_model(path)
+    result = decode(adapter, 3, DecodeSettings(window=WindowSettings(16), seed=0))
+    image = adapter.decode_image(result.codes)
+    assert image.shape == (1, 256, 256, 3) and torch.isfinite(image).all()
+    gets = len([r for r in hub.requests if r[0] == "GET"])
+    assert download(ENTRY, str(tmp_path)) == path                               # on disk: nothing fetched
+    assert len([r for r in hub.requests if r[0] == "GET"]) == gets
+
+
+def test_download_interrupted_is_not_listed_is_explained_and_resumes(hub, tmp_path, monkeypatch):
+    import sjdvp_core.download as dl
+    monkeypatch.setattr(dl, "CHUNK", 4096)                                    # stop inside a file, not at its end
+
+    def stop_midway(done, total):
+        if done > total // 2:
+            raise Stop
+
+    with pytest.raises(Stop):
+        download(ENTRY, str(tmp_path), stop_midway)
+    folder = str(tmp_path / "llamagen-c2i")
+    assert incomplete(folder)
+    assert list_models([str(tmp_path)]) == ["demo"]                             # never taken for a model
+    with pytest.raises(ValueError, match="unfinished download of LlamaGen-c2i-B-256.*resume"):
+        detect_family(folder)
+    out = io.StringIO()
+    assert check(folder, run_forward=False, out=out) == 1 and "unfinished download" in out.getvalue()
+    parts = [f for f in os.listdir(folder) if f.endswith(".part")]
+    assert len(parts) == 1
+    kept = os.path.getsize(os.path.join(folder, parts[0]))
+    path = download(ENTRY, str(tmp_path))
+    assert not incomplete(folder) and list_models([str(tmp_path)]) == ["demo", "llamagen-c2i"]
+    name = parts[0][:-len(".part")]
+    assert hub.gets(C2I, name)[-1] == f"bytes={kept}-"                         # resumed where it stopped
+    other = "vq_ds16_c2i.pt" if name == "c2i_B_256.pt" else "c2i_B_256.pt"
+    assert len(hub.gets(C2I, other)) == 1                                      # a finished file: fetched once
+    with open(os.path.join(folder, name), "rb") as f:
+        assert f.read() == hub.repos[C2I][name]
+    assert path.endswith("c2i_B_256.pt")
+
+
+def test_download_resumes_a_dropped_connection_within_the_run(hub, tmp_path, monkeypatch):
+    import sjdvp_core.download as dl
+    monkeypatch.setattr(dl, "CHUNK", 1000)                                    # whole chunks reach the file
+    hub.cut[(C2I, "c2i_B_256.pt")] = 5000
+    path = download(ENTRY, str(tmp_path))
+    assert hub.gets(C2I, "c2i_B_256.pt") == [None, "bytes=5000-"]
+    with open(path, "rb") as f:
+        assert f.read() == hub.repos[C2I]["c2i_B_256.pt"]
+
+
+@pytest.mark.parametrize("fault", ["truncated", "corrupt"])
+def test_download_detects_a_truncated_or_corrupt_file(hub, tmp_path, fault):
+    data = hub.repos[C2I]["vq_ds16_c2i.pt"]
+    hub.served[(C2I, "vq_ds16_c2i.pt")] = data[:-100] if fault == "truncated" else data[:-1] + bytes([data[-1] ^ 1])
+    expected = r"\d+ bytes where the Hub lists" if fault == "truncated" else "sha256 .* where the Hub lists"
+    with pytest.raises(DownloadError, match=f"vq_ds16_c2i.pt did not download correctly: {expected}"):
+        download(ENTRY, str(tmp_path))
+    folder = tmp_path / "llamagen-c2i"
+    assert incomplete(str(folder)) and not (folder / "vq_ds16_c2i.pt").exists()
+    assert not (folder / "vq_ds16_c2i.pt.part").exists()                       # the bad copy is gone
+    del hub.served[(C2I, "vq_ds16_c2i.pt")]
+    download(ENTRY, str(tmp_path))                                             # and the next run repairs it
+    assert not incomplete(str(folder)) and len(hub.gets(C2I, "c2i_B_256.pt")) == 1
+
+
+def test_download_subfolders_and_pinned_checksums(hub, tmp_path):
+    """A second repository into a subfolder with a leading folder kept (as the Chameleon VQGAN lands in
+    tokenizer/), and an MD5 pin that catches a file the Hub itself lists consistently."""
+    hub.add("someone/vqgan", {"tokenizer/vqgan.yaml": b"model: {}\n", "tokenizer/other.txt": b"x"})
+
+    def entry(md5: str):
+        vqgan = catalogue.Source("someone/vqgan", ("tokenizer/vqgan.yaml",), md5=(("tokenizer/vqgan.yaml", md5),))
+        return catalogue.Entry("test", "llamagen", "llamagen-c2i", ENTRY.sources + (vqgan,), 1, "MIT",
+                               model="c2i_B_256.pt")
+    with pytest.raises(DownloadError, match="MD5 .* where the published checksum is 0000"):
+        download(entry("0" * 32), str(tmp_path))
+    download(entry(hashlib.md5(b"model: {}\n").hexdigest()), str(tmp_path))
+    folder = tmp_path / "llamagen-c2i"
+    assert (folder / "tokenizer" / "vqgan.yaml").read_bytes() == b"model: {}\n"
+    assert not (folder / "tokenizer" / "other.txt").exists()
+    missing = catalogue.Entry("test", "llamagen", "x", (catalogue.Source("someone/vqgan", ("vqgan.ckpt",)),), 0, "")
+    with pytest.raises(DownloadError, match="has no file matching 'vqgan.ckpt'"):
+        download(missing, str(tmp_path))
+
+
+def test_download_gated_missing_offline_and_unreachable_say_what_to_do(hub, tmp_path, monkeypatch):
+    hub.gated.add(C2I)
+    with pytest.raises(DownloadError, match=r"FoundationVision/LlamaGen is gated: .*accept its licence.*HF_TOKEN"):
+        download(ENTRY, str(tmp_path))
+    assert incomplete(str(tmp_path / "llamagen-c2i"))                          # nothing half-listed
+    hub.gated.clear()
+    del hub.repos[C2I]
+    with pytest.raises(DownloadError, match="FoundationVision/LlamaGen was not found on http://127.0.0.1.*by hand"):
+        download(ENTRY, str(tmp_path))
+    from huggingface_hub import constants
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(DownloadError, match="offline mode is on"):
+        download(ENTRY, str(tmp_path))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    nobody = "http://127.0.0.1:1"                                              # nothing listens there
+    with pytest.raises(DownloadError, match=f"cannot reach {nobody} .*resumes"):
+        download(ENTRY, str(tmp_path), endpoint=nobody)
+
+
+def test_download_cli_lists_and_fetches(hub, tmp_path, capsys):
+    assert main(["--list"]) == 0
+    listing = capsys.readouterr().out
+    assert all(e.name in listing for e in catalogue.ENTRIES) and "GAIR/Anole-7b-v0.1 -> " not in listing
+    assert main(["LlamaGen-c2i-B-256", "--dir", str(tmp_path)]) == 0
+    assert "complete and verified" in capsys.readouterr().out
+    assert main(["No-Such-Model", "--dir", str(tmp_path)]) == 1
+    assert "no catalogue entry 'No-Such-Model'" in capsys.readouterr().err
+
+
+def test_download_catalogue_is_consistent_with_families_and_workflows():
+    names = [e.name for e in catalogue.ENTRIES]
+    assert len(set(names)) == len(names)
+    for e in catalogue.ENTRIES:
+        assert e.family in FAMILIES and e.sources and e.size > 0 and e.licence
+        assert catalogue.find(e.choice) is e and catalogue.find(e.name) is e
+        assert catalogue.find(e.name + " (download, 1.0 GB)") is e                # sizes may be corrected later
+        for s in e.sources:
+            assert s.files and "/" in s.repo
+        if e.model:
+            assert any(e.model in s.files for s in e.sources)
+        if e.family == "lumina":
+            locals_ = {s.local(f) for s in e.sources for f in s.files}
+            assert {"tokenizer.json", os.path.join("tokenizer", "vqgan.ckpt"),
+                    os.path.join("tokenizer", "vqgan.yaml")} <= locals_
+    assert catalogue.find("Janus-Pro-1B").choice == "Janus-Pro-1B (download, 4.2 GB)"
+    assert catalogue.find("LlamaGen-c2i-B-256").choice.endswith("(download, ~732 MB)")
+    shipped = {}
+    for name in os.listdir(os.path.join(REPO, "workflows")):
+        if name.endswith(".json"):
+            with open(os.path.join(REPO, "workflows", name)) as f:
+                nodes = json.load(f)["nodes"]
+            shipped[name] = [n["widgets_values"][0] for n in nodes if n["type"] == "SJDVP_LoadModel"]
+    family = [v for name, values in shipped.items() if "demo" not in name for v in values]
+    assert family and all(catalogue.DOWNLOAD.match(v) and catalogue.find(v) for v in family)
+
+
+def test_download_marker_is_written_first(hub, tmp_path, monkeypatch):
+    """Even a run stopped before the first byte leaves the folder marked as unfinished."""
+    import sjdvp_core.download as dl
+
+    def fail(*a, **k):
+        assert os.path.isfile(tmp_path / "llamagen-c2i" / INCOMPLETE)
+        raise Stop
+    monkeypatch.setattr(dl, "plan", fail)
+    with pytest.raises(Stop):
+        download(ENTRY, str(tmp_path))
+    assert list_models([str(tmp_path)]) == ["demo"]
