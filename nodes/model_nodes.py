@@ -14,11 +14,15 @@ class LoadModel(io.ComfyNode):
         return io.Schema(
             node_id="SJDVP_LoadModel", display_name="Load AR Image Model (SJD-VP)", category="sjdvp",
             description="Loads an autoregressive image model from models/sjdvp (the family is detected from "
-                        "its files), or the built-in demo model, which needs no download.",
+                        "its files), or the built-in demo model, which needs no download. Entries marked "
+                        "'(download, size)' are fetched from the Hugging Face Hub into models/sjdvp when the "
+                        "workflow first runs (progress in bytes, interruptible, resumed on the next run).",
             inputs=[
                 io.Combo.Input("model", options=runtime.model_choices(), default="demo",
-                               tooltip="'demo' is built in. Others: a folder or GPT file under models/sjdvp "
-                                       "(see the README's Models section for what to download)."),
+                               tooltip="'demo' is built in. Then the folders and GPT files under models/sjdvp, "
+                                       "then releases not downloaded yet, with their size: choosing one downloads "
+                                       "it into models/sjdvp on the first run (a workflow naming it keeps working "
+                                       "after). See the README's Models section."),
                 io.Combo.Input("precision", options=["auto", "bf16", "fp16", "fp32"], default="auto",
                                tooltip="Weight precision. auto: bf16 on GPUs that support it, fp32 on CPU."),
                 io.Combo.Input("device", options=["auto", "cpu"], default="auto",
@@ -29,7 +33,7 @@ class LoadModel(io.ComfyNode):
 
     @classmethod
     def validate_inputs(cls, model, precision, device):
-        return True  # model folders may appear after start-up; execute() says what is missing
+        return True  # model folders may appear after start-up, catalogue entries download; execute() says what is missing
 
     @classmethod
     def execute(cls, model, precision, device) -> io.NodeOutput:

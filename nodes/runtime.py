@@ -13,6 +13,8 @@ import comfy.model_patcher
 import comfy.utils
 import folder_paths
 
+from ..sjdvp_core import catalogue
+from ..sjdvp_core.download import download
 from ..sjdvp_core.registry import DEMO, list_models, load_model
 
 FOLDER = "sjdvp"
@@ -20,19 +22,46 @@ folder_paths.add_model_folder_path(FOLDER, os.path.join(folder_paths.models_dir,
 
 
 def model_choices() -> list[str]:
-    return list_models(folder_paths.get_folder_paths(FOLDER))
+    """'demo', the models on disk, then the catalogue's releases not on disk yet, with their size."""
+    roots = folder_paths.get_folder_paths(FOLDER)
+    return list_models(roots) + [e.choice for e in catalogue.ENTRIES if catalogue.on_disk(e, roots) is None]
 
 
 def model_path(name: str) -> str:
+    """The path of the model a combo value names; a catalogue entry ("Janus-Pro-1B (download, 4.2 GB)", as
+    listed or as saved in a workflow) is downloaded into the first models/sjdvp folder on first use and
+    found there afterwards."""
     if name == DEMO:
         return DEMO
     roots = folder_paths.get_folder_paths(FOLDER)
+    entry = catalogue.DOWNLOAD.match(name) and catalogue.find(name)
+    if entry:
+        return catalogue.on_disk(entry, roots) or download(entry, roots[0], DownloadProgress())
     for root in roots:
         path = os.path.join(root, name)
         if os.path.exists(path):
             return path
+    offer = next((e for e in catalogue.ENTRIES if name in (e.name, e.folder, e.path)), None)
+    hint = f" or choose '{offer.choice}' in the model list to download it," if offer else ""
     raise FileNotFoundError(f"model '{name}' is not in {' or '.join(roots)}: create that folder and put the "
-                            "model's files in it (see the pack's README, 'Models'), or pick 'demo'")
+                            f"model's files in it (see the pack's README, 'Models'),{hint} or pick 'demo'")
+
+
+class DownloadProgress:
+    """Download progress -> ComfyUI's bar, counted in bytes (at most a few updates a second); ComfyUI's
+    interrupt stops the download at the next chunk (the part downloaded is kept for the next run)."""
+
+    def __init__(self, every: float = 0.25):
+        self.pbar, self.every, self.last = None, every, 0.0
+
+    def __call__(self, done: int, total: int) -> None:
+        mm.throw_exception_if_processing_interrupted()
+        if self.pbar is None:
+            self.pbar = comfy.utils.ProgressBar(total)
+        now = time.monotonic()
+        if done >= total or now - self.last >= self.every:
+            self.last = now
+            self.pbar.update_absolute(done, total)
 
 
 @dataclass

@@ -71,7 +71,7 @@ def test_shipped_workflows_match_the_node_definitions(path, object_info):
 
 
 @pytest.mark.parametrize("name,folder", [("sjdvp_llamagen_c2i", "llamagen-c2i"), ("sjdvp_lumina_mgpt", "Lumina-mGPT-7B-768"),
-                                         ("sjdvp_emu3", "Emu3-Gen-hf"), ("sjdvp_janus_pro", "Janus-Pro-7B")])
+                                         ("sjdvp_emu3", "Emu3-Gen"), ("sjdvp_janus_pro", "Janus-Pro-7B")])
 def test_missing_model_says_where_to_put_it(server, object_info, name, folder):
     workflow = load(os.path.join(REPO, "workflows", f"{name}.json"))
     history, messages = server.run(to_api(workflow, object_info))

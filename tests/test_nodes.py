@@ -4,6 +4,7 @@ the same nodes inside a real ComfyUI."""
 import importlib
 import inspect
 import math
+import os
 
 import pytest
 import torch
@@ -118,3 +119,84 @@ def test_decoding_pixels_loads_only_the_image_decoder(pack, demo):
     assert mm.loads[-1][0] == [demo.patcher, demo.decoder_patcher]      # decoding tokens (and previews): both
     image = pack["decode"].DecodeImage.execute(tokens).values[0]
     assert mm.loads[-1][0] == [demo.decoder_patcher] and image.shape == (1, 64, 64, 3)
+
+
+# --- downloads from the loader (tests/fake_hub.py on 127.0.0.1; HF_ENDPOINT points at it) -------------
+@pytest.fixture
+def fake_hub(monkeypatch):
+    from tests.fake_hub import FakeHub
+    from tests.test_download import C2I, saved
+    from tests.test_llamagen import random_gpt, random_vq
+    with FakeHub(lifetime=120) as hub:
+        hub.add(C2I, {"c2i_B_256.pt": saved({"model": random_gpt().state_dict()}),
+                      "vq_ds16_c2i.pt": saved({"model": random_vq().state_dict()})})
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        yield hub
+
+
+class RecordingBar:
+    bars: list = []
+
+    def __init__(self, total):
+        self.total, self.updates = total, []
+        RecordingBar.bars.append(self)
+
+    def update_absolute(self, value, total=None, preview=None):
+        self.updates.append((value, total))
+
+
+def test_download_choices_list_catalogue_entries_with_sizes(pack):
+    choices = pack["runtime"].model_choices()
+    assert choices[0] == "demo"
+    assert "Janus-Pro-1B (download, 4.2 GB)" in choices and "Lumina-mGPT-7B-768 (download, 14.3 GB)" in choices
+    model = widgets(pack["nodes"].LoadModel)["model"]
+    assert model.options[0] == "demo" and "Janus-Pro-7B (download, 14.8 GB)" in model.options
+
+
+def test_download_on_first_run_counts_bytes_and_the_saved_value_keeps_working(pack, fake_hub, monkeypatch):
+    import sys
+    runtime = pack["runtime"]
+    monkeypatch.setattr(sys.modules["comfy.utils"], "ProgressBar", RecordingBar)
+    RecordingBar.bars.clear()
+    choice = "LlamaGen-c2i-B-256 (download, ~732 MB)"
+    assert choice in runtime.model_choices()
+    loaded = pack["nodes"].LoadModel.execute(choice, "auto", "cpu").values[0]
+    assert loaded.adapter.layout.grid.shape == (16, 16)
+    (bar,) = RecordingBar.bars
+    size = sum(len(v) for v in fake_hub.repos["FoundationVision/LlamaGen"].values())
+    assert bar.total == size and bar.updates[-1] == (size, size)
+    choices = runtime.model_choices()
+    assert "llamagen-c2i" in choices and choice not in choices
+    gets = len([r for r in fake_hub.requests if r[0] == "GET"])
+    assert runtime.model_path(choice).endswith("c2i_B_256.pt")            # the saved value: found, not fetched
+    assert len([r for r in fake_hub.requests if r[0] == "GET"]) == gets
+    import shutil
+    shutil.rmtree(os.path.dirname(runtime.model_path(choice)))            # leave the module's models folder bare
+
+
+def test_download_stops_on_interrupt_and_resumes(pack, fake_hub, monkeypatch):
+    runtime, mm = pack["runtime"], pack["mm"]
+
+    class Interrupted(Exception):
+        pass
+    calls = []
+
+    def interrupt():
+        calls.append(1)
+        if len(calls) > 1:
+            raise Interrupted
+    monkeypatch.setattr(mm, "throw_exception_if_processing_interrupted", interrupt)
+    choice = "LlamaGen-c2i-B-256 (download, ~732 MB)"
+    with pytest.raises(Interrupted):
+        runtime.model_path(choice)
+    assert "llamagen-c2i" not in runtime.model_choices() and choice in runtime.model_choices()
+    monkeypatch.setattr(mm, "throw_exception_if_processing_interrupted", lambda: None)
+    path = runtime.model_path(choice)
+    assert path.endswith("c2i_B_256.pt") and "llamagen-c2i" in runtime.model_choices()
+    import shutil
+    shutil.rmtree(os.path.dirname(path))
+
+
+def test_download_missing_folder_names_the_catalogue_entry(pack):
+    with pytest.raises(FileNotFoundError, match=r"choose 'Janus-Pro-7B \(download, 14.8 GB\)'"):
+        pack["runtime"].model_path("Janus-Pro-7B")
