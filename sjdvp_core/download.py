@@ -109,10 +109,22 @@ def _explain(error: Exception, repo: str, endpoint: str, folder: str) -> Downloa
                          "(README, Models)." + kept)
 
 
+def _httpx():
+    """huggingface_hub's HTTP library: httpx2 (2.x, tested with 2.4) or httpx (1.x); 0.x used requests."""
+    try:
+        import httpx2
+        return httpx2
+    except ImportError:
+        try:
+            import httpx
+            return httpx
+        except ImportError:
+            raise DownloadError("downloads need huggingface_hub 1.0 or newer: pip install -U huggingface_hub") from None
+
+
 def _network_errors() -> tuple[type[BaseException], ...]:
-    import httpx2
     from huggingface_hub import errors
-    return (httpx2.TransportError, errors.HfHubHTTPError, errors.OfflineModeIsEnabled)
+    return (_httpx().TransportError, errors.HfHubHTTPError, errors.OfflineModeIsEnabled)
 
 
 def plan(entry: Entry, endpoint: str | None = None, token: str | bool | None = None, folder: str = "") -> list[Planned]:
@@ -192,7 +204,7 @@ class _State:
 
 def _fetch(item: Planned, dest: str, endpoint: str, token, report: Callable[[int], None]) -> None:
     """item -> dest + '.part' (resumed from its length) -> verified -> dest."""
-    import httpx2
+    httpx = _httpx()
     from huggingface_hub import constants, hf_hub_url
     from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
     part = dest + ".part"
@@ -226,7 +238,7 @@ def _fetch(item: Planned, dest: str, endpoint: str, token, report: Callable[[int
                         report(got)
             if got >= item.size or got == have:
                 break                                   # complete, or the server sends no more: verify below
-        except httpx2.TransportError:
+        except httpx.TransportError:
             if retries == 0:
                 raise
             retries -= 1
