@@ -73,12 +73,14 @@ def test_shipped_workflows_match_the_node_definitions(path, object_info):
 @pytest.mark.parametrize("name,folder", [("sjdvp_llamagen_c2i", "llamagen-c2i"), ("sjdvp_lumina_mgpt", "Lumina-mGPT-7B-768"),
                                          ("sjdvp_emu3", "Emu3-Gen"), ("sjdvp_janus_pro", "Janus-Pro-7B")])
 def test_missing_model_says_where_to_put_it(server, object_info, name, folder):
+    """A shared family workflow names a catalogue entry; with the hub out of reach (the test server runs
+    offline) the loader says so and where the files go by hand."""
     workflow = load(os.path.join(REPO, "workflows", f"{name}.json"))
     history, messages = server.run(to_api(workflow, object_info))
     errors = [m["data"] for m in messages if m["type"] == "execution_error"]
     assert errors and errors[0]["node_type"] == "SJDVP_LoadModel"
-    assert folder in errors[0]["exception_message"]
-    assert "create that folder" in errors[0]["exception_message"]
+    assert os.path.join("models", "sjdvp", folder) in errors[0]["exception_message"]
+    assert "offline mode is on" in errors[0]["exception_message"] and "by hand" in errors[0]["exception_message"]
 
 
 def test_workflows_are_listed_as_templates(server):

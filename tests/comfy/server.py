@@ -65,7 +65,8 @@ class ComfyServer:
         with open(config, "w") as f:
             f.write(f"sjdvp_test:\n    base_path: {self.workdir}\n    custom_nodes: custom_nodes\n"
                     f"    sjdvp: models/sjdvp\n    vae: models/vae\n")
-        env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
+        # offline: a workflow naming a model that is not there must never reach out to the hub from a test
+        env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"), HF_HUB_OFFLINE="1")
         self.log = open(os.path.join(self.workdir, "server.log"), "w")
         self.proc = subprocess.Popen(
             [self.python, "main.py", "--cpu", "--listen", "127.0.0.1", "--port", str(self.port),
