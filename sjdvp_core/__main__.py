@@ -12,10 +12,10 @@ import time
 
 import torch
 
-from .adapter import at_size
+from .adapter import KEEP_SIZE, at_size
 from .decode import decode
 from .registry import load_model
-from .settings import METHODS, method_settings
+from .settings import METHODS, DecodeSettings, DrafterSettings, WindowSettings, method_settings
 
 
 
@@ -25,10 +25,11 @@ def save_png(image: torch.Tensor, path: str, scale: int = 4) -> None:
     Image.fromarray(arr).resize((arr.shape[1] * scale, arr.shape[0] * scale), Image.NEAREST).save(path)
 
 
-def main(prompt: str, methods=("ar", "sjd-vp"), model: str = "demo", window: int = 16, seed: int = 0,
+def main(prompt: str, methods=("ar", "sjd-vp"), model: str = "demo", window: int = WindowSettings().size,
+         seed: int = DecodeSettings().seed,
          cfg: float | None = None, top_k: int | None = None, top_p: float | None = None,
          temperature: float | None = None, out: str = "out", device: str = "cpu",
-         coupled: bool = True, width: int = 0, height: int = 0) -> list[dict]:
+         coupled: bool = DrafterSettings().coupled, width: int = KEEP_SIZE, height: int = KEEP_SIZE) -> list[dict]:
     adapter = at_size(load_model(model, device=device), width, height)
     defaults = adapter.default_sampling
     given = dict(cfg_scale=cfg, top_k=top_k, top_p=top_p, temperature=temperature)
@@ -63,16 +64,16 @@ if __name__ == "__main__":
     ap.add_argument("--methods", nargs="+", default=["ar", "sjd-vp"], choices=list(METHODS),
                     help="decoding methods, the first is the baseline of the speed-up columns")
     ap.add_argument("--model", default="demo", help="'demo', or a model folder / GPT file (e.g. a LlamaGen folder)")
-    ap.add_argument("--window", type=int, default=16, help="Jacobi window W")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--window", type=int, default=WindowSettings().size, help="Jacobi window W")
+    ap.add_argument("--seed", type=int, default=DecodeSettings().seed)
     ap.add_argument("--cfg", type=float, help="classifier-free guidance scale (default: the model's)")
     ap.add_argument("--top-k", dest="top_k", type=int, help="top-k (default: the model's)")
     ap.add_argument("--top-p", dest="top_p", type=float, help="top-p (default: the model's)")
     ap.add_argument("--temperature", type=float, help="temperature (default: the model's)")
     ap.add_argument("--out", default="out", help="folder for the PNGs")
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--width", type=int, default=0, help="image width in pixels (Lumina-mGPT, Emu3); 0: default")
-    ap.add_argument("--height", type=int, default=0, help="image height in pixels; 0: default")
+    ap.add_argument("--width", type=int, default=KEEP_SIZE, help="image width in pixels (Lumina-mGPT, Emu3); 0: default")
+    ap.add_argument("--height", type=int, default=KEEP_SIZE, help="image height in pixels; 0: default")
     ap.add_argument("--no-coupling", dest="coupled", action="store_false",
                     help="draw each draft with fresh randomness (classic SJD) instead of coupled drafting")
     main(**vars(ap.parse_args()))
