@@ -9,10 +9,10 @@ from tests.toy_reference import ar_greedy
 
 TOY = ToyGridAdapter(height=6, width=6, levels=4, sharpness=6.0, seed=1)
 DRAFTERS = {
-    "sjd": DrafterSettings(),
-    "sjd-vp": DrafterSettings(vp=VPSettings(growth_steps=1, top_k=8)),
-    "lantern-0": DrafterSettings(verifier="lantern", lantern_delta=0.0),
-    "gsd-1": DrafterSettings(verifier="gsd", gsd_group=1),
+    "sjd": DrafterSettings(coupled=False),
+    "sjd-vp": DrafterSettings(vp=VPSettings(growth_steps=1, top_k=8), coupled=False),
+    "lantern-0": DrafterSettings(verifier="lantern", lantern_delta=0.0, coupled=False),
+    "gsd-1": DrafterSettings(verifier="gsd", gsd_group=1, coupled=False),
     "sjd+c": DrafterSettings(coupled=True),
     "sjd-vp+c": DrafterSettings(vp=VPSettings(growth_steps=1, top_k=8, strength=-0.5), coupled=True),
 }

@@ -49,12 +49,12 @@ def test_the_test_has_power_against_a_2_percent_tv_deviation():
 
 @pytest.mark.parametrize("name,drafter,W", [
     ("ar", DrafterSettings(), 1),
-    ("sjd", DrafterSettings(), 6),
-    ("sjd-w3-repeat", DrafterSettings(), 3),
-    ("sjd-vp", DrafterSettings(vp=VPSettings(**STRONG_VP, strength=2.0)), 6),
-    ("sjd-vp-negative", DrafterSettings(vp=VPSettings(**STRONG_VP, strength=-2.0)), 6),
-    ("sjd-vp-zero", DrafterSettings(vp=VPSettings(**STRONG_VP, strength=0.0)), 6),
-    ("sjd-vp-auto", DrafterSettings(vp=VPSettings(**STRONG_VP, strength="auto")), 6),
+    ("sjd", DrafterSettings(coupled=False), 6),
+    ("sjd-w3-repeat", DrafterSettings(coupled=False), 3),
+    ("sjd-vp", DrafterSettings(vp=VPSettings(**STRONG_VP, strength=2.0), coupled=False), 6),
+    ("sjd-vp-negative", DrafterSettings(vp=VPSettings(**STRONG_VP, strength=-2.0), coupled=False), 6),
+    ("sjd-vp-zero", DrafterSettings(vp=VPSettings(**STRONG_VP, strength=0.0), coupled=False), 6),
+    ("sjd-vp-auto", DrafterSettings(vp=VPSettings(**STRONG_VP, strength="auto"), coupled=False), 6),
     ("sjd-coupled", DrafterSettings(coupled=True), 6),
     ("sjd-vp-auto-coupled", DrafterSettings(vp=VPSettings(**STRONG_VP, strength="auto"), coupled=True), 6),
     ("sjd-vp-coupled", DrafterSettings(vp=VPSettings(**STRONG_VP, strength=2.0), coupled=True), 6),
