@@ -63,9 +63,13 @@ def load_model(name: str, prompts: int, prompts_file: str = PROMPTS_T2I, device:
     return adapter, read_prompts(prompts_file)[:prompts], adapter.default_sampling, None
 
 
-def settings_for(adapter, method: str, window: int, coupled: bool, sampling, seed: int, batch_size: int = 1):
-    s = method_settings(method, window, sampling, seed, batch_size, coupled=coupled)
-    d = s.drafter
+DRAFTING = {"off": "independent", "on": "coupled", "continued": "coupled + continued"}   # --coupling values
+
+
+def settings_for(adapter, method: str, window: int, drafting: str, sampling, seed: int, batch_size: int = 1):
+    """drafting: off (independent draws), on (coupled), continued (coupled, and re-drafts by maximal coupling)."""
+    s = method_settings(method, window, sampling, seed, batch_size, coupled=drafting != "off")
+    d = replace(s.drafter, continuation=drafting == "continued")
     if d.verifier == "lantern":
         d = replace(d, lantern_k=max(1, round(adapter.codebook().shape[0] * 1000 / 16384)))
     return replace(s, drafter=d)
@@ -100,7 +104,7 @@ def code_histogram_tv(a: list[list[int]], b: list[list[int]], size: int) -> floa
 
 
 def summarise(key: tuple, runs: list[dict], ar: dict | None, codebook_size: int) -> dict:
-    method, window, coupled = key
+    method, window, drafting = key
     nfe = statistics.mean(r["nfe"] for r in runs)
     wall = statistics.median(r["seconds"] for r in runs)
     mom = [r["momentum"] for r in runs]
@@ -114,7 +118,7 @@ def summarise(key: tuple, runs: list[dict], ar: dict | None, codebook_size: int)
     matches = [r["match"] for r in runs if r["match"] is not None]
     autos = [r["vp_auto"]["vp_auto_strength"] for r in runs if r["vp_auto"]]
     return dict(
-        method=method, window=window, coupled=coupled, runs=len(runs), nfe=nfe,
+        method=method, window=window, coupled=drafting != "off", drafting=drafting, runs=len(runs), nfe=nfe,
         step_compression=(ar["nfe"] if ar else nfe) / nfe,
         mean_accepted=statistics.mean(r["mean_accepted"] for r in runs),
         acceptance=statistics.mean(r["acceptance"] for r in runs),
@@ -134,13 +138,13 @@ def summarise(key: tuple, runs: list[dict], ar: dict | None, codebook_size: int)
 
 def markdown(results: list[dict], header: str) -> str:
     lines = [header, "",
-             "| method | W | coupled | NFE | step compression | tokens/pass | acceptance | latency s (median) "
+             "| method | W | drafts | NFE | step compression | tokens/pass | acceptance | latency s (median) "
              "| latency speed-up | ms / iteration | draft share | prompt match | TV from AR | accept if rose / not |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         match = "-" if r["prompt_match"] is None else f"{r['prompt_match']:.2f}"
         lines.append(
-            f"| {r['method']} | {r['window']} | {'yes' if r['coupled'] else 'no'} | {r['nfe']:.1f} | "
+            f"| {r['method']} | {r['window']} | {DRAFTING[r['drafting']] if r['method'] != 'ar' else '-'} | {r['nfe']:.1f} | "
             f"{r['step_compression']:.2f}x | {r['mean_accepted']:.2f} | {r['acceptance']:.3f} | {r['wall_s']:.3f} | "
             f"{r['latency_speedup']:.2f}x | {r['iteration_ms']:.2f} | {100 * r['draft_share']:.0f}% | {match} | {r['tv_from_ar']:.3f} | "
             f"{r['accept_if_rose']:.2f} / {r['accept_if_not']:.2f} |")
@@ -163,7 +167,7 @@ def main(model: str = "demo", windows=(16, 32, 64), seeds: int = 2, prompts: int
     rank, world, device = shards.init(device)
     adapter, conditions, sampling, judge = load_model(model, prompts, prompts_file, device)
     codebook_size = adapter.codebook().shape[0]
-    configs = [("ar", 1, False)] + [(m, W, c == "on") for W in windows for c in coupling
+    configs = [("ar", 1, "off")] + [(m, W, c) for W in windows for c in coupling
                                     for m in methods if METHODS[m] is not None]
     jobs = [(ci, cond, seed) for ci in range(len(configs)) for cond in conditions for seed in range(seeds)]
     mine = [(ci, cond, seed, run_one(adapter, judge, cond,
@@ -204,8 +208,9 @@ if __name__ == "__main__":
     ap.add_argument("--prompts", type=int, default=6, help="conditions (spread over the demo's prompt list)")
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS), help="methods to compare")
     ap.add_argument("--windows", type=int, nargs="+", default=[16, 32, 64], help="Jacobi window sizes")
-    ap.add_argument("--coupling", nargs="+", default=["off", "on"], choices=["off", "on"],
-                    help="run every method with independent (off) and/or coupled (on) drafts")
+    ap.add_argument("--coupling", nargs="+", default=["off", "on"], choices=list(DRAFTING),
+                    help="run every method with independent (off), coupled (on) and/or coupled drafts whose "
+                         "re-drafts continue by maximal coupling (continued)")
     ap.add_argument("--seeds", type=int, default=2, help="seeds per condition")
     ap.add_argument("--repeats", type=int, default=1, help="timed repeats of each decode (latency = median)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per process")

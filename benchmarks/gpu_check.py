@@ -141,7 +141,7 @@ class FreeModel:
 
 def engine_times(tiny: bool, device) -> list[dict]:
     rows = []
-    drafters = {"sjd": DrafterSettings(), "sjd coupled": DrafterSettings(coupled=True),
+    drafters = {"sjd": DrafterSettings(coupled=False), "sjd coupled": DrafterSettings(coupled=True),
                 "sjd-vp auto coupled": DrafterSettings(vp=VPSettings(), coupled=True)}
     for name, K, grid in (("Lumina-mGPT", 8192, 48), ("Emu3", 32768, 90), ("Janus-Pro", 16384, 24)):
         model = FreeModel(K, 8 if tiny else grid, device)

@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 
 def _label(r: dict) -> str:
-    return r["method"] + (" coupled" if r["coupled"] else "")
+    return r["method"] + {"off": "", "on": " coupled", "continued": " continued"}[r.get("drafting", "on" if r["coupled"] else "off")]
 
 
 def plot_all(results: list[dict], out: str) -> list[str]:

@@ -10,7 +10,8 @@ probability history (vp.py; the strength fixed or chosen by AutoStrength); store
 distribution drawn from, so verification stays exact.
 Coupled drafting draws every draft at a position with that position's persistent Gumbel noise
 (Gumbel-max), so successive drafts only differ where their distribution moved: the same idea as SCD's
-Gumbel coupling (So et al., ICML 2026, arXiv 2510.24211) and MC-SJD.
+Gumbel coupling (So et al., ICML 2026, arXiv 2510.24211) and MC-SJD. Continuation instead keeps each
+re-drafted position's old draft by maximal coupling (continue_draft), as SJD-PAC does.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from torch.nn import functional as F
 
 from .devices import wide_float
 from .settings import AUTO_STRENGTHS, DrafterSettings
-from .target import sample
+from .target import residual, sample
 from .vp import AutoStrength, fuse
 from .window import History, LocalLayout, Window, shift_slots
 
@@ -84,11 +85,24 @@ def coupled_draw(dist: Tensor, noise: Tensor) -> Tensor:
     return (torch.log(dist).to(noise.dtype) + noise).argmax(-1)
 
 
+def continue_draft(x: Tensor, q: Tensor, dist: Tensor, gen: torch.Generator) -> Tensor:
+    """A draft from dist that keeps the old draft x (drawn from q) as often as possible: x with
+    probability min(1, dist(x) / q(x)), else a draw from norm(max(0, dist - q)). The result is
+    distributed exactly as dist (the speculative-sampling identity), and it equals x with the largest
+    probability any such draw can, sum(min(dist, q)): maximal coupling, as SJD-PAC's adaptive
+    continuation (Kang et al., CVPR 2026, arXiv 2603.18599) carries drafts past a rejection. The old
+    draft's randomness never reaches the targets that judge its own position, so verification stays exact."""
+    ratio = (dist.gather(-1, x[..., None]) / q.gather(-1, x[..., None]).clamp_min(1e-30))[..., 0]
+    keep = torch.rand(x.shape, generator=gen, device=x.device) < ratio
+    return torch.where(keep, x, sample(residual(dist, q), gen))
+
+
 class Drafter:
     """The drafting rules of one decode: fresh drafts, plain / VP-fused / auto re-drafts, coupling."""
 
     def __init__(self, settings: DrafterSettings, scheme: str, local: LocalLayout, slots: int, device):
         self.vp, self.coupled, self.local, self.S = settings.vp, settings.coupled, local, slots
+        self.continuation = settings.continuation
         self.fresh = FreshDrafts(scheme, local, device)
         self.auto = AutoStrength(self.vp, AUTO_STRENGTHS, device) if self.vp is not None and self.vp.auto else None
 
@@ -136,6 +150,8 @@ class Drafter:
         if self.coupled:   # positions new to the draft slots get their noise now, the rest keep theirs
             slid.noise = torch.where((old_slot >= S)[..., None], gumbel_noise(slid.noise.shape, gen, dev), slid.noise)
         tok = coupled_draw(dist, slid.noise) if self.coupled else sample(dist, gen)
+        if self.continuation:   # where the slot held a draft (the window's last scored position held none)
+            tok = torch.where(old_slot < S, continue_draft(slid.tokens, slid.q, dist, gen), tok)
         rose = (p.gather(-1, tok[..., None]) > prev.gather(-1, tok[..., None]))[..., 0]
         q = dist if (self.vp is None or self.vp.lossless) else p
         canvas.scatter_(1, positions, torch.where(redraw, tok, slid.tokens))   # sources for repeat inits

@@ -104,6 +104,8 @@ class DrafterSettings:
     vp: VPSettings | None = None
     coupled: bool = True                # one persistent Gumbel noise per position: redrafts agree (exact;
                                         # it won on the demo model: 2.24x -> 3.30x step compression at W = 32)
+    continuation: bool = False          # re-drafts keep the old draft by maximal coupling (SJD-PAC's
+                                        # adaptive continuation): P(same draft) = sum(min(p', q_old))
 
     def __post_init__(self):
         _check(self.verifier in VERIFIERS, "verifier", self.verifier, f"one of {VERIFIERS}")
@@ -118,11 +120,13 @@ class DrafterSettings:
             _check(self.gsd_max_distance > 0, "gsd_max_distance", self.gsd_max_distance, "> 0 or None")
         _check(self.vp is None or isinstance(self.vp, VPSettings), "vp", self.vp, "a VPSettings or None")
         _check(isinstance(self.coupled, bool), "coupled", self.coupled, "True or False")
+        _check(isinstance(self.continuation, bool), "continuation", self.continuation, "True or False")
 
     @property
     def name(self) -> str:
         vp = "" if self.vp is None else "-VP" if self.vp.auto else f"-VP({self.vp.strength:+g})"
-        return self.verifier.upper() + vp + (" coupled" if self.coupled else "")
+        return self.verifier.upper() + vp + (" coupled" if self.coupled else "") + \
+            (" continued" if self.continuation else "")
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ DRAFTERS = {
     "gsd-1": DrafterSettings(verifier="gsd", gsd_group=1, coupled=False),
     "sjd+c": DrafterSettings(coupled=True),
     "sjd-vp+c": DrafterSettings(vp=VPSettings(growth_steps=1, top_k=8, strength=-0.5), coupled=True),
+    "sjd+cont": DrafterSettings(continuation=True),
 }
 
 

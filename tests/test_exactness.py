@@ -1,8 +1,8 @@
 """Distribution exactness on a toy model whose sequence distribution is enumerable (64 sequences in
 the support: 6 image cells, top-2 of 4 codes, CFG 1.5, row-end and end-of-image tokens forced).
 200k samples: a Pearson chi-square test that rejects a 2%-TV deviation (checked below) accepts SJD and
-SJD-VP (any strength, with or without coupled drafting), and rejects VP drafts verified against the
-unfused q."""
+SJD-VP (any strength, with or without coupled drafting or continuation), and rejects VP drafts verified
+against the unfused q."""
 import pytest
 import torch
 
@@ -59,6 +59,9 @@ def test_the_test_has_power_against_a_2_percent_tv_deviation():
     ("sjd-vp-auto-coupled", DrafterSettings(vp=VPSettings(**STRONG_VP, strength="auto"), coupled=True), 6),
     ("sjd-vp-coupled", DrafterSettings(vp=VPSettings(**STRONG_VP, strength=2.0), coupled=True), 6),
     ("sjd-vp-negative-coupled", DrafterSettings(vp=VPSettings(**STRONG_VP, strength=-2.0), coupled=True), 6),
+    ("sjd-continued", DrafterSettings(coupled=False, continuation=True), 6),
+    ("sjd-continued-coupled", DrafterSettings(continuation=True), 6),
+    ("sjd-vp-continued", DrafterSettings(vp=VPSettings(**STRONG_VP, strength=2.0), continuation=True), 6),
 ])
 def test_exact_decoders_sample_the_model_distribution(name, drafter, W):
     counts, stats = sample_counts(drafter, W)
