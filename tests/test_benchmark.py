@@ -27,5 +27,5 @@ def test_sharded_run_matches_one_process(tmp_path):
     assert [r["method"] for r in one] == ["ar", "sjd", "sjd-vp", "sjd", "sjd-vp"]
     assert all(r["runs"] == 4 for r in one) and one[0]["step_compression"] == 1.0
     assert all(r["step_compression"] > 1.5 for r in one[1:])
-    assert "| sjd-vp | 4 | yes |" in (tmp_path / "two.md").read_text()
+    assert "| sjd-vp | 4 | coupled |" in (tmp_path / "two.md").read_text()
     assert (tmp_path / "two_step_compression.png").stat().st_size > 1000
