@@ -118,9 +118,11 @@ class JacobiDecoder:
             logits = self.adapter.forward(self.rows(local.vocab[inputs]), self.rows(positions))
             t1 = self.clock.now()
             p = self.targets(logits, n)                                                        # [B, w, V]
-            k, nxt, accepted = accept(window.tokens[:, :w - 1], window.q[:, :w - 1], p, limit, self.verifier, self.gen)
+            k, nxt, accepted = accept(window.tokens[:, :w - 1], window.q[:, :w - 1], p, limit, self.verifier,
+                                      self.gen)
             m = k + (active & (n + k < end)).long()                                            # committed now
-            canvas.scatter_(1, (n + k)[:, None], torch.where((m > k)[:, None], nxt[:, None], canvas.gather(1, (n + k)[:, None])))
+            at = (n + k)[:, None]
+            canvas.scatter_(1, at, torch.where((m > k)[:, None], nxt[:, None], canvas.gather(1, at)))
             cols = n[:, None] + torch.arange(W, device=dev)
             commit_iter.scatter_(1, cols, torch.where(torch.arange(W, device=dev) < m[:, None], it,
                                                       commit_iter.gather(1, cols)))

@@ -90,8 +90,8 @@ def hf_family(folder: str) -> str | None:
     if family == "lumina" and LUMINA_ARCHITECTURE not in architectures:
         named = ", ".join(architectures) or "no architectures in its config.json"
         raise ValueError(f"{folder}: a Chameleon-type model ({named}) that is not Lumina-mGPT. Of this "
-                         f"architecture only Lumina-mGPT 1.0 ({LUMINA_ARCHITECTURE}, Alpha-VLLM/Lumina-mGPT-7B-*) runs here; Chameleon and Anole "
-                         "were not trained with its image prompt")
+                         f"architecture only Lumina-mGPT 1.0 ({LUMINA_ARCHITECTURE}, Alpha-VLLM/Lumina-mGPT-7B-*) "
+                         "runs here; Chameleon and Anole were not trained with its image prompt")
     return family
 
 
