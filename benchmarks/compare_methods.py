@@ -92,6 +92,7 @@ def run_one(adapter, judge, cond, settings, repeats: int) -> dict:
     return dict(nfe=int(st.row_forward_passes[0]), mean_accepted=st.mean_accepted,
                 acceptance=st.acceptance_rate, seconds=statistics.median(times), match=match,
                 entropy=st.mean_entropy, momentum=st.momentum(), vp_auto=st.vp_auto,
+                tokens_per_forward=st.tokens_per_forward,
                 time_forward=st.time_forward, time_draft=st.time_draft, time_verify=st.time_verify,
                 slot_verified=st.slot_verified.tolist(), slot_accepted=st.slot_accepted.tolist(),
                 committed_per_iter=per_iter, codes=res.codes.flatten().tolist())
@@ -121,6 +122,7 @@ def summarise(key: tuple, runs: list[dict], ar: dict | None, codebook_size: int)
         method=method, window=window, coupled=drafting != "off", drafting=drafting, runs=len(runs), nfe=nfe,
         step_compression=(ar["nfe"] if ar else nfe) / nfe,
         mean_accepted=statistics.mean(r["mean_accepted"] for r in runs),
+        tokens_per_forward=statistics.mean(r["tokens_per_forward"] for r in runs),
         acceptance=statistics.mean(r["acceptance"] for r in runs),
         wall_s=wall, latency_speedup=(ar["wall_s"] if ar else wall) / wall,
         draft_share=statistics.mean(r["time_draft"] / max(1e-9, r["time_forward"] + r["time_draft"] + r["time_verify"])
@@ -138,14 +140,15 @@ def summarise(key: tuple, runs: list[dict], ar: dict | None, codebook_size: int)
 
 def markdown(results: list[dict], header: str) -> str:
     lines = [header, "",
-             "| method | W | drafts | NFE | step compression | tokens/pass | acceptance | latency s (median) "
+             "| method | W | drafts | NFE | step compression | tokens/pass | scored/pass | acceptance | latency s (median) "
              "| latency speed-up | ms / iteration | draft share | prompt match | TV from AR | accept if rose / not |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         match = "-" if r["prompt_match"] is None else f"{r['prompt_match']:.2f}"
         lines.append(
             f"| {r['method']} | {r['window']} | {DRAFTING[r['drafting']] if r['method'] != 'ar' else '-'} | {r['nfe']:.1f} | "
-            f"{r['step_compression']:.2f}x | {r['mean_accepted']:.2f} | {r['acceptance']:.3f} | {r['wall_s']:.3f} | "
+            f"{r['step_compression']:.2f}x | {r['mean_accepted']:.2f} | {r['tokens_per_forward']:.1f} | {r['acceptance']:.3f} | "
+            f"{r['wall_s']:.3f} | "
             f"{r['latency_speedup']:.2f}x | {r['iteration_ms']:.2f} | {100 * r['draft_share']:.0f}% | {match} | {r['tv_from_ar']:.3f} | "
             f"{r['accept_if_rose']:.2f} / {r['accept_if_not']:.2f} |")
     return "\n".join(lines) + "\n"

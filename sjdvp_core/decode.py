@@ -111,6 +111,7 @@ class JacobiDecoder:
             # how far each row may accept drafts: to the end of the image grid, nothing outside it
             limit_host = [min(S, max(hi - c, 0)) if lo <= c < end else 0 for c in n_host]
             w = max(limit_host) + 1
+            stats.tokens_scored += w
             limit, active = torch.tensor(limit_host, device=dev), torch.tensor([c < end for c in n_host], device=dev)
             t0 = self.clock.now()
             inputs = torch.cat([canvas.gather(1, (n - 1)[:, None]), window.tokens[:, :w - 1]], 1)   # [B, w]

@@ -33,6 +33,8 @@ class DecodeStats:
     flat_verified: int = 0
     flat_accepted: int = 0
     entropy_sum: float = 0.0           # entropy (nats) of the target p at each committed position
+    tokens_scored: int = 0             # tokens fed through the model per image, prefill excluded (a window
+                                       # of w costs w of them: about one token's time on a GPU, not on a CPU)
     time_forward: float = 0.0
     time_draft: float = 0.0
     time_verify: float = 0.0
@@ -52,6 +54,11 @@ class DecodeStats:
     def acceptance_rate(self) -> float:
         verified = int(self.slot_verified.sum())
         return int(self.slot_accepted.sum()) / verified if verified else 0.0
+
+    @property
+    def tokens_per_forward(self) -> float:
+        """Tokens each forward pass scored per image, on average (1 for AR)."""
+        return self.tokens_scored / max(1, self.forward_passes - 1)
 
     @property
     def mean_entropy(self) -> float:
@@ -80,6 +87,7 @@ class DecodeStats:
                "mean_accepted": round(self.mean_accepted, 4),
                "acceptance_rate": round(self.acceptance_rate, 4),
                "mean_entropy": round(self.mean_entropy, 4),
+               "tokens_per_forward": round(self.tokens_per_forward, 4),
                "time_total_s": round(self.time_total, 4), "time_forward_s": round(self.time_forward, 4),
                "time_draft_s": round(self.time_draft, 4), "time_verify_s": round(self.time_verify, 4)}
         out.update({k: round(v, 4) for k, v in self.momentum().items()})

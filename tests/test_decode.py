@@ -136,3 +136,11 @@ def test_state_bytes_is_what_the_window_really_holds(drafter, monkeypatch):
     vocab = TOY.layout.image_tokens.numel() + TOY.layout.special_tokens.numel()
     per_vocab = sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor) and t.shape[-1] == vocab)
     assert state_bytes(s, TOY.layout) == 2 * per_vocab
+
+
+def test_tokens_scored_per_forward_count_the_window():
+    """What a pass costs on a CPU: AR scores one token per forward, a window of W at most W."""
+    ar = decode(TOY, 0, settings(1, DRAFTERS["sjd"])).stats
+    assert ar.tokens_scored == ar.forward_passes - 1 and ar.tokens_per_forward == 1
+    sjd = decode(TOY, 0, settings(8, DRAFTERS["sjd"])).stats
+    assert 1 < sjd.tokens_per_forward <= 8
