@@ -129,8 +129,8 @@ class Report(io.ComfyNode):
 
     @classmethod
     def execute(cls, tokens) -> io.NodeOutput:
-        text = report_text(tokens.result, tokens.method)
-        return io.NodeOutput(text, commit_figure(tokens.result, tokens.method), ui=report_ui(tokens.result, tokens.method))
+        shown = report_ui(tokens.result, tokens.method)
+        return io.NodeOutput(shown["text"][0], commit_figure(tokens.result, tokens.method), ui=shown)
 
 
 def report_ui(result: DecodeResult, method: str) -> dict:

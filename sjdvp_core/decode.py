@@ -75,7 +75,9 @@ class JacobiDecoder:
         self.B, self.W, self.S = settings.batch_size, settings.window.size, settings.window.size - 1
         self.local = LocalLayout(layout, settings.window.size + 1, self.device)
         self.drafter = Drafter(settings.drafter, settings.window.init, self.local, self.S, self.device)
-        self.verifier = Verifier(settings.drafter, adapter.codebook(), self.local.num_image, adapter.module)
+        codebook = adapter.codebook()   # the image decoder's, which a memory manager may keep on another device
+        self.verifier = Verifier(settings.drafter, None if codebook is None else codebook.to(self.device),
+                                 self.local.num_image, adapter.module)
         self.gen = torch.Generator(device=self.device).manual_seed(settings.seed)
         self.clock = _Clock(self.device, timing)
 

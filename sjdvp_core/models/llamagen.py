@@ -240,8 +240,7 @@ class LlamaGenAdapter:
         return 2 * c.n_layer * rows * c.kv_heads * self.gpt.max_len * c.head_dim * itemsize
 
     def codebook(self) -> Tensor:
-        """The normalised codebook, one tensor per device, so LANTERN's neighbour table (cached per
-        codebook tensor) is computed once per model."""
+        """The l2-normalised codebook (what the decoder looks up), kept per device."""
         if self._codebook is None or self._codebook.device != self.device:
             with torch.no_grad():
                 self._codebook = self.vq.quantize.codebook().float()
