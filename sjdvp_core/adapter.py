@@ -71,9 +71,10 @@ class ModelAdapter(Protocol):
     image_decoder: torch.nn.Module  # the part of module that decode_image needs (the VQ decoder)
 
     def start(self, conditions: Sequence[Any], negatives: Sequence[Any] | None,
-              cfg: bool) -> tuple[TokenLayout, Tensor]:
+              cfg: bool, scratch: int = 0) -> tuple[TokenLayout, Tensor]:
         """Prefill the condition prefix (and with cfg, the unconditional or negative twin); return the
-        layout and the logits [R, V] for generated position 0."""
+        layout and the logits [R, V] for generated position 0. scratch: cache entries to keep past the
+        sequence for draft-tree branches."""
 
     def forward(self, tokens: Tensor, positions: Tensor) -> Tensor:
         """Score a window: tokens [R, W] placed at generated positions [R, W] (consecutive per row,
@@ -81,11 +82,22 @@ class ModelAdapter(Protocol):
         entries at or after a row's first window position are overwritten: that is the rollback, so
         rejected drafts cost nothing to undo."""
 
+    def forward_tree(self, tokens: Tensor, positions: Tensor, ancestors: Tensor, chain: int) -> Tensor:
+        """Score a draft tree: tokens [R, N] at generated positions [R, N] -> logits [R, N, V]. The first
+        `chain` nodes are a window as in forward() (written where forward() writes them); the others go to
+        scratch entries past the sequence. Node i sees the sequence before positions[:, 0] and the nodes j
+        with ancestors[i, j] ([N, N] bool, itself included), nothing else (kv_cache.tree_mask)."""
+
+    def adopt(self, nodes: Tensor) -> None:
+        """The last forward_tree's nodes [R, M] become the cache entries of their positions (the accepted
+        branch); a chain node given here is already in place."""
+
     def finish(self) -> None:
         """The decode ended (or was aborted): free per-run state such as KV caches."""
 
-    def cache_bytes(self, rows: int) -> int:
-        """Memory a decode of `rows` rows needs beyond the weights (the KV cache), for memory managers."""
+    def cache_bytes(self, rows: int, scratch: int = 0) -> int:
+        """Memory a decode of `rows` rows needs beyond the weights (the KV cache, with `scratch` entries
+        for draft trees), for memory managers."""
 
     def codebook(self) -> Tensor | None:
         """[K, d] VQ embedding of each image token, in TokenLayout.image_tokens order."""

@@ -7,7 +7,8 @@ drafts for positions n_b .. n_b + W - 2; one forward gives targets p for positio
 token (the residual at the rejection, or a bonus draw from p after the last draft); the accepted drafts
 and that token are committed; the window slides by what was committed and is re-drafted (drafting.py).
 Each image advances by its own count, and the model's cache is written by position, so rolling back
-rejected entries costs nothing. W = 1 is plain AR. All randomness goes through one seeded
+rejected entries costs nothing. With a draft tree (tree.py) the first slots hold several candidates,
+scored in the same forward. W = 1 is plain AR. All randomness goes through one seeded
 torch.Generator. The loop reads one value back from the device per iteration: the new positions.
 """
 from __future__ import annotations
@@ -23,9 +24,10 @@ from .adapter import ModelAdapter, TokenLayout
 from .drafting import Drafter
 from .settings import AUTO_STRENGTHS, DecodeSettings
 from .stats import DecodeStats, Tally
-from .target import cfg_mix, residual, sample, target_probs
-from .verify import Verifier, first_rejection
-from .window import LocalLayout, gather_slot
+from .target import cfg_mix, sample, target_probs
+from .tree import propose, scratch_nodes, tree_inputs, tree_shape, verify_tree
+from .verify import Verifier, accept
+from .window import LocalLayout
 
 ProgressFn = Callable[[int, int, Tensor], None]
 
@@ -36,23 +38,6 @@ class DecodeResult:
     codes: Tensor     # [B, h, w] codebook indices of the image cells
     layout: TokenLayout
     stats: DecodeStats
-
-
-def accept(x: Tensor, q: Tensor, p: Tensor, limit: Tensor, verifier: Verifier,
-           gen: torch.Generator) -> tuple[Tensor, Tensor, Tensor]:
-    """The accept step. Drafts x [B, d] drawn from q [B, d, V], targets p [B, d + 1, V] (p[:, i] judges
-    draft i; p[:, d] follows the last one), at most limit[b] drafts acceptable in row b ->
-    (k [B] drafts accepted, the next token [B], accepted [B, d] each draft's own outcome).
-    The next token is drawn from the residual norm(max(0, p - q)) at the first rejection, else from p
-    after the accepted prefix: together the committed tokens are distributed exactly as under p."""
-    B, d = x.shape
-    accepted = (torch.rand(B, d, generator=gen, device=x.device) < verifier.accept_prob(p[:, :d], q, x))
-    accepted &= torch.arange(d, device=x.device) < limit[:, None]
-    k = first_rejection(accepted)
-    pk = gather_slot(p, k)
-    qk = gather_slot(q, k.clamp(max=d - 1)) if d else pk
-    nxt = sample(torch.where((k < limit)[:, None], residual(pk, qk), pk), gen)
-    return k, nxt, accepted
 
 
 class _Clock:
@@ -80,13 +65,17 @@ class JacobiDecoder:
                                  self.local.num_image, adapter.module)
         self.gen = torch.Generator(device=self.device).manual_seed(settings.seed)
         self.clock = _Clock(self.device, timing)
+        self.tree = settings.window.tree if settings.window.tree.on and self.S > 0 else None
+        if self.tree is not None and not hasattr(adapter, "forward_tree"):
+            raise ValueError(f"{adapter.family}: this model adapter cannot score draft trees; set tree width to 1")
+        d = settings.drafter   # the drafts are the argmax of log q + the window's noise: tree draws continue it
+        self.same_noise = d.coupled and not d.continuation and (d.vp is None or d.vp.lossless)
 
-    def targets(self, logits: Tensor, first: Tensor) -> Tensor:
-        """Model logits [R, w, V_model] for positions first[:, None] + arange(w) -> p [B, w, V]."""
+    def targets(self, logits: Tensor, at: Tensor) -> Tensor:
+        """Model logits [R, N, V_model] predicting positions at [B, N] -> p [B, N, V]."""
         s, local = self.s.sampling, self.local
         mixed = cfg_mix(logits.index_select(-1, local.vocab), s.cfg_scale, s.uses_cfg)
-        positions = (first[:, None] + torch.arange(mixed.shape[1], device=self.device)).clamp(max=local.length + self.W)
-        return target_probs(mixed, local.forced_at(positions), local.num_image, s)
+        return target_probs(mixed, local.forced_at(at.clamp(max=local.length + self.W)), local.num_image, s)
 
     def rows(self, t: Tensor) -> Tensor:
         """Per-image tensor -> per model row (CFG runs cond and uncond rows)."""
@@ -100,7 +89,7 @@ class JacobiDecoder:
         t_start = time.perf_counter()
         canvas = torch.zeros(B, L + W + 1, dtype=torch.long, device=dev)        # committed tokens, then drafts
         commit_iter = torch.full((B, L + W), -1, dtype=torch.long, device=dev)
-        canvas[:, 0] = sample(self.targets(first_logits[:, None], torch.zeros(B, dtype=torch.long, device=dev))[:, 0],
+        canvas[:, 0] = sample(self.targets(first_logits[:, None], torch.zeros(B, 1, dtype=torch.long, device=dev))[:, 0],
                               self.gen)
         commit_iter[:, 0] = 0
         n, n_host = torch.ones(B, dtype=torch.long, device=dev), [1] * B      # committed tokens, and their host copy
@@ -113,16 +102,19 @@ class JacobiDecoder:
             # how far each row may accept drafts: to the end of the image grid, nothing outside it
             limit_host = [min(S, max(hi - c, 0)) if lo <= c < end else 0 for c in n_host]
             w = max(limit_host) + 1
-            stats.tokens_scored += w
             limit, active = torch.tensor(limit_host, device=dev), torch.tensor([c < end for c in n_host], device=dev)
             t0 = self.clock.now()
-            inputs = torch.cat([canvas.gather(1, (n - 1)[:, None]), window.tokens[:, :w - 1]], 1)   # [B, w]
-            positions = ((n - 1)[:, None] + torch.arange(w, device=dev)).clamp(max=L - 1)
-            logits = self.adapter.forward(self.rows(local.vocab[inputs]), self.rows(positions))
-            t1 = self.clock.now()
-            p = self.targets(logits, n)                                                        # [B, w, V]
-            k, nxt, accepted = accept(window.tokens[:, :w - 1], window.q[:, :w - 1], p, limit, self.verifier,
-                                      self.gen)
+            if self.tree is not None and w > 1:
+                p, k, nxt, accepted, t1 = self._tree_step(window, canvas, n, w, limit, stats, tally)
+            else:
+                stats.tokens_scored += w
+                inputs = torch.cat([canvas.gather(1, (n - 1)[:, None]), window.tokens[:, :w - 1]], 1)   # [B, w]
+                positions = ((n - 1)[:, None] + torch.arange(w, device=dev)).clamp(max=L - 1)
+                logits = self.adapter.forward(self.rows(local.vocab[inputs]), self.rows(positions))
+                t1 = self.clock.now()
+                p = self.targets(logits, n[:, None] + torch.arange(w, device=dev))               # [B, w, V]
+                k, nxt, accepted = accept(window.tokens[:, :w - 1], window.q[:, :w - 1], p, limit, self.verifier,
+                                          self.gen)
             m = k + (active & (n + k < end)).long()                                            # committed now
             at = (n + k)[:, None]
             canvas.scatter_(1, at, torch.where((m > k)[:, None], nxt[:, None], canvas.gather(1, at)))
@@ -149,6 +141,30 @@ class JacobiDecoder:
         tally.into(stats)
         stats.time_total = time.perf_counter() - t_start
         return DecodeResult(local.vocab[canvas[:, :L]], canvas[:, :L][:, local.grid], self.local.layout, stats)
+
+    def _tree_step(self, window, canvas: Tensor, n: Tensor, w: int, limit: Tensor, stats: DecodeStats,
+                   tally: Tally):
+        """One forward over a draft tree and its verification -> the targets along the path taken [B, w, V],
+        drafts accepted k, the next token, each slot's outcome, and the forward's end time. The accepted
+        alternatives are written to the canvas and their branch's cache entries kept."""
+        shape, local, dev = tree_shape(w, self.tree, self.device), self.local, self.device
+        cand = propose(window, canvas, n, local, shape, self.tree.guesses, self.same_noise, self.gen)
+        inputs = tree_inputs(canvas.gather(1, (n - 1)[:, None])[:, 0], window.tokens, cand, shape)
+        positions = ((n - 1)[:, None] + shape.offsets).clamp(max=local.length - 1)
+        logits = self.adapter.forward_tree(self.rows(local.vocab[inputs]), self.rows(positions), shape.ancestors, w)
+        t1 = self.clock.now()
+        p_all = self.targets(logits, n[:, None] + shape.offsets)                              # [B, N, V]
+        out = verify_tree(window.tokens[:, :w - 1], window.q[:, :w - 1], p_all, cand, shape, limit, self.verifier,
+                          self.gen)
+        pick = (out.level * shape.alts + out.choice.clamp(max=shape.alts - 1))[:, None]
+        at = (n + out.level)[:, None]
+        canvas.scatter_(1, at, torch.where(out.took[:, None], cand.tokens.flatten(1).gather(1, pick),
+                                           canvas.gather(1, at)))
+        self.adapter.adopt(self.rows(out.branch))
+        stats.tokens_scored += shape.nodes
+        tally.tree_outcome(out.tried, out.took, cand.guess[out.choice.clamp(max=shape.alts - 1)])
+        p = p_all.gather(1, out.path[..., None].expand(-1, -1, p_all.shape[-1]))
+        return p, out.k, out.next, out.accepted, t1
 
     def _observe(self, tally: Tally, window, p: Tensor, accepted: Tensor, k: Tensor, limit: Tensor, m: Tensor) -> None:
         """Statistics and VP auto's scores: they look at what verification decided, never steer it."""
@@ -199,9 +215,11 @@ def decode(adapter: ModelAdapter, conditions: Sequence[Any] | Any, settings: Dec
     B = settings.batch_size
     conditions = _per_image(conditions, B, "conditions")
     negatives = None if negatives is None else _per_image(negatives, B, "negatives")
+    scratch = scratch_nodes(settings.window.size, settings.window.tree)
     with torch.inference_mode():
         try:
-            layout, first_logits = adapter.start(conditions, negatives, settings.sampling.uses_cfg)
+            layout, first_logits = adapter.start(conditions, negatives, settings.sampling.uses_cfg,
+                                                 **({"scratch": scratch} if scratch else {}))
             return JacobiDecoder(adapter, settings, layout, timing).run(first_logits, progress)
         finally:
             adapter.finish()

@@ -31,6 +31,13 @@ class StaticKVCache(nn.Module):
         self.v[rows, :, positions] = v.transpose(1, 2).to(self.v.dtype)
         return self.k, self.v
 
+    def copy_slots(self, src: Tensor, dst: Tensor) -> None:
+        """Per row, the entries at slots src [R, M] are copied to slots dst [R, M] (a draft tree's accepted
+        branch moving from its scratch slots to its positions)."""
+        rows = torch.arange(src.shape[0], device=src.device)[:, None]
+        self.k[rows, :, dst] = self.k[rows, :, src]
+        self.v[rows, :, dst] = self.v[rows, :, src]
+
 
 def causal_mask(positions: Tensor, max_len: int, key_valid: Tensor | None = None) -> Tensor:
     """[R, 1, W, S] bool: query at position t sees cache slots 0..t (and only valid keys, e.g. not
@@ -40,3 +47,25 @@ def causal_mask(positions: Tensor, max_len: int, key_valid: Tensor | None = None
     if key_valid is not None:
         mask = mask & key_valid[:, None, :]
     return mask[:, None]
+
+
+def tree_slots(slots: Tensor, chain: int, scratch: int) -> Tensor:
+    """A draft tree's cache slots: nodes [R, N] at the slots of their positions; the first `chain` nodes
+    (the main chain) keep them, the others get scratch slots scratch, scratch + 1, ... (past the sequence),
+    so siblings at one position never overwrite each other."""
+    extra = scratch + torch.arange(slots.shape[1] - chain, device=slots.device)
+    return torch.cat([slots[:, :chain], extra.expand(slots.shape[0], -1)], 1)
+
+
+def tree_mask(slots: Tensor, ancestors: Tensor, max_len: int, key_valid: Tensor | None = None) -> Tensor:
+    """[R, 1, N, S] bool for tree nodes at cache slots [R, N] whose first node is the chain's first: a node
+    sees the committed slots before that one (valid keys only) and its ancestors' slots (ancestors [N, N],
+    itself included), nothing else, whatever stale entries the cache holds."""
+    R, N = slots.shape
+    keys = torch.arange(max_len, device=slots.device)
+    mask = (keys[None, None, :] < slots[:, :1, None]).expand(R, N, max_len)
+    if key_valid is not None:
+        mask = mask & key_valid[:, None, :]
+    seen = torch.zeros(R, N, max_len, dtype=torch.int32, device=slots.device)
+    seen.scatter_add_(2, slots[:, None, :].expand(R, N, N), ancestors.to(torch.int32)[None].expand(R, N, N))
+    return (mask | (seen > 0))[:, None]

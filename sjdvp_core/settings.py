@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 MAX_WINDOW = 128
+MAX_TREE_WIDTH, MAX_TREE_DEPTH = 8, 3
 AUTO_STRENGTHS = (1.0, 0.0, -0.35, -0.7)   # VP strengths "auto" chooses among: boost, none, two shrinkages
 PAPER_STRENGTH = 1.0                       # the paper's lambda: a fixed strength's default
 DRAFT_INITS = ("random", "repeat_left", "repeat_above")
@@ -55,14 +56,38 @@ class SamplingSettings:
 
 
 @dataclass(frozen=True)
+class TreeSettings:
+    """Draft trees (sjdvp_core.tree): at the first `depth` undecided slots, `width` candidates instead of
+    one draft, each alternative followed by the drafts after it, all scored in one forward pass.
+    width 1 is the plain chain."""
+    width: int = 1          # candidates per branching slot: the draft, then spatial guesses, then draws from q
+    depth: int = 1          # branching slots, counted from the first undecided one
+    guesses: bool = True    # the committed left and above neighbours as one-hot candidates
+    branch: int = 0         # drafts after an alternative; 0 = up to the window's end
+
+    def __post_init__(self):
+        _check_int("tree_width", self.width, 1, MAX_TREE_WIDTH)
+        _check_int("tree_depth", self.depth, 1, MAX_TREE_DEPTH)
+        _check(isinstance(self.guesses, bool), "tree_guesses", self.guesses, "True or False")
+        _check_int("tree_branch", self.branch, 0, MAX_WINDOW)
+
+    @property
+    def on(self) -> bool:
+        return self.width > 1
+
+
+@dataclass(frozen=True)
 class WindowSettings:
-    """The Jacobi window: how many tokens one forward pass scores, and how new drafts start."""
+    """The Jacobi window: how many tokens one forward pass scores, how new drafts start, and the draft tree
+    at its first slots."""
     size: int = 16          # W; 1 is plain AR through the same loop
     init: str = "random"    # random over the image vocabulary | repeat_left | repeat_above
+    tree: TreeSettings = field(default_factory=TreeSettings)
 
     def __post_init__(self):
         _check_int("window", self.size, 1, MAX_WINDOW)
         _check(self.init in DRAFT_INITS, "init", self.init, f"one of {DRAFT_INITS}")
+        _check(isinstance(self.tree, TreeSettings), "tree", self.tree, "a TreeSettings")
 
 
 @dataclass(frozen=True)

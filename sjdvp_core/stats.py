@@ -35,6 +35,11 @@ class DecodeStats:
     entropy_sum: float = 0.0           # entropy (nats) of the target p at each committed position
     tokens_scored: int = 0             # tokens fed through the model per image, prefill excluded (a window
                                        # of w costs w of them: about one token's time on a GPU, not on a CPU)
+    # draft trees: branching slots where the draft was rejected (so alternatives were tried), and how
+    # often a spatial guess or a further draw from q was accepted there
+    tree_tried: int = 0
+    tree_guess_accepted: int = 0
+    tree_draw_accepted: int = 0
     time_forward: float = 0.0
     time_draft: float = 0.0
     time_verify: float = 0.0
@@ -91,6 +96,9 @@ class DecodeStats:
                "time_total_s": round(self.time_total, 4), "time_forward_s": round(self.time_forward, 4),
                "time_draft_s": round(self.time_draft, 4), "time_verify_s": round(self.time_verify, 4)}
         out.update({k: round(v, 4) for k, v in self.momentum().items()})
+        if self.tree_tried:
+            out.update(tree_tried=self.tree_tried, tree_guess_accepted=self.tree_guess_accepted,
+                       tree_draw_accepted=self.tree_draw_accepted)
         if self.vp_gain is not None:
             out["vp_expected_gain"] = round(self.vp_gain, 4)
         if self.vp_auto is not None:
@@ -109,6 +117,7 @@ class Tally:
         self.momentum = torch.zeros(4, dtype=torch.long, device=device)   # rose: verified, accepted; flat: same
         self.vp = torch.zeros(3, dtype=acc, device=device)   # fused drafts, their sum min(p, q), the plain q's
         self.entropy = torch.zeros((), dtype=acc, device=device)
+        self.tree = torch.zeros(3, dtype=torch.long, device=device)       # tried, guess accepted, draw accepted
         self.committed: list[Tensor] = []                    # [B] per iteration
 
     def slots(self, verified: Tensor, accepted: Tensor) -> None:
@@ -130,6 +139,11 @@ class Tally:
                                 (torch.minimum(p, q).sum(-1) * fused).sum().to(self.vp.dtype),
                                 (torch.minimum(p, plain).sum(-1) * fused).sum().to(self.vp.dtype)])
 
+    def tree_outcome(self, tried: Tensor, took: Tensor, guess: Tensor) -> None:
+        """Per row [B]: whether the draft at a branching slot was rejected, so alternatives were tried, and
+        whether one was accepted there, a spatial guess (guess) or a draw."""
+        self.tree += torch.stack([tried.sum(), (took & guess).sum(), (took & ~guess).sum()])
+
     def into(self, stats: DecodeStats) -> DecodeStats:
         stats.slot_verified, stats.slot_accepted = self.slot_verified.cpu(), self.slot_accepted.cpu()
         (stats.rose_verified, stats.rose_accepted, stats.flat_verified,
@@ -137,5 +151,6 @@ class Tally:
         drafts, stats.vp_expected_accept, stats.plain_expected_accept = self.vp.tolist()
         stats.vp_drafts = int(drafts)
         stats.entropy_sum = float(self.entropy)
+        stats.tree_tried, stats.tree_guess_accepted, stats.tree_draw_accepted = self.tree.tolist()
         stats.committed_per_iter = [m.cpu() for m in torch.stack(self.committed).unbind()] if self.committed else []
         return stats

@@ -21,6 +21,8 @@ import torch
 from torch import Tensor
 
 from .settings import DrafterSettings
+from .target import residual, sample
+from .window import gather_slot
 
 # LANTERN's neighbour table per model: keyed by the adapter's weights module, so it lives as long as the
 # model (and is shared by the same model at other sizes), whatever tensor codebook() returns
@@ -117,3 +119,20 @@ class Verifier:
         em = emb[members.clamp(max=self.num_image - 1)]
         ex = emb[x.clamp(max=self.num_image - 1)][..., None, :]
         return image & ((em - ex).norm(dim=-1) < self.s.gsd_max_distance)
+
+
+def accept(x: Tensor, q: Tensor, p: Tensor, limit: Tensor, verifier: Verifier,
+           gen: torch.Generator) -> tuple[Tensor, Tensor, Tensor]:
+    """The accept step. Drafts x [B, d] drawn from q [B, d, V], targets p [B, d + 1, V] (p[:, i] judges
+    draft i; p[:, d] follows the last one), at most limit[b] drafts acceptable in row b ->
+    (k [B] drafts accepted, the next token [B], accepted [B, d] each draft's own outcome).
+    The next token is drawn from the residual norm(max(0, p - q)) at the first rejection, else from p
+    after the accepted prefix: together the committed tokens are distributed exactly as under p."""
+    B, d = x.shape
+    accepted = (torch.rand(B, d, generator=gen, device=x.device) < verifier.accept_prob(p[:, :d], q, x))
+    accepted &= torch.arange(d, device=x.device) < limit[:, None]
+    k = first_rejection(accepted)
+    pk = gather_slot(p, k)
+    qk = gather_slot(q, k.clamp(max=d - 1)) if d else pk
+    nxt = sample(torch.where((k < limit)[:, None], residual(pk, qk), pk), gen)
+    return k, nxt, accepted

@@ -37,7 +37,7 @@ class LocalLayout:
     """A TokenLayout in the engine's local vocabulary (image tokens first, in codebook order, then the
     structure tokens), with per-position lookups padded past the end so a window may run over it:
     the forced local id (-1 where the model chooses), the latest image cell at or before a position,
-    and the cell above."""
+    and the cells left of and above a cell (-1 where there is none)."""
 
     def __init__(self, layout: TokenLayout, pad: int, device):
         self.layout, self.length = layout, layout.length
@@ -53,9 +53,10 @@ class LocalLayout:
         is_cell[layout.grid.flatten()] = True
         idx = torch.where(is_cell, torch.arange(L + pad), torch.full((L + pad,), -1))
         self.last_cell = idx.cummax(0).values.to(device)
-        above = torch.full((L + pad,), -1)
+        above, left = torch.full((L + pad,), -1), torch.full((L + pad,), -1)
         above[layout.grid[1:].flatten()] = layout.grid[:-1].flatten()
-        self.above = above.to(device)
+        left[layout.grid[:, 1:].flatten()] = layout.grid[:, :-1].flatten()
+        self.above, self.left = above.to(device), left.to(device)
         # the forced tokens after the image (row end, end of image, ...) are known: a row is done at free_end
         self.free_end = L
         while self.free_end > self.span[1] and forced[self.free_end - 1] >= 0:

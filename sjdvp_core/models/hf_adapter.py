@@ -25,7 +25,7 @@ from transformers import __version__ as TRANSFORMERS_VERSION
 from transformers.cache_utils import Cache
 
 from ..adapter import TokenLayout
-from ..kv_cache import StaticKVCache, causal_mask
+from ..kv_cache import StaticKVCache, causal_mask, tree_mask, tree_slots
 from .checkpoint import CheckpointError
 
 INDEX = "model.safetensors.index.json"
@@ -201,6 +201,7 @@ class HFAdapter:
         self.lm, self.text_config, self.layout, self.pad_id = lm, text_config, layout, pad_id
         self._cache_arg = cache_argument(lm)
         self.cache: PositionCache | None = None
+        self._tree: tuple[Tensor, Tensor] | None = None   # the last tree's cache slots and position slots
 
     @property
     def device(self) -> torch.device:
@@ -219,10 +220,10 @@ class HFAdapter:
         raise NotImplementedError
 
     # --- the adapter interface ---------------------------------------------------------------------
-    def start(self, conditions, negatives, cfg: bool):
+    def start(self, conditions, negatives, cfg: bool, scratch: int = 0):
         ids, valid = (t.to(self.device) for t in left_pad(self.prompt_ids(conditions, negatives, cfg), self.pad_id))
         R, P = ids.shape
-        S = P + self.layout.length
+        S = P + self.layout.length + scratch
         self.prefix_len, self.prompt_len = P, valid.sum(1)
         self.key_valid = torch.ones(R, S, dtype=torch.bool, device=self.device)
         self.key_valid[:, :P] = valid
@@ -237,11 +238,27 @@ class HFAdapter:
         hidden = self._run(self.embed(tokens), self.prefix_len + positions, self.prompt_len[:, None] + positions)
         return self.head(hidden).float()
 
-    def _run(self, x: Tensor, slots: Tensor, position_ids: Tensor) -> Tensor:
-        """Embeddings [R, W, C] written at cache slots [R, W] with RoPE positions [R, W] -> hidden [R, W, C]."""
+    def forward_tree(self, tokens: Tensor, positions: Tensor, ancestors: Tensor, chain: int) -> Tensor:
+        if self.cache is None:
+            raise RuntimeError(f"{self.family}: forward_tree() before start()")
+        at = self.prefix_len + positions
+        self._tree = tree_slots(at, chain, self.prefix_len + self.layout.length), at
+        mask = tree_mask(self._tree[0], ancestors, self.cache.max_len, self.key_valid)
+        hidden = self._run(self.embed(tokens), self._tree[0], self.prompt_len[:, None] + positions, mask)
+        return self.head(hidden).float()
+
+    def adopt(self, nodes: Tensor) -> None:
+        slots, at = self._tree
+        for kv in self.cache.kv.values():
+            kv.copy_slots(slots.gather(1, nodes), at.gather(1, nodes))
+
+    def _run(self, x: Tensor, slots: Tensor, position_ids: Tensor, mask: Tensor | None = None) -> Tensor:
+        """Embeddings [R, W, C] written at cache slots [R, W] with RoPE positions [R, W] under mask
+        (causal over the slots unless given) -> hidden [R, W, C]."""
         S = self.cache.max_len
-        mask = causal_mask(slots, S, self.key_valid)                                   # [R, 1, W, S]
-        mask = mask | (torch.arange(S, device=x.device) == slots[:, None, :, None])    # padding sees itself
+        if mask is None:
+            mask = causal_mask(slots, S, self.key_valid)                                   # [R, 1, W, S]
+            mask = mask | (torch.arange(S, device=x.device) == slots[:, None, :, None])    # padding sees itself
         additive = torch.zeros(mask.shape, dtype=x.dtype, device=x.device).masked_fill(~mask, torch.finfo(x.dtype).min)
         self.cache.slots = slots
         out = self.lm(inputs_embeds=x, attention_mask=additive, position_ids=position_ids, use_cache=True,
@@ -250,14 +267,14 @@ class HFAdapter:
 
 
     def finish(self) -> None:
-        self.cache = self.key_valid = None
+        self.cache = self.key_valid = self._tree = None
 
-    def cache_bytes(self, rows: int) -> int:
+    def cache_bytes(self, rows: int, scratch: int = 0) -> int:
         c = self.text_config
         head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
         kv_heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
         itemsize = self.lm.get_input_embeddings().weight.element_size()
-        return 2 * c.num_hidden_layers * rows * kv_heads * (PROMPT_ALLOWANCE + self.layout.length) * head_dim * itemsize
+        return 2 * c.num_hidden_layers * rows * kv_heads * (PROMPT_ALLOWANCE + self.layout.length + scratch) * head_dim * itemsize
 
 
 class SizeChoice:

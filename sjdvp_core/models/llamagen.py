@@ -20,6 +20,7 @@ from torch import Tensor
 
 from ..adapter import TokenLayout, weights_device
 from ..settings import SamplingSettings
+from ..kv_cache import tree_slots
 from .checkpoint import WEIGHT_EXT, CheckpointError, load_strict, read_state_dict
 from .llamagen_gpt import GPT_SIZES, GPTConfig, LlamaGenGPT, rope_table_2d
 from .llamagen_vq import LlamaGenVQ, VQConfig
@@ -162,6 +163,7 @@ class LlamaGenAdapter:
         self.module = torch.nn.ModuleDict({"gpt": self.gpt, "vq": self.vq})  # all weights, for memory managers
         self.image_decoder = self.vq
         self._codebook: Tensor | None = None
+        self._tree: tuple[Tensor, Tensor] | None = None   # the last tree's cache slots and position slots
         self.config = gpt.config
         self.sampling = sampling
         self.class_names = list(class_names) if class_names is not None else None
@@ -222,22 +224,32 @@ class LlamaGenAdapter:
         return self.gpt.embed_condition(captions.to(self.device, dtype)), mask.to(self.device)
 
     # --- the adapter interface -----------------------------------------------------------------
-    def start(self, conditions, negatives, cfg: bool):
+    def start(self, conditions, negatives, cfg: bool, scratch: int = 0):
         prefix, mask = self._prefix(conditions, negatives, cfg)
-        self.gpt.setup_caches(prefix.shape[0], prefix_valid=mask)
+        self.gpt.setup_caches(prefix.shape[0], prefix_valid=mask, scratch=scratch)
         return self.layout, self.gpt.prefill(prefix)
 
     def forward(self, tokens: Tensor, positions: Tensor) -> Tensor:
         return self.gpt.decode(tokens, positions + self.config.cls_token_num)
 
+    def forward_tree(self, tokens: Tensor, positions: Tensor, ancestors: Tensor, chain: int) -> Tensor:
+        at = positions + self.config.cls_token_num
+        self._tree = tree_slots(at, chain, self.gpt.max_len), at
+        return self.gpt.decode_tree(tokens, at, self._tree[0], ancestors)
+
+    def adopt(self, nodes: Tensor) -> None:
+        slots, at = self._tree
+        for cache in self.gpt.caches():
+            cache.copy_slots(slots.gather(1, nodes), at.gather(1, nodes))
 
     def finish(self) -> None:
         self.gpt.release_caches()
+        self._tree = None
 
-    def cache_bytes(self, rows: int) -> int:
+    def cache_bytes(self, rows: int, scratch: int = 0) -> int:
         c = self.config
         itemsize = self.gpt.output.weight.element_size()
-        return 2 * c.n_layer * rows * c.kv_heads * self.gpt.max_len * c.head_dim * itemsize
+        return 2 * c.n_layer * rows * c.kv_heads * (self.gpt.max_len + scratch) * c.head_dim * itemsize
 
     def codebook(self) -> Tensor:
         """The l2-normalised codebook (what the decoder looks up), kept per device."""

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from ..kv_cache import StaticKVCache, causal_mask
+from ..kv_cache import StaticKVCache, causal_mask, tree_mask
 
 
 def find_multiple(n: int, k: int) -> int:
@@ -170,7 +170,7 @@ class Attention(nn.Module):
         self.drop = nn.Dropout(c.dropout)
         self.kv_cache: StaticKVCache | None = None
 
-    def forward(self, x: Tensor, rope: Tensor, positions: Tensor | None, mask: Tensor | None) -> Tensor:
+    def forward(self, x: Tensor, rope: Tensor, slots: Tensor | None, mask: Tensor | None) -> Tensor:
         B, S, _ = x.shape
         c, kv = self.c, self.c.kv_heads * self.c.head_dim
         q, k, v = self.wqkv(x).split([c.dim, kv, kv], dim=-1)
@@ -178,7 +178,7 @@ class Attention(nn.Module):
         k = apply_rope(k.view(B, S, c.kv_heads, c.head_dim), rope).transpose(1, 2)
         v = v.view(B, S, c.kv_heads, c.head_dim).transpose(1, 2)
         if self.kv_cache is not None:
-            k, v = self.kv_cache.update(positions, k, v)
+            k, v = self.kv_cache.update(slots, k, v)
         if c.kv_heads != c.n_head:
             k = k.repeat_interleave(c.n_head // c.kv_heads, dim=1)
             v = v.repeat_interleave(c.n_head // c.kv_heads, dim=1)
@@ -194,8 +194,8 @@ class TransformerBlock(nn.Module):
         self.attention_norm = RMSNorm(c.dim, c.norm_eps)
         self.ffn_norm = RMSNorm(c.dim, c.norm_eps)
 
-    def forward(self, x, rope, positions, mask):
-        h = x + self.attention(self.attention_norm(x), rope, positions, mask)
+    def forward(self, x, rope, slots, mask):
+        h = x + self.attention(self.attention_norm(x), rope, slots, mask)
         return h + self.feed_forward(self.ffn_norm(h))
 
 
@@ -213,6 +213,7 @@ class LlamaGenGPT(nn.Module):
         self.output = nn.Linear(c.dim, c.vocab_size, bias=False)
         self.register_buffer("rope", rope_table_2d(c), persistent=False)
         self.prefix_valid: Tensor | None = None   # [R, S] keys a row may attend to (t2i padding)
+        self.cache_len = self.max_len             # cache slots: the sequence, then draft-tree scratch slots
         self.apply(self._init_weights)
         nn.init.zeros_(self.output.weight)
 
@@ -231,17 +232,19 @@ class LlamaGenGPT(nn.Module):
         """Class ids [B] (null = num_classes) or caption features [B, T, caption_dim] -> [B, T, C]."""
         return self.cls_embedding(cond)
 
-    def setup_caches(self, rows: int, dtype=None, prefix_valid: Tensor | None = None) -> None:
-        """Allocate the per-layer caches for rows sequences; prefix_valid [R, cls_token_num] masks
-        condition padding (a t2i caption is left-padded)."""
+    def setup_caches(self, rows: int, dtype=None, prefix_valid: Tensor | None = None, scratch: int = 0) -> None:
+        """Allocate the per-layer caches for rows sequences, with `scratch` slots past the sequence for
+        draft-tree branches; prefix_valid [R, cls_token_num] masks condition padding (a t2i caption is
+        left-padded)."""
         dtype = dtype or self.output.weight.dtype
         device = self.output.weight.device
         c = self.config
+        self.cache_len = self.max_len + scratch
         for layer in self.layers:
-            layer.attention.kv_cache = StaticKVCache(rows, c.kv_heads, self.max_len, c.head_dim, dtype, device)
+            layer.attention.kv_cache = StaticKVCache(rows, c.kv_heads, self.cache_len, c.head_dim, dtype, device)
         self.prefix_valid = None
         if prefix_valid is not None:
-            self.prefix_valid = torch.ones(rows, self.max_len, dtype=torch.bool, device=device)
+            self.prefix_valid = torch.ones(rows, self.cache_len, dtype=torch.bool, device=device)
             self.prefix_valid[:, :c.cls_token_num] = prefix_valid.to(device)
 
     def release_caches(self) -> None:
@@ -249,14 +252,21 @@ class LlamaGenGPT(nn.Module):
             layer.attention.kv_cache = None
         self.prefix_valid = None
 
-    def _run(self, h: Tensor, positions: Tensor, cached: bool) -> Tensor:
+    def caches(self) -> list[StaticKVCache]:
+        return [layer.attention.kv_cache for layer in self.layers]
+
+    def _run(self, h: Tensor, positions: Tensor, cached: bool, slots: Tensor | None = None,
+             mask: Tensor | None = None) -> Tensor:
+        """Embeddings at absolute positions (RoPE); with the cache, written at slots (the positions unless
+        given) under mask (causal over the slots unless given)."""
         rope = self.rope[positions]                                            # [B, S, D/2, 2]
-        mask = None
         if cached:
-            mask = causal_mask(positions, self.max_len, self.prefix_valid)
-            mask = mask | (torch.arange(self.max_len, device=h.device) == positions[:, None, :, None])
+            slots = positions if slots is None else slots
+            if mask is None:
+                mask = causal_mask(slots, self.cache_len, self.prefix_valid)
+                mask = mask | (torch.arange(self.cache_len, device=h.device) == slots[:, None, :, None])
         for layer in self.layers:
-            h = layer(h, rope, positions if cached else None, mask)
+            h = layer(h, rope, slots if cached else None, mask)
         return self.output(self.norm(h)).float()
 
     def prefill(self, cond_embeddings: Tensor) -> Tensor:
@@ -268,6 +278,13 @@ class LlamaGenGPT(nn.Module):
     def decode(self, tokens: Tensor, positions: Tensor) -> Tensor:
         """Image tokens [R, W] at absolute positions [R, W] -> logits [R, W, V]."""
         return self._run(self.tok_embeddings(tokens), positions, cached=True)
+
+    def decode_tree(self, tokens: Tensor, positions: Tensor, slots: Tensor, ancestors: Tensor) -> Tensor:
+        """A draft tree: tokens [R, N] at absolute positions [R, N], written at cache slots [R, N]; node i
+        attends to the cache before the first node's slot and to its ancestors (ancestors [N, N] bool,
+        see kv_cache.tree_mask) -> logits [R, N, V]."""
+        mask = tree_mask(slots, ancestors, self.cache_len, self.prefix_valid)
+        return self._run(self.tok_embeddings(tokens), positions, cached=True, slots=slots, mask=mask)
 
     def forward(self, cond_embeddings: Tensor, tokens: Tensor) -> Tensor:
         """Training: prefix [B, T, C] + image tokens [B, N] (teacher forcing, no cache) ->

@@ -48,6 +48,7 @@ class ToyGridAdapter:
         self.code_of[self.image_tokens] = torch.arange(K)
         self._buffer = None
         self._colour = None
+        self._tree = None
         self.module = self.image_decoder = torch.nn.Module()  # no weights to move
         self.default_sampling = SamplingSettings(cfg_scale=2.0, top_k=20)
 
@@ -79,7 +80,7 @@ class ToyGridAdapter:
         return torch.stack([mean if c is None else self.class_colours[int(c)] for c in conditions])
 
     # --- the adapter interface -----------------------------------------------------------------
-    def start(self, conditions, negatives, cfg: bool):
+    def start(self, conditions, negatives, cfg: bool, scratch: int = 0):
         rows = list(conditions) + (list(negatives) if negatives is not None else [None] * len(conditions)) * cfg
         self._colour = self.colours(rows)
         self._buffer = torch.zeros(len(rows), self.layout.length + 1, dtype=torch.long)
@@ -90,11 +91,29 @@ class ToyGridAdapter:
         self._buffer.scatter_(1, positions, tokens)
         return self.logits_for(self._buffer, positions + 1, self._colour)
 
+    def forward_tree(self, tokens: Tensor, positions: Tensor, ancestors: Tensor, chain: int) -> Tensor:
+        """By recompute: every node reads its own copy of the buffer with its ancestors written in (a tree's
+        ancestors cover every position from the first node's to the node's own)."""
+        R, N = tokens.shape
+        self._buffer.scatter_(1, positions[:, :chain], tokens[:, :chain])
+        self._tree = tokens, positions
+        L1 = self._buffer.shape[1]
+        own = torch.cat([self._buffer, self._buffer[:, :1]], 1)[:, None].repeat(1, N, 1)   # [R, N, L + 2]
+        # node j's token at its position in the buffer of every node it is an ancestor of (others: a spare column)
+        at = torch.where(ancestors[None], positions[:, None, :], L1)                        # [R, N, N]
+        own.scatter_(2, at, tokens[:, None, :].expand(R, N, N))
+        own = own[..., :L1]
+        logits = self.logits_for(own.flatten(0, 1), (positions + 1).reshape(-1, 1), self._colour.repeat_interleave(N, 0))
+        return logits.view(R, N, -1)
+
+    def adopt(self, nodes: Tensor) -> None:
+        tokens, positions = self._tree
+        self._buffer.scatter_(1, positions.gather(1, nodes), tokens.gather(1, nodes))
 
     def finish(self) -> None:
-        pass
+        self._tree = None
 
-    def cache_bytes(self, rows: int) -> int:
+    def cache_bytes(self, rows: int, scratch: int = 0) -> int:
         return rows * (self.layout.length + 1) * 8
 
     def codebook(self) -> Tensor:
