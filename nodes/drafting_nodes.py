@@ -5,8 +5,8 @@ from dataclasses import replace
 
 from comfy_api.latest import io
 
-from ..sjdvp_core.settings import (DRAFT_INITS, MAX_WINDOW, PAPER_STRENGTH, DrafterSettings, VPSettings,
-                                   WindowSettings)
+from ..sjdvp_core.settings import (DRAFT_INITS, MAX_TREE_DEPTH, MAX_TREE_WIDTH, MAX_WINDOW, PAPER_STRENGTH,
+                                   RECOMMENDED_TREE, DrafterSettings, TreeSettings, VPSettings, WindowSettings)
 from .legacy import LEGACY
 
 DRAFTER_DEFAULTS, VP_DEFAULTS, WINDOW_DEFAULTS = DrafterSettings(), VPSettings(), WindowSettings()
@@ -39,13 +39,21 @@ class JacobiWindow(io.ComfyNode):
                 io.Combo.Input("init", options=list(DRAFT_INITS), default=WINDOW_DEFAULTS.init,
                                tooltip="How fresh drafts start: random image tokens, or a copy of the cell to "
                                        "the left / above. All are exact."),
+                io.Int.Input("tree_width", default=RECOMMENDED_TREE.width, min=1, max=MAX_TREE_WIDTH, optional=True,
+                             tooltip="Draft tree: candidates at each of the first undecided slots (the draft, the "
+                                     "cells left of and above it, further draws). 1 = a plain chain. Exact; more "
+                                     "tokens per forward pass (nearly free on a GPU, not on a CPU)."),
+                io.Int.Input("tree_depth", default=RECOMMENDED_TREE.depth, min=1, max=MAX_TREE_DEPTH, optional=True,
+                             tooltip="How many of the first undecided slots get tree candidates."),
             ],
             outputs=[WINDOW.Output(display_name="window")],
         )
 
     @classmethod
-    def execute(cls, window, init) -> io.NodeOutput:
-        return io.NodeOutput(WindowSettings(size=window, init=init))
+    def execute(cls, window, init, tree_width=LEGACY["SJDVP_JacobiWindow"]["tree_width"],
+                tree_depth=LEGACY["SJDVP_JacobiWindow"]["tree_depth"]) -> io.NodeOutput:
+        return io.NodeOutput(WindowSettings(size=window, init=init, tree=TreeSettings(width=tree_width,
+                                                                                       depth=tree_depth)))
 
 
 class DrafterSJD(io.ComfyNode):

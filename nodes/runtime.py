@@ -115,13 +115,13 @@ def _precision(precision: str, device: torch.device) -> str:
     return "fp32"
 
 
-def prepare(model: LoadedModel, rows: int, adapter, extra: int) -> None:
+def prepare(model: LoadedModel, rows: int, adapter, extra: int, scratch: int = 0) -> None:
     """Before decoding tokens: ask ComfyUI to put the generator and the image decoder (for the live
     preview) wholly on its device (plain modules cannot be partly loaded), with room for the KV cache of
-    `rows` sequences at `adapter`'s image size and `extra` bytes of decoding state, evicting other models
-    if needed."""
-    mm.load_models_gpu([model.patcher, model.decoder_patcher], memory_required=adapter.cache_bytes(rows) + extra,
-                       force_full_load=True)
+    `rows` sequences at `adapter`'s image size (and `scratch` entries for draft trees) and `extra` bytes of
+    decoding state, evicting other models if needed."""
+    mm.load_models_gpu([model.patcher, model.decoder_patcher],
+                       memory_required=adapter.cache_bytes(rows, scratch) + extra, force_full_load=True)
 
 
 def prepare_decoder(model: LoadedModel) -> None:
@@ -163,8 +163,9 @@ class Progress:
         return Image.fromarray((partial_image(self.adapter, partial[0]) * 255).byte().numpy())
 
 
-def oom_message(error: Exception, window: int) -> RuntimeError:
-    return RuntimeError(f"out of memory while decoding ({error}). Try a smaller Jacobi window (now {window}), "
+def oom_message(error: Exception, window: int, tree_width: int = 1) -> RuntimeError:
+    tree = f" or tree width (now {tree_width})" if tree_width > 1 else ""
+    return RuntimeError(f"out of memory while decoding ({error}). Try a smaller Jacobi window (now {window}){tree}, "
                         "a lower precision (bf16/fp16) in the loader, a smaller batch, or free other models")
 
 

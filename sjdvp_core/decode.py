@@ -66,8 +66,6 @@ class JacobiDecoder:
         self.gen = torch.Generator(device=self.device).manual_seed(settings.seed)
         self.clock = _Clock(self.device, timing)
         self.tree = settings.window.tree if settings.window.tree.on and self.S > 0 else None
-        if self.tree is not None and not hasattr(adapter, "forward_tree"):
-            raise ValueError(f"{adapter.family}: this model adapter cannot score draft trees; set tree width to 1")
         d = settings.drafter   # the drafts are the argmax of log q + the window's noise: tree draws continue it
         self.same_noise = d.coupled and not d.continuation and (d.vp is None or d.vp.lossless)
 
@@ -196,10 +194,14 @@ class JacobiDecoder:
 def state_bytes(settings: DecodeSettings, layout: TokenLayout) -> int:
     """Memory the loop holds beyond the model's KV cache, for memory managers: the Window's per-slot,
     per-vocabulary-entry tensors (q; coupled drafting's noise in float64; auto's candidates; VP's history, one slot
-    wider: pbar and prev in fp32, growth in int16), doubled for the temporaries of one iteration."""
-    S, d = max(1, settings.window.size - 1), settings.drafter
+    wider: pbar and prev in fp32, growth in int16) and a draft tree's (each alternative's q, the targets of the
+    nodes past the chain, fresh noise for the draws), doubled for the temporaries of one iteration."""
+    S, d, tree = max(1, settings.window.size - 1), settings.drafter, settings.window.tree
     candidates = len(AUTO_STRENGTHS) if d.vp is not None and d.vp.auto else 0
     per_row = S * (4 * (1 + candidates) + 8 * d.coupled) + (S + 1) * (4 + 4 + 2)
+    if scratch_nodes(settings.window.size, tree):
+        levels = min(tree.depth, S)
+        per_row += 4 * (levels * (tree.width - 1) + scratch_nodes(settings.window.size, tree)) + 8 * levels
     return 2 * settings.batch_size * per_row * (layout.image_tokens.numel() + layout.special_tokens.numel())
 
 
@@ -216,6 +218,8 @@ def decode(adapter: ModelAdapter, conditions: Sequence[Any] | Any, settings: Dec
     conditions = _per_image(conditions, B, "conditions")
     negatives = None if negatives is None else _per_image(negatives, B, "negatives")
     scratch = scratch_nodes(settings.window.size, settings.window.tree)
+    if scratch and not hasattr(adapter, "forward_tree"):
+        raise ValueError(f"{adapter.family}: this model adapter cannot score draft trees; set tree width to 1")
     with torch.inference_mode():
         try:
             layout, first_logits = adapter.start(conditions, negatives, settings.sampling.uses_cfg,

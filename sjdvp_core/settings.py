@@ -76,6 +76,9 @@ class TreeSettings:
         return self.width > 1
 
 
+RECOMMENDED_TREE = TreeSettings(width=4, depth=1)   # the Jacobi Window node's default for new nodes
+
+
 @dataclass(frozen=True)
 class WindowSettings:
     """The Jacobi window: how many tokens one forward pass scores, how new drafts start, and the draft tree

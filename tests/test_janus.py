@@ -11,6 +11,7 @@ from sjdvp_core.models.hf_adapter import left_pad
 from sjdvp_core.models.janus import BOI, PAD, JanusAdapter, chat_prompt
 from sjdvp_core.registry import detect_family, list_models, load_model
 from sjdvp_core.settings import SamplingSettings, method_settings
+from tests.tree_check import assert_tree_matches_chains
 from tests.tiny_hf import (assert_greedy_sjd_equals_ar, assert_missing_files_are_named,
                            assert_windows_match_recompute, byte_bpe_tokenizer, spread_weights)
 
@@ -100,6 +101,10 @@ def test_windows_with_rollback_match_recompute(adapter):
         return model.model.generation_head(hidden[len(rows[r]) - 1:]).float()
 
     assert_windows_match_recompute(adapter, PROMPTS, True, reference)
+
+
+def test_tree_forward_equals_its_chains(adapter):
+    assert_tree_matches_chains(adapter, PROMPTS, True)
 
 
 def test_decode_image_and_codebook(adapter):

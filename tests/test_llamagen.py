@@ -5,12 +5,13 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from sjdvp_core import DecodeSettings, DrafterSettings, SamplingSettings, VPSettings, WindowSettings, decode
+from sjdvp_core import DecodeSettings, DrafterSettings, SamplingSettings, TreeSettings, VPSettings, WindowSettings, decode
 from sjdvp_core.models.checkpoint import CheckpointError
 from sjdvp_core.models.llamagen import (LlamaGenAdapter, imagenet_classes, load_gpt,
                                         load_vq)
 from sjdvp_core.models.llamagen_gpt import GPTConfig, LlamaGenGPT
 from sjdvp_core.models.llamagen_vq import LlamaGenVQ, VQConfig
+from tests.tree_check import assert_tree_matches_chains
 
 GPT_TINY = GPTConfig(dim=128, n_layer=2, n_head=2, vocab_size=64, block_size=16, num_classes=10)
 VQ_TINY = VQConfig(codebook_size=64, codebook_embed_dim=8, ch=32, ch_mult=[1, 1, 2, 2, 4], z_channels=32,
@@ -105,6 +106,10 @@ def test_window_cache_matches_full_recompute(files):
             valid = acc[r] + 1
             assert torch.allclose(logits[r, :valid], full[r, n[r]:n[r] + valid], atol=1e-4)
         n = n + torch.tensor(acc) + 1
+
+
+def test_tree_forward_equals_its_chains(files):
+    assert_tree_matches_chains(adapter(files), [1, 2, 3], True, w=6, tree=TreeSettings(width=4, depth=3))
 
 
 def test_sampled_decode_is_deterministic_and_uses_lantern_neighbours(files):

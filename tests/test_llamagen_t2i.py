@@ -10,6 +10,7 @@ from sjdvp_core.models.llamagen import LlamaGenAdapter, load_gpt, load_vq
 from sjdvp_core.models.llamagen_gpt import GPTConfig, LlamaGenGPT
 from sjdvp_core.models.t5_text import T5CaptionEncoder, left_pad
 from tests.test_llamagen import random_vq
+from tests.tree_check import assert_tree_matches_chains
 
 WORDS = ["<pad>", "</s>", "<unk>", "a", "red", "fox", "in", "the", "snow", "blue", "sky"]
 
@@ -66,6 +67,7 @@ def test_t2i_greedy_sjd_equals_ar_and_padding_is_masked(t5_folder, tmp_path):
     ar = decode(ad, prompts, DecodeSettings(window=WindowSettings(1), **kw)).tokens
     sjd = decode(ad, prompts, DecodeSettings(window=WindowSettings(8), **kw)).tokens
     assert torch.equal(ar, sjd)
+    assert_tree_matches_chains(ad, prompts, True)        # the tree mask keeps the caption padding masked
     # what sits in the masked padding does not matter
     feats, mask = ad.text_encoder(prompts)
     with torch.inference_mode():

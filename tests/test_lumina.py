@@ -17,6 +17,7 @@ from sjdvp_core.models.lumina import (IMAGE_END, IMAGE_START, REPO, ROW_END, Lum
                                       resolution_token, supported_sizes, trained_size)
 from sjdvp_core.registry import detect_family, list_models, load_model
 from sjdvp_core.settings import SamplingSettings, method_settings
+from tests.tree_check import assert_tree_matches_chains
 from tests.tiny_hf import (assert_greedy_sjd_equals_ar, assert_missing_files_are_named, assert_windows_match_recompute,
                            byte_bpe_tokenizer)
 from tests.tiny_lumina import CODES, write_lumina
@@ -152,6 +153,10 @@ def test_windows_with_rollback_match_recompute(adapter):
         return model.lm_head(model.model(input_ids=ids[None]).last_hidden_state[0, len(rows[r]) - 1:]).float()
 
     assert_windows_match_recompute(adapter, PROMPTS, True, reference)
+
+
+def test_tree_forward_equals_its_chains(adapter):
+    assert_tree_matches_chains(adapter, PROMPTS, True)
 
 
 @torch.no_grad()

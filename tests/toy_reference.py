@@ -19,14 +19,21 @@ def mixed_image_logits(toy: ToyGridAdapter, tokens, cls, cfg_scale):
     return uncond + cfg_scale * (cond - uncond)
 
 
-def image_probs(logits, top_k=0, temperature=1.0, greedy=False):
+def image_probs(logits, top_k=0, temperature=1.0, greedy=False, top_p=1.0):
     if greedy:
         return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
     logits = logits / temperature
     if top_k:
         kth = logits.topk(top_k, -1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
-    return logits.softmax(-1)
+    probs = logits.softmax(-1)
+    if top_p < 1.0:   # keep tokens, most likely first, until the kept mass exceeds top_p
+        ranked, order = probs.sort(-1, descending=True)
+        before = ranked.cumsum(-1) - ranked
+        ranked = torch.where(before > top_p, 0.0, ranked)
+        probs = torch.zeros_like(probs).scatter(-1, order, ranked)
+        probs = probs / probs.sum(-1, keepdim=True)
+    return probs
 
 
 def ar_greedy(toy: ToyGridAdapter, cls, cfg_scale=1.0):
@@ -40,7 +47,7 @@ def ar_greedy(toy: ToyGridAdapter, cls, cfg_scale=1.0):
     return tokens[0]
 
 
-def exact_distribution(toy: ToyGridAdapter, cls, cfg_scale=1.0, top_k=0):
+def exact_distribution(toy: ToyGridAdapter, cls, cfg_scale=1.0, top_k=0, top_p=1.0):
     """All image-code sequences [N, cells] and their exact probabilities [N]."""
     K, cells = toy.image_tokens.numel(), toy.layout.grid.numel()
     codes = torch.tensor(list(itertools.product(range(K), repeat=cells)))
@@ -49,7 +56,7 @@ def exact_distribution(toy: ToyGridAdapter, cls, cfg_scale=1.0, top_k=0):
     grid = toy.layout.grid.flatten()
     tokens[:, grid] = toy.image_tokens[codes]
     # logits at position j come from full_logits(... )[:, j] (the toy predicts position j directly)
-    probs = image_probs(mixed_image_logits(toy, tokens, cls, cfg_scale), top_k)
+    probs = image_probs(mixed_image_logits(toy, tokens, cls, cfg_scale), top_k, top_p=top_p)
     per_cell = probs[:, grid].gather(-1, codes[..., None]).squeeze(-1)
     return codes, per_cell.prod(-1)
 
