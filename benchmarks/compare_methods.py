@@ -12,6 +12,10 @@ it does.
     python -m benchmarks.compare_methods --model models/sjdvp/emu3-gen --device cuda --prompts 24
     torchrun --nproc_per_node 2 -m benchmarks.compare_methods ...   # runs sharded across processes
 
+Draft trees: --trees 1x1 4x1 4x2 (width x depth; a trailing "n" drops the spatial guesses, "/b" caps each
+alternative's branch at b drafts). "scored/pass" is the tokens each forward pass scored; "extra MiB" the
+memory a tree adds per image (its cache entries past the sequence and its per-candidate distributions).
+
 Writes <out>.md (table), <out>.json (everything) and <out>_*.png (plots, if matplotlib is installed).
 LANTERN's neighbour count is scaled to the codebook (its paper's 1000 of 16384 codes -> K * 1000 / 16384).
 """
@@ -28,7 +32,9 @@ from dataclasses import replace
 import torch
 
 from sjdvp_core import decode
-from sjdvp_core.settings import METHODS, method_settings
+from sjdvp_core.decode import state_bytes
+from sjdvp_core.settings import METHODS, TreeSettings, method_settings
+from sjdvp_core.tree import scratch_nodes
 
 from . import shards
 
@@ -66,13 +72,37 @@ def load_model(name: str, prompts: int, prompts_file: str = PROMPTS_T2I, device:
 DRAFTING = {"off": "independent", "on": "coupled", "continued": "coupled + continued"}   # --coupling values
 
 
-def settings_for(adapter, method: str, window: int, drafting: str, sampling, seed: int, batch_size: int = 1):
-    """drafting: off (independent draws), on (coupled), continued (coupled, and re-drafts by maximal coupling)."""
-    s = method_settings(method, window, sampling, seed, batch_size, coupled=drafting != "off")
+def parse_tree(spec: str) -> TreeSettings:
+    """"4x2" -> width 4, depth 2, with guesses; "4x2n" without; "4x2/3" branches of at most 3 drafts."""
+    spec, branch = (spec.split("/") + ["0"])[:2]
+    guesses = not spec.endswith("n")
+    width, depth = spec.rstrip("n").split("x")
+    return TreeSettings(width=int(width), depth=int(depth), guesses=guesses, branch=int(branch))
+
+
+def tree_name(tree: TreeSettings) -> str:
+    if not tree.on:
+        return "chain"
+    return f"{tree.width}x{tree.depth}" + ("" if tree.guesses else "n") + (f"/{tree.branch}" if tree.branch else "")
+
+
+def settings_for(adapter, method: str, window: int, drafting: str, tree: str, sampling, seed: int,
+                 batch_size: int = 1):
+    """drafting: off (independent draws), on (coupled), continued (coupled, and re-drafts by maximal coupling);
+    tree: a --trees spec."""
+    s = method_settings(method, window, sampling, seed, batch_size, coupled=drafting != "off", tree=parse_tree(tree))
     d = replace(s.drafter, continuation=drafting == "continued")
     if d.verifier == "lantern":
         d = replace(d, lantern_k=max(1, round(adapter.codebook().shape[0] * 1000 / 16384)))
     return replace(s, drafter=d)
+
+
+def extra_bytes(adapter, settings) -> int:
+    """Memory a draft tree adds for one image: cache entries past the sequence, and the engine's state."""
+    rows = 2 if settings.sampling.uses_cfg else 1
+    chain = replace(settings, window=replace(settings.window, tree=TreeSettings()))
+    return (adapter.cache_bytes(rows, scratch_nodes(settings.window.size, settings.window.tree)) -
+            adapter.cache_bytes(rows) + state_bytes(settings, adapter.layout) - state_bytes(chain, adapter.layout))
 
 
 def run_one(adapter, judge, cond, settings, repeats: int) -> dict:
@@ -90,6 +120,8 @@ def run_one(adapter, judge, cond, settings, repeats: int) -> dict:
         match = bool(prompt_match(judge, images, torch.tensor([adapter.class_id(cond)]))[0])
     per_iter = torch.stack(st.committed_per_iter)[:, 0].tolist() if st.committed_per_iter else []
     return dict(nfe=int(st.row_forward_passes[0]), mean_accepted=st.mean_accepted,
+                tree_tried=st.tree_tried, tree_accepted=st.tree_guess_accepted + st.tree_draw_accepted,
+                tree_guess_accepted=st.tree_guess_accepted,
                 acceptance=st.acceptance_rate, seconds=statistics.median(times), match=match,
                 entropy=st.mean_entropy, momentum=st.momentum(), vp_auto=st.vp_auto,
                 tokens_per_forward=st.tokens_per_forward,
@@ -104,8 +136,8 @@ def code_histogram_tv(a: list[list[int]], b: list[list[int]], size: int) -> floa
     return 0.5 * float((ha / ha.sum() - hb / hb.sum()).abs().sum())
 
 
-def summarise(key: tuple, runs: list[dict], ar: dict | None, codebook_size: int) -> dict:
-    method, window, drafting = key
+def summarise(key: tuple, runs: list[dict], ar: dict | None, codebook_size: int, extra: int = 0) -> dict:
+    method, window, drafting, tree = key
     nfe = statistics.mean(r["nfe"] for r in runs)
     wall = statistics.median(r["seconds"] for r in runs)
     mom = [r["momentum"] for r in runs]
@@ -120,6 +152,10 @@ def summarise(key: tuple, runs: list[dict], ar: dict | None, codebook_size: int)
     autos = [r["vp_auto"]["vp_auto_strength"] for r in runs if r["vp_auto"]]
     return dict(
         method=method, window=window, coupled=drafting != "off", drafting=drafting, runs=len(runs), nfe=nfe,
+        tree=tree_name(parse_tree(tree)), tree_width=parse_tree(tree).width, tree_depth=parse_tree(tree).depth,
+        tree_guesses=parse_tree(tree).guesses, extra_mib=extra / 2**20,
+        tree_accept_rate=(sum(r["tree_accepted"] for r in runs) / max(1, sum(r["tree_tried"] for r in runs))),
+        tree_guess_share=(sum(r["tree_guess_accepted"] for r in runs) / max(1, sum(r["tree_accepted"] for r in runs))),
         step_compression=(ar["nfe"] if ar else nfe) / nfe,
         mean_accepted=statistics.mean(r["mean_accepted"] for r in runs),
         tokens_per_forward=statistics.mean(r["tokens_per_forward"] for r in runs),
@@ -140,14 +176,17 @@ def summarise(key: tuple, runs: list[dict], ar: dict | None, codebook_size: int)
 
 def markdown(results: list[dict], header: str) -> str:
     lines = [header, "",
-             "| method | W | drafts | NFE | step compression | tokens/pass | scored/pass | acceptance | latency s (median) "
-             "| latency speed-up | ms / iteration | draft share | prompt match | TV from AR | accept if rose / not |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| method | W | drafts | tree | NFE | step compression | tokens/pass | scored/pass | extra MiB | acceptance "
+             "| tree rescues | latency s (median) | latency speed-up | ms / iteration | draft share | prompt match "
+             "| TV from AR | accept if rose / not |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         match = "-" if r["prompt_match"] is None else f"{r['prompt_match']:.2f}"
         lines.append(
-            f"| {r['method']} | {r['window']} | {DRAFTING[r['drafting']] if r['method'] != 'ar' else '-'} | {r['nfe']:.1f} | "
-            f"{r['step_compression']:.2f}x | {r['mean_accepted']:.2f} | {r['tokens_per_forward']:.1f} | {r['acceptance']:.3f} | "
+            f"| {r['method']} | {r['window']} | {DRAFTING[r['drafting']] if r['method'] != 'ar' else '-'} | {r['tree']} | "
+            f"{r['nfe']:.1f} | {r['step_compression']:.2f}x | {r['mean_accepted']:.2f} | {r['tokens_per_forward']:.1f} | "
+            f"{r['extra_mib']:.1f} | {r['acceptance']:.3f} | "
+            f"{'-' if r['tree'] == 'chain' else format(r['tree_accept_rate'], '.2f')} | "
             f"{r['wall_s']:.3f} | "
             f"{r['latency_speedup']:.2f}x | {r['iteration_ms']:.2f} | {100 * r['draft_share']:.0f}% | {match} | {r['tv_from_ar']:.3f} | "
             f"{r['accept_if_rose']:.2f} / {r['accept_if_not']:.2f} |")
@@ -165,16 +204,16 @@ def write_table(text: str, out: str | None) -> None:
 
 def main(model: str = "demo", windows=(16, 32, 64), seeds: int = 2, prompts: int = 6,
          methods=tuple(METHODS), coupling=("off", "on"), repeats: int = 1, out: str | None = None,
-         threads: int = 1, prompts_file: str = PROMPTS_T2I, device: str = "cpu") -> list[dict]:
+         threads: int = 1, prompts_file: str = PROMPTS_T2I, device: str = "cpu", trees=("1x1",)) -> list[dict]:
     torch.set_num_threads(threads)
     rank, world, device = shards.init(device)
     adapter, conditions, sampling, judge = load_model(model, prompts, prompts_file, device)
     codebook_size = adapter.codebook().shape[0]
-    configs = [("ar", 1, "off")] + [(m, W, c) for W in windows for c in coupling
-                                    for m in methods if METHODS[m] is not None]
+    configs = [("ar", 1, "off", "1x1")] + [(m, W, c, t) for W in windows for c in coupling for t in trees
+                                           for m in methods if METHODS[m] is not None]
     jobs = [(ci, cond, seed) for ci in range(len(configs)) for cond in conditions for seed in range(seeds)]
     mine = [(ci, cond, seed, run_one(adapter, judge, cond,
-                                     settings_for(adapter, *configs[ci][:3], sampling, seed), repeats))
+                                     settings_for(adapter, *configs[ci], sampling, seed), repeats))
             for ci, cond, seed in shards.take(jobs, rank, world)]
     records = shards.gather(mine, rank, world)
     if rank != 0:
@@ -183,7 +222,9 @@ def main(model: str = "demo", windows=(16, 32, 64), seeds: int = 2, prompts: int
     for ci, cond, seed, rec in sorted(records, key=lambda r: (r[0], str(r[1]), r[2])):
         by_config[ci].append(rec)
     ar = summarise(configs[0], by_config[0], None, codebook_size)
-    results = [ar] + [summarise(configs[ci], by_config[ci], ar, codebook_size) for ci in range(1, len(configs))]
+    results = [ar] + [summarise(configs[ci], by_config[ci], ar, codebook_size,
+                                extra_bytes(adapter, settings_for(adapter, *configs[ci], sampling, 0)))
+                      for ci in range(1, len(configs))]
     header = (f"model={model} conditions={len(conditions)} seeds={seeds} sampling={sampling} repeats={repeats} "
               f"processes={world} (same conditions and seeds for every method); AR entropy {ar['entropy']:.3f} nats")
     table = markdown(results, header)
@@ -214,6 +255,9 @@ if __name__ == "__main__":
     ap.add_argument("--coupling", nargs="+", default=["off", "on"], choices=list(DRAFTING),
                     help="run every method with independent (off), coupled (on) and/or coupled drafts whose "
                          "re-drafts continue by maximal coupling (continued)")
+    ap.add_argument("--trees", nargs="+", default=["1x1"],
+                    help="draft trees, width x depth (1x1 = the chain; 4x2n: no spatial guesses; 4x2/3: branches "
+                         "of at most 3 drafts)")
     ap.add_argument("--seeds", type=int, default=2, help="seeds per condition")
     ap.add_argument("--repeats", type=int, default=1, help="timed repeats of each decode (latency = median)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per process")

@@ -9,7 +9,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 
 def _label(r: dict) -> str:
-    return r["method"] + {"off": "", "on": " coupled", "continued": " continued"}[r.get("drafting", "on" if r["coupled"] else "off")]
+    tree = r.get("tree", "chain")
+    return r["method"] + {"off": "", "on": " coupled", "continued": " continued"}[r.get("drafting", "on" if r["coupled"] else "off")] + \
+        ("" if tree == "chain" else f" tree {tree}")
 
 
 def plot_all(results: list[dict], out: str) -> list[str]:

@@ -48,12 +48,12 @@ def main(samples=64, prompts=2, window=32, out=None, threads=1):
     chosen = scenes.PROMPTS[5::max(1, len(scenes.PROMPTS) // prompts)][:prompts]
     rows = []
     for prompt in chosen:
-        ar = sample(demo, judge, prompt, settings_for(demo, "ar", 1, "off", sampling, 0, samples))
-        floor = sample(demo, judge, prompt, settings_for(demo, "ar", 1, "off", sampling, 1, samples))
+        ar = sample(demo, judge, prompt, settings_for(demo, "ar", 1, "off", "1x1", sampling, 0, samples))
+        floor = sample(demo, judge, prompt, settings_for(demo, "ar", 1, "off", "1x1", sampling, 1, samples))
         rows.append((prompt, "ar (second batch)", False, *distance(floor, ar), floor["match"], ar["match"]))
         for method in METHODS:
             for coupled in (False, True):
-                x = sample(demo, judge, prompt, settings_for(demo, method, window, "on" if coupled else "off", sampling, 2, samples))
+                x = sample(demo, judge, prompt, settings_for(demo, method, window, "on" if coupled else "off", "1x1", sampling, 2, samples))
                 rows.append((prompt, method, coupled, *distance(x, ar), x["match"], ar["match"]))
                 print(rows[-1], flush=True)
     lines = [f"demo model, W={window}, {samples} images per prompt and method, prompts: {', '.join(chosen)}; "

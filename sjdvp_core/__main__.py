@@ -15,7 +15,7 @@ import torch
 from .adapter import KEEP_SIZE, at_size
 from .decode import decode
 from .registry import load_model
-from .settings import METHODS, DecodeSettings, DrafterSettings, WindowSettings, method_settings
+from .settings import METHODS, DecodeSettings, DrafterSettings, TreeSettings, WindowSettings, method_settings
 
 
 
@@ -29,7 +29,8 @@ def main(prompt: str, methods=("ar", "sjd-vp"), model: str = "demo", window: int
          seed: int = DecodeSettings().seed,
          cfg: float | None = None, top_k: int | None = None, top_p: float | None = None,
          temperature: float | None = None, out: str = "out", device: str = "cpu",
-         coupled: bool = DrafterSettings().coupled, width: int = KEEP_SIZE, height: int = KEEP_SIZE) -> list[dict]:
+         coupled: bool = DrafterSettings().coupled, width: int = KEEP_SIZE, height: int = KEEP_SIZE,
+         tree_width: int = TreeSettings().width, tree_depth: int = TreeSettings().depth) -> list[dict]:
     adapter = at_size(load_model(model, device=device), width, height)
     defaults = adapter.default_sampling
     given = dict(cfg_scale=cfg, top_k=top_k, top_p=top_p, temperature=temperature)
@@ -37,7 +38,8 @@ def main(prompt: str, methods=("ar", "sjd-vp"), model: str = "demo", window: int
     os.makedirs(out, exist_ok=True)
     rows = []
     for name in methods:
-        settings = method_settings(name, window, sampling, seed, coupled=coupled)
+        settings = method_settings(name, window, sampling, seed, coupled=coupled,
+                                   tree=TreeSettings(width=tree_width, depth=tree_depth))
         t = time.perf_counter()
         result = decode(adapter, prompt, settings)
         decode_s = time.perf_counter() - t
@@ -48,7 +50,8 @@ def main(prompt: str, methods=("ar", "sjd-vp"), model: str = "demo", window: int
         rows.append(dict(method=name, nfe=st.forward_passes, accepted=st.mean_accepted,
                          acceptance=st.acceptance_rate, seconds=decode_s, path=path, stats=st))
     base = rows[0]
-    print(f'prompt: "{prompt}"  seed {seed}  window {window}  {"coupled" if coupled else "independent"} drafts  '
+    tree = f"  draft tree {tree_width}x{tree_depth}" if tree_width > 1 else ""
+    print(f'prompt: "{prompt}"  seed {seed}  window {window}{tree}  {"coupled" if coupled else "independent"} drafts  '
           f'{sampling}  ({adapter.layout.length} tokens)')
     print(f"{'method':<12}{'forward passes':>16}{'step compression':>18}{'tokens/pass':>13}"
           f"{'acceptance':>12}{'decode s':>10}{'speed-up':>10}  image")
@@ -74,6 +77,10 @@ if __name__ == "__main__":
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--width", type=int, default=KEEP_SIZE, help="image width in pixels (Lumina-mGPT, Emu3); 0: default")
     ap.add_argument("--height", type=int, default=KEEP_SIZE, help="image height in pixels; 0: default")
+    ap.add_argument("--tree-width", dest="tree_width", type=int, default=TreeSettings().width,
+                    help="draft tree: candidates at each of the first undecided slots (1 = a chain)")
+    ap.add_argument("--tree-depth", dest="tree_depth", type=int, default=TreeSettings().depth,
+                    help="draft tree: how many of the first undecided slots branch")
     ap.add_argument("--no-coupling", dest="coupled", action="store_false",
                     help="draw each draft with fresh randomness (classic SJD) instead of coupled drafting")
     main(**vars(ap.parse_args()))

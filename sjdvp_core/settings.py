@@ -195,10 +195,11 @@ def decode_settings(drafter: DrafterSettings | None, window: WindowSettings | No
 
 
 def method_settings(method: str, window: int, sampling: SamplingSettings, seed: int = 0,
-                    batch_size: int = 1, coupled: bool = True) -> DecodeSettings:
-    """DecodeSettings for a named method (see METHODS), with or without coupled drafting (not for AR)."""
+                    batch_size: int = 1, coupled: bool = True, tree: TreeSettings = TreeSettings()) -> DecodeSettings:
+    """DecodeSettings for a named method (see METHODS), with or without coupled drafting and a draft tree
+    (neither for AR)."""
     if method not in METHODS:
         raise ValueError(f"method={method!r} is unknown: choose one of {list(METHODS)}")
     drafter = METHODS[method]
-    return decode_settings(None if drafter is None else replace(drafter, coupled=coupled), WindowSettings(window),
-                           sampling, seed, batch_size)
+    return decode_settings(None if drafter is None else replace(drafter, coupled=coupled),
+                           WindowSettings(window, tree=tree), sampling, seed, batch_size)

@@ -9,8 +9,6 @@ import os
 import pytest
 import torch
 
-from dataclasses import replace
-
 from sjdvp_core import SamplingSettings, TreeSettings, decode
 from sjdvp_core.settings import method_settings
 
@@ -53,8 +51,7 @@ def assert_greedy_sjd_equals_ar(adapter, prompts, windows=(4, 16), cfg_scales=(1
                 res = decode(adapter, prompts, method_settings(method, W, sampling, batch_size=len(prompts)))
                 assert torch.equal(res.tokens, ar.tokens), (cfg, method, W)
                 assert res.stats.forward_passes <= ar.stats.forward_passes
-        s = method_settings("sjd", windows[0], sampling, batch_size=len(prompts))
-        s = replace(s, window=replace(s.window, tree=TreeSettings(width=3, depth=2)))
+        s = method_settings("sjd", windows[0], sampling, batch_size=len(prompts), tree=TreeSettings(width=3, depth=2))
         assert torch.equal(decode(adapter, prompts, s).tokens, ar.tokens), (cfg, "tree")
     assert adapter.cache is None                     # finish() freed the KV cache
 

@@ -18,7 +18,7 @@ sys.path.insert(0, REPO)
 from sjdvp_core.catalogue import BY_NAME  # noqa: E402
 from sjdvp_core.demo import DEMO_SAMPLING  # noqa: E402
 from sjdvp_core.models import emu3, janus, llamagen, lumina  # noqa: E402
-from sjdvp_core.settings import DrafterSettings, SamplingSettings, VPSettings, WindowSettings  # noqa: E402
+from sjdvp_core.settings import RECOMMENDED_TREE, DrafterSettings, SamplingSettings, VPSettings, WindowSettings  # noqa: E402
 
 OUT = os.path.join(REPO, "workflows")
 LEGACY_JS = os.path.join(REPO, "web", "js", "legacy_values.js")
@@ -40,6 +40,11 @@ SOCKETS = {  # node type -> (socket inputs, outputs)
 _VP, _D = VPSettings(), DrafterSettings()
 VP_DEFAULTS = [_VP.growth_steps, _VP.beta, _VP.top_k, 1.0, round(_VP.max_score, 4), "auto" if _VP.auto else "fixed"]
 SJD = ("SJDVP_DrafterSJD", [_D.coupled])
+
+
+def window_widgets(window: int) -> list:
+    """The Jacobi Window node's widget values: size, init, then the draft tree a new node starts with."""
+    return [window, WindowSettings().init, RECOMMENDED_TREE.width, RECOMMENDED_TREE.depth]
 LANTERN = ("SJDVP_DrafterLANTERN", [_D.lantern_k, _D.lantern_delta, _D.coupled])
 GSD = ("SJDVP_DrafterGSD", [_D.gsd_group, _D.gsd_max_gap, _D.gsd_max_distance or 0.0, _D.coupled])
 
@@ -125,7 +130,7 @@ def decode_branch(g: Graph, model: int, window: int | None, drafter: int | None,
 def single(model: str, drafter: tuple[str, list], vp: bool, prompt: str, sampling: SamplingSettings,
            window: int = WindowSettings().size, name: str = "sjdvp", size: tuple[int, int] = (0, 0)) -> dict:
     g = Graph()
-    left = [("SJDVP_LoadModel", [model, "auto", "auto"]), ("SJDVP_JacobiWindow", [window, WindowSettings().init]),
+    left = [("SJDVP_LoadModel", [model, "auto", "auto"]), ("SJDVP_JacobiWindow", window_widgets(window)),
             drafter]
     m, w, d, *_ = column(g, 0, left + ([("SJDVP_VerificationPrediction", VP_DEFAULTS)] if vp else []))
     if vp:
@@ -140,7 +145,7 @@ def compare(model: str, prompt: str, sampling: SamplingSettings, window: int = W
     """AR, SJD and SJD-VP side by side on one model, prompt and seed, each with its report."""
     g = Graph()
     m, w, sjd, vp = column(g, 0, [("SJDVP_LoadModel", [model, "auto", "auto"]),
-                                  ("SJDVP_JacobiWindow", [window, WindowSettings().init]),
+                                  ("SJDVP_JacobiWindow", window_widgets(window)),
                                   SJD, ("SJDVP_VerificationPrediction", VP_DEFAULTS)])
     g.connect(sjd, 0, vp, "drafter")
     for row, (name, drafter) in enumerate([("AR", None), ("SJD", sjd), ("SJD-VP", vp)]):
