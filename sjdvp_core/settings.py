@@ -59,7 +59,10 @@ class SamplingSettings:
 class TreeSettings:
     """Draft trees (sjdvp_core.tree): at the first `depth` undecided slots, `width` candidates instead of
     one draft, each alternative followed by the drafts after it, all scored in one forward pass.
-    width 1 is the plain chain."""
+    width 1 is the plain chain, and the default: on the demo model width 6 takes 4.12x fewer passes than AR
+    at W = 32 against the chain's 3.32x (SJD-VP, coupled), but each pass scores ~6x the tokens, and the only
+    latency measured so far (CPU) is worse (benchmarks/results/trees.md); turn it on where wide forwards
+    are cheap (large GPUs)."""
     width: int = 1          # candidates per branching slot: the draft, then spatial guesses, then draws from q
     depth: int = 1          # branching slots, counted from the first undecided one
     guesses: bool = True    # the committed left and above neighbours as one-hot candidates
@@ -74,9 +77,6 @@ class TreeSettings:
     @property
     def on(self) -> bool:
         return self.width > 1
-
-
-RECOMMENDED_TREE = TreeSettings(width=4, depth=1)   # the Jacobi Window node's default for new nodes
 
 
 @dataclass(frozen=True)

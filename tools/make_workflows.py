@@ -18,7 +18,7 @@ sys.path.insert(0, REPO)
 from sjdvp_core.catalogue import BY_NAME  # noqa: E402
 from sjdvp_core.demo import DEMO_SAMPLING  # noqa: E402
 from sjdvp_core.models import emu3, janus, llamagen, lumina  # noqa: E402
-from sjdvp_core.settings import RECOMMENDED_TREE, DrafterSettings, SamplingSettings, VPSettings, WindowSettings  # noqa: E402
+from sjdvp_core.settings import DrafterSettings, SamplingSettings, VPSettings, WindowSettings  # noqa: E402
 
 OUT = os.path.join(REPO, "workflows")
 LEGACY_JS = os.path.join(REPO, "web", "js", "legacy_values.js")
@@ -44,7 +44,8 @@ SJD = ("SJDVP_DrafterSJD", [_D.coupled])
 
 def window_widgets(window: int) -> list:
     """The Jacobi Window node's widget values: size, init, then the draft tree a new node starts with."""
-    return [window, WindowSettings().init, RECOMMENDED_TREE.width, RECOMMENDED_TREE.depth]
+    tree = WindowSettings().tree
+    return [window, WindowSettings().init, tree.width, tree.depth]
 LANTERN = ("SJDVP_DrafterLANTERN", [_D.lantern_k, _D.lantern_delta, _D.coupled])
 GSD = ("SJDVP_DrafterGSD", [_D.gsd_group, _D.gsd_max_gap, _D.gsd_max_distance or 0.0, _D.coupled])
 

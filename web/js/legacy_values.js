@@ -16,5 +16,9 @@ export const LEGACY = {
     "width": 0,
     "height": 0,
     "sampling": "custom"
+  },
+  "SJDVP_JacobiWindow": {
+    "tree_width": 1,
+    "tree_depth": 1
   }
 };
