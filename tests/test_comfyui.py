@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(not os.path.exists(COMFY_PYTHON) and not os.envi
 # node id -> widget names in order: the contract with saved workflows (append only)
 PINNED = {
     "SJDVP_LoadModel": ["model", "precision", "device"],
-    "SJDVP_JacobiWindow": ["window", "init"],
+    "SJDVP_JacobiWindow": ["window", "init", "tree_width", "tree_depth"],
     "SJDVP_DrafterSJD": ["coupled"],
     "SJDVP_DrafterLANTERN": ["neighbours", "delta", "coupled"],
     "SJDVP_DrafterGSD": ["group", "max_gap", "max_distance", "coupled"],

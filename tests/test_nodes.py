@@ -42,6 +42,7 @@ def run(pack, demo, drafter=None, window=None, **kw):
 def test_widget_defaults_come_from_the_engine_settings(pack):
     s, d = pack["settings"], pack["drafting"]
     assert widgets(d.JacobiWindow)["window"].default == s.WindowSettings().size
+    assert widgets(d.JacobiWindow)["tree_width"].default == s.TreeSettings().width == 1
     assert widgets(d.DrafterSJD)["coupled"].default is s.DrafterSettings().coupled is True
     lantern = widgets(d.DrafterLANTERN)
     assert (lantern["neighbours"].default, lantern["delta"].default) == (s.DrafterSettings().lantern_k,
@@ -63,6 +64,15 @@ def test_execute_defaults_are_the_legacy_table(pack):
     assert d.DrafterSJD.execute().values[0].coupled is False
     vp = d.VerificationPrediction.execute(d.DrafterSJD.execute(True).values[0], 2, 0.5, 50, -0.5, 1.3863)
     assert vp.values[0].vp.strength == -0.5 and vp.values[0].coupled is True
+
+
+def test_tree_widgets_reach_the_decode(pack, demo):
+    d = pack["drafting"]
+    assert d.JacobiWindow.execute(16, "random").values[0].tree.width == 1          # saved before the widgets
+    window = d.JacobiWindow.execute(8, "random", 4, 2).values[0]
+    assert (window.tree.width, window.tree.depth) == (4, 2)
+    res = run(pack, demo, window=window, drafter=d.DrafterSJD.execute(True).values[0]).values[0].result
+    assert res.stats.tree_tried > 0 and res.stats.tokens_per_forward > 8
 
 
 def test_no_drafter_is_plain_ar_whatever_the_window(pack, demo):
