@@ -1,4 +1,4 @@
-"""Verifiers: the probability of accepting each draft, and the first rejection.
+"""Verifiers: the probability of accepting each draft, the first rejection, and the accept step (`accept`).
 
 Convention (as in DESIGN.md, and the opposite of gpt-fast's comments): p is the target, the processed
 model distribution at the draft's position given the accepted prefix; q is the distribution the draft
