@@ -30,7 +30,8 @@ def main(prompt: str, methods=("ar", "sjd-vp"), model: str = "demo", window: int
          cfg: float | None = None, top_k: int | None = None, top_p: float | None = None,
          temperature: float | None = None, out: str = "out", device: str = "cpu",
          coupled: bool = DrafterSettings().coupled, width: int = KEEP_SIZE, height: int = KEEP_SIZE,
-         tree_width: int = TreeSettings().width, tree_depth: int = TreeSettings().depth) -> list[dict]:
+         tree_width: int = TreeSettings().width, tree_depth: int = TreeSettings().depth,
+         tree_branch: int = TreeSettings().branch) -> list[dict]:
     adapter = at_size(load_model(model, device=device), width, height)
     defaults = adapter.default_sampling
     given = dict(cfg_scale=cfg, top_k=top_k, top_p=top_p, temperature=temperature)
@@ -39,7 +40,7 @@ def main(prompt: str, methods=("ar", "sjd-vp"), model: str = "demo", window: int
     rows = []
     for name in methods:
         settings = method_settings(name, window, sampling, seed, coupled=coupled,
-                                   tree=TreeSettings(width=tree_width, depth=tree_depth))
+                                   tree=TreeSettings(width=tree_width, depth=tree_depth, branch=tree_branch))
         t = time.perf_counter()
         result = decode(adapter, prompt, settings)
         decode_s = time.perf_counter() - t
@@ -81,6 +82,8 @@ if __name__ == "__main__":
                     help="draft tree: candidates at each of the first undecided slots (1 = a chain)")
     ap.add_argument("--tree-depth", dest="tree_depth", type=int, default=TreeSettings().depth,
                     help="draft tree: how many of the first undecided slots branch")
+    ap.add_argument("--tree-branch", dest="tree_branch", type=int, default=TreeSettings().branch,
+                    help="draft tree: drafts after each alternative (0 = to the window's end; fewer tokens per pass)")
     ap.add_argument("--no-coupling", dest="coupled", action="store_false",
                     help="draw each draft with fresh randomness (classic SJD) instead of coupled drafting")
     main(**vars(ap.parse_args()))
