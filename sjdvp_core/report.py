@@ -98,6 +98,11 @@ def report_text(result: DecodeResult, method: str) -> str:
         f"carried drafts accepted: {m['accept_if_rose']:.1%} when their probability had just risen, "
         f"{m['accept_if_not']:.1%} otherwise",
     ]
+    if st.tree_tried:
+        rescued = st.tree_guess_accepted + st.tree_draw_accepted
+        lines.append(f"draft tree: {st.tokens_per_forward:.0f} tokens scored per pass; where a draft was rejected "
+                     f"an alternative passed {rescued / st.tree_tried:.1%} of the time "
+                     f"({st.tree_guess_accepted} spatial guesses, {st.tree_draw_accepted} draws)")
     if st.vp_gain is not None:
         lines.append(f"verification prediction: fused drafts expected to pass {st.vp_gain:.2f}x as often "
                      "as plain ones")

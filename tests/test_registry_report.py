@@ -4,7 +4,7 @@ import os
 import pytest
 import torch
 
-from sjdvp_core import DecodeSettings, DrafterSettings, VPSettings, WindowSettings, decode
+from sjdvp_core import DecodeSettings, DrafterSettings, TreeSettings, VPSettings, WindowSettings, decode
 from sjdvp_core.models.toy import ToyGridAdapter
 from sjdvp_core.registry import detect_family, list_models, load_model, resolve_dtype
 from sjdvp_core.report import colour_ramp, commit_figure, commit_map, report_data, report_text
@@ -48,6 +48,9 @@ def test_report_text_and_commit_map():
     auto = decode(toy, 1, DecodeSettings(window=WindowSettings(8), drafter=DrafterSettings(vp=VPSettings(),
                                                                                           coupled=True)))
     assert "VP auto settled on strength" in report_text(auto, "SJD-VP")
+    assert "draft tree" not in text
+    tree = decode(toy, 1, DecodeSettings(window=WindowSettings(8, tree=TreeSettings(width=4)), batch_size=2))
+    assert "where a draft was rejected an alternative passed" in report_text(tree, "SJD")
     picture = commit_map(res, cell=2)
     assert picture.shape == (2, 8, 8, 3) and 0 <= float(picture.min()) and float(picture.max()) <= 1
     assert torch.allclose(colour_ramp(torch.tensor([0.0, 1.0])), torch.tensor([[0.27, 0.0, 0.33], [0.99, 0.91, 0.14]]))
