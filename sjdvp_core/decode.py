@@ -102,17 +102,8 @@ class JacobiDecoder:
             w = max(limit_host) + 1
             limit, active = torch.tensor(limit_host, device=dev), torch.tensor([c < end for c in n_host], device=dev)
             t0 = self.clock.now()
-            if self.tree is not None and w > 1:
-                p, k, nxt, accepted, t1 = self._tree_step(window, canvas, n, w, limit, stats, tally)
-            else:
-                stats.tokens_scored += w
-                inputs = torch.cat([canvas.gather(1, (n - 1)[:, None]), window.tokens[:, :w - 1]], 1)   # [B, w]
-                positions = ((n - 1)[:, None] + torch.arange(w, device=dev)).clamp(max=L - 1)
-                logits = self.adapter.forward(self.rows(local.vocab[inputs]), self.rows(positions))
-                t1 = self.clock.now()
-                p = self.targets(logits, n[:, None] + torch.arange(w, device=dev))               # [B, w, V]
-                k, nxt, accepted = accept(window.tokens[:, :w - 1], window.q[:, :w - 1], p, limit, self.verifier,
-                                          self.gen)
+            step = self._tree_step if self.tree is not None and w > 1 else self._chain_step
+            p, k, nxt, accepted, t1 = step(window, canvas, n, w, limit, stats, tally)
             m = k + (active & (n + k < end)).long()                                            # committed now
             at = (n + k)[:, None]
             canvas.scatter_(1, at, torch.where((m > k)[:, None], nxt[:, None], canvas.gather(1, at)))
@@ -140,11 +131,24 @@ class JacobiDecoder:
         stats.time_total = time.perf_counter() - t_start
         return DecodeResult(local.vocab[canvas[:, :L]], canvas[:, :L][:, local.grid], self.local.layout, stats)
 
+    def _chain_step(self, window, canvas: Tensor, n: Tensor, w: int, limit: Tensor, stats: DecodeStats,
+                    tally: Tally):
+        """One forward over the last committed token and w - 1 drafts, and their verification -> the targets
+        [B, w, V], drafts accepted k, the next token, each draft's outcome, and the forward's end time."""
+        dev = self.device
+        stats.tokens_scored += w
+        inputs = torch.cat([canvas.gather(1, (n - 1)[:, None]), window.tokens[:, :w - 1]], 1)      # [B, w]
+        positions = ((n - 1)[:, None] + torch.arange(w, device=dev)).clamp(max=self.local.length - 1)
+        logits = self.adapter.forward(self.rows(self.local.vocab[inputs]), self.rows(positions))
+        t1 = self.clock.now()
+        p = self.targets(logits, n[:, None] + torch.arange(w, device=dev))                       # [B, w, V]
+        k, nxt, accepted = accept(window.tokens[:, :w - 1], window.q[:, :w - 1], p, limit, self.verifier, self.gen)
+        return p, k, nxt, accepted, t1
+
     def _tree_step(self, window, canvas: Tensor, n: Tensor, w: int, limit: Tensor, stats: DecodeStats,
                    tally: Tally):
-        """One forward over a draft tree and its verification -> the targets along the path taken [B, w, V],
-        drafts accepted k, the next token, each slot's outcome, and the forward's end time. The accepted
-        alternatives are written to the canvas and their branch's cache entries kept."""
+        """The same over a draft tree (tree.py); p is along the path taken. The accepted alternatives are
+        written to the canvas and their branch's cache entries kept."""
         shape, local, dev = tree_shape(w, self.tree, self.device), self.local, self.device
         cand = propose(window, canvas, n, local, shape, self.tree.guesses, self.same_noise, self.gen)
         inputs = tree_inputs(canvas.gather(1, (n - 1)[:, None])[:, 0], window.tokens, cand, shape)
