@@ -59,3 +59,14 @@ def test_interrupt_stops_decoding(server, object_info):
     # the preview shows where decoding stopped: one is sent after the last progress message
     last_progress = max(i for i, m in enumerate(messages) if m["type"] == "progress")
     assert any(m["type"] == "binary_preview" for m in messages[last_progress:])
+
+
+def test_a_draft_tree_runs_through_the_server(server, object_info):
+    """The tree widgets (appended to Jacobi Window) reach the decode, and the report says what the tree did."""
+    prompt = to_api(load(os.path.join(REPO, "workflows", "sjdvp_demo_sjd_vp.json")), object_info)
+    window = next(v for v in prompt.values() if v["class_type"] == "SJDVP_JacobiWindow")
+    window["inputs"].update(tree_width=4, tree_depth=1, window=8)
+    history, _ = server.run(prompt)
+    assert history["status"]["status_str"] == "success", history["status"]
+    reports = [v for k, v in history["outputs"].items() if prompt[k]["class_type"] == "SJDVP_Report"]
+    assert reports and all("draft tree:" in "".join(r["text"]) for r in reports)
