@@ -203,9 +203,10 @@ def state_bytes(settings: DecodeSettings, layout: TokenLayout) -> int:
     S, d, tree = max(1, settings.window.size - 1), settings.drafter, settings.window.tree
     candidates = len(AUTO_STRENGTHS) if d.vp is not None and d.vp.auto else 0
     per_row = S * (4 * (1 + candidates) + 8 * d.coupled) + (S + 1) * (4 + 4 + 2)
-    if scratch_nodes(settings.window.size, tree):
+    scratch = scratch_nodes(settings.window.size, tree)
+    if scratch:
         levels = min(tree.depth, S)
-        per_row += 4 * (levels * (tree.width - 1) + scratch_nodes(settings.window.size, tree)) + 8 * levels
+        per_row += 4 * (levels * (tree.width - 1) + scratch) + 8 * levels
     return 2 * settings.batch_size * per_row * (layout.image_tokens.numel() + layout.special_tokens.numel())
 
 

@@ -57,6 +57,14 @@ def tree_slots(slots: Tensor, chain: int, scratch: int) -> Tensor:
     return torch.cat([slots[:, :chain], extra.expand(slots.shape[0], -1)], 1)
 
 
+def adopt_branch(caches, slots: Tensor, positions: Tensor, nodes: Tensor) -> None:
+    """After a tree forward that wrote nodes at cache slots [R, N] for position slots [R, N]: the nodes
+    [R, M] per row move to their positions' slots in every cache (a chain node is already there)."""
+    src, dst = slots.gather(1, nodes), positions.gather(1, nodes)
+    for cache in caches:
+        cache.copy_slots(src, dst)
+
+
 def tree_mask(slots: Tensor, ancestors: Tensor, max_len: int, key_valid: Tensor | None = None) -> Tensor:
     """[R, 1, N, S] bool for tree nodes at cache slots [R, N] whose first node is the chain's first: a node
     sees the committed slots before that one (valid keys only) and its ancestors' slots (ancestors [N, N],

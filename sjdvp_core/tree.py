@@ -44,8 +44,6 @@ from .target import residual, sample
 from .verify import Verifier, accept, first_rejection
 from .window import LocalLayout, Window, gather_slot
 
-GUESSES = 2   # the cell to the left, the cell above
-
 
 @dataclass(frozen=True)
 class TreeShape:
@@ -130,7 +128,7 @@ def propose(window: Window, canvas: Tensor, n: Tensor, local: LocalLayout, shape
     positions = n[:, None] + torch.arange(L, device=dev)
     taken = F.one_hot(x0, V).bool()
     tokens, qs, valid = [], [], []
-    sources = (local.left, local.above)[:min(shape.alts, GUESSES)] if guesses else ()
+    sources = (local.left, local.above)[:shape.alts] if guesses else ()
     free = local.forced_at(positions) < 0
     for table in sources:     # a cell's neighbours are committed or drafts on the path before it
         src = table[positions]

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from sjdvp_core import DecodeSettings, SamplingSettings, WindowSettings, decode
+from sjdvp_core import DecodeSettings, SamplingSettings, TreeSettings, WindowSettings, decode
 from sjdvp_core.demo import DEMO_SAMPLING, load_demo, load_judge, scenes
 from sjdvp_core.demo.judge import attribute_match
 from sjdvp_core.registry import load_model
@@ -33,6 +33,8 @@ def test_greedy_sjd_vp_equals_ar_on_the_demo(demo):
         res = decode(demo, "a blue square on snow", method_settings(method, 16, greedy))
         assert torch.equal(res.tokens, ar.tokens)
         assert res.stats.forward_passes < ar.stats.forward_passes
+    tree = decode(demo, "a blue square on snow", method_settings("sjd", 16, greedy, tree=TreeSettings(width=4, depth=2)))
+    assert torch.equal(tree.tokens, ar.tokens) and tree.stats.tree_tried > 0
 
 
 def test_demo_images_are_rgb_64px_and_match_their_prompts(demo):

@@ -81,6 +81,8 @@ def test_greedy_sjd_equals_ar_and_decodes_an_image(files):
             for drafter in (DrafterSettings(), DrafterSettings(vp=VPSettings())):
                 res = decode(ad, [3, "class 7"], DecodeSettings(window=WindowSettings(W), drafter=drafter, **kw))
                 assert torch.equal(res.tokens, ar.tokens)
+            tree = WindowSettings(W, tree=TreeSettings(width=4, depth=2))
+            assert torch.equal(decode(ad, [3, "class 7"], DecodeSettings(window=tree, **kw)).tokens, ar.tokens)
     img = ad.decode_image(ar.codes)
     assert img.shape == (2, 64, 64, 3) and img.min() >= 0 and img.max() <= 1
 

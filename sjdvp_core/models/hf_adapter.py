@@ -25,7 +25,7 @@ from transformers import __version__ as TRANSFORMERS_VERSION
 from transformers.cache_utils import Cache
 
 from ..adapter import TokenLayout
-from ..kv_cache import StaticKVCache, causal_mask, tree_mask, tree_slots
+from ..kv_cache import StaticKVCache, adopt_branch, causal_mask, tree_mask, tree_slots
 from .checkpoint import CheckpointError
 
 INDEX = "model.safetensors.index.json"
@@ -248,9 +248,7 @@ class HFAdapter:
         return self.head(hidden).float()
 
     def adopt(self, nodes: Tensor) -> None:
-        slots, at = self._tree
-        for kv in self.cache.kv.values():
-            kv.copy_slots(slots.gather(1, nodes), at.gather(1, nodes))
+        adopt_branch(self.cache.kv.values(), *self._tree, nodes)
 
     def _run(self, x: Tensor, slots: Tensor, position_ids: Tensor, mask: Tensor | None = None) -> Tensor:
         """Embeddings [R, W, C] written at cache slots [R, W] with RoPE positions [R, W] under mask
@@ -264,7 +262,6 @@ class HFAdapter:
         out = self.lm(inputs_embeds=x, attention_mask=additive, position_ids=position_ids, use_cache=True,
                       **{self._cache_arg: self.cache})
         return out.last_hidden_state
-
 
     def finish(self) -> None:
         self.cache = self.key_valid = self._tree = None

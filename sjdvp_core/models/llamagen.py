@@ -20,7 +20,7 @@ from torch import Tensor
 
 from ..adapter import TokenLayout, weights_device
 from ..settings import SamplingSettings
-from ..kv_cache import tree_slots
+from ..kv_cache import adopt_branch, tree_slots
 from .checkpoint import WEIGHT_EXT, CheckpointError, load_strict, read_state_dict
 from .llamagen_gpt import GPT_SIZES, GPTConfig, LlamaGenGPT, rope_table_2d
 from .llamagen_vq import LlamaGenVQ, VQConfig
@@ -238,9 +238,7 @@ class LlamaGenAdapter:
         return self.gpt.decode_tree(tokens, at, self._tree[0], ancestors)
 
     def adopt(self, nodes: Tensor) -> None:
-        slots, at = self._tree
-        for cache in self.gpt.caches():
-            cache.copy_slots(slots.gather(1, nodes), at.gather(1, nodes))
+        adopt_branch(self.gpt.caches(), *self._tree, nodes)
 
     def finish(self) -> None:
         self.gpt.release_caches()
