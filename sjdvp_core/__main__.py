@@ -14,9 +14,9 @@ import torch
 
 from .adapter import KEEP_SIZE, at_size
 from .decode import decode
+from .devices import default_device
 from .registry import load_model
 from .settings import METHODS, DecodeSettings, DrafterSettings, TreeSettings, WindowSettings, method_settings
-
 
 
 def save_png(image: torch.Tensor, path: str, scale: int = 4) -> None:
@@ -62,7 +62,7 @@ def main(prompt: str, methods=("ar", "sjd-vp"), model: str = "demo", window: int
     return rows
 
 
-if __name__ == "__main__":
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--prompt", default="a red circle on grass", help="what to draw (demo: colour, shape, background)")
     ap.add_argument("--methods", nargs="+", default=["ar", "sjd-vp"], choices=list(METHODS),
@@ -75,7 +75,8 @@ if __name__ == "__main__":
     ap.add_argument("--top-p", dest="top_p", type=float, help="top-p (default: the model's)")
     ap.add_argument("--temperature", type=float, help="temperature (default: the model's)")
     ap.add_argument("--out", default="out", help="folder for the PNGs")
-    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--device", default=default_device(),
+                    help=f"where to decode (default: the GPU when there is one; here {default_device()})")
     ap.add_argument("--width", type=int, default=KEEP_SIZE, help="image width in pixels (Lumina-mGPT, Emu3); 0: default")
     ap.add_argument("--height", type=int, default=KEEP_SIZE, help="image height in pixels; 0: default")
     ap.add_argument("--tree-width", dest="tree_width", type=int, default=TreeSettings().width,
@@ -86,4 +87,8 @@ if __name__ == "__main__":
                     help="draft tree: drafts after each alternative (0 = to the window's end; fewer tokens per pass)")
     ap.add_argument("--no-coupling", dest="coupled", action="store_false",
                     help="draw each draft with fresh randomness (classic SJD) instead of coupled drafting")
-    main(**vars(ap.parse_args()))
+    return ap
+
+
+if __name__ == "__main__":
+    main(**vars(parser().parse_args()))

@@ -18,6 +18,7 @@ import zipfile
 
 import torch
 
+from .devices import default_device
 from .registry import detect_family, load_model, resolve_dtype
 
 WEIGHT_FILES = (".safetensors", ".pt", ".pth", ".bin", ".ckpt")
@@ -134,6 +135,8 @@ def _lumina(rep: Report, adapter) -> None:
 
 
 def _emu3(rep: Report, adapter) -> None:
+    if adapter.vision_folder:
+        rep.ok("vision tokenizer", adapter.vision_folder)
     ids = adapter.tokenizer.encode(adapter.image_prefix)
     names = _names(adapter, ids)
     rep.ok(f"image prefix {adapter.image_prefix!r}", str(list(zip(ids, names))))
@@ -226,7 +229,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m sjdvp_core.check", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("path", help="a model folder (or LlamaGen GPT file) as it sits under models/sjdvp, or 'demo'")
-    ap.add_argument("--device", default="cpu", help="where to run the forward (default cpu)")
+    ap.add_argument("--device", default=default_device(),
+                    help=f"where to load and run the model (default: the GPU when there is one; here {default_device()})")
     ap.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16", "fp16"],
                     help="weight precision (auto: bf16 on GPUs that have it, else fp32)")
     ap.add_argument("--no-forward", dest="run_forward", action="store_false",

@@ -20,6 +20,7 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -127,10 +128,21 @@ def _network_errors() -> tuple[type[BaseException], ...]:
     return (_httpx().TransportError, errors.HfHubHTTPError, errors.OfflineModeIsEnabled)
 
 
+def select(src: Source, names, where: str) -> list[str]:
+    """The repository files (names) that src's allow patterns take, sorted; a pattern that takes none
+    means the repository changed under us (or the catalogue is wrong): refused, before any byte."""
+    from huggingface_hub.utils import filter_repo_objects
+    names = sorted(names)
+    for pattern in src.files:
+        if not list(filter_repo_objects(names, allow_patterns=[pattern])):
+            raise DownloadError(f"{where} has no file matching {pattern!r}; this version of sjdvp expects it "
+                                "there. Update sjdvp, or get the file by hand (README, Models).")
+    return list(filter_repo_objects(names, allow_patterns=list(src.files)))
+
+
 def plan(entry: Entry, endpoint: str | None = None, token: str | bool | None = None, folder: str = "") -> list[Planned]:
     """Every file of the entry with its size and hashes, from the Hub's listing (one request per repository)."""
     from huggingface_hub import HfApi, constants
-    from huggingface_hub.utils import filter_repo_objects
     endpoint = _endpoint(endpoint)
     api = HfApi(endpoint=endpoint, token=token)
     out = []
@@ -143,11 +155,7 @@ def plan(entry: Entry, endpoint: str | None = None, token: str | bool | None = N
         except _network_errors() as e:
             raise _explain(e, src.repo, endpoint, folder) from e
         files = {s.rfilename: s for s in info.siblings or []}
-        for pattern in src.files:
-            if not list(filter_repo_objects(files, allow_patterns=[pattern])):
-                raise DownloadError(f"{src.repo} at {info.sha} has no file matching {pattern!r}; this version of "
-                                    "sjdvp expects it there. Update sjdvp, or get the file by hand (README, Models).")
-        for name in filter_repo_objects(sorted(files), allow_patterns=list(src.files)):
+        for name in select(src, files, f"{src.repo} at {info.sha}"):
             s = files[name]
             out.append(Planned(src, name, src.local(name), s.lfs.size if s.lfs else (s.size or 0),
                                s.lfs.sha256 if s.lfs else None, None if s.lfs else s.blob_id, info.sha))
@@ -251,6 +259,28 @@ def _fetch(item: Planned, dest: str, endpoint: str, token, report: Callable[[int
     os.replace(part, dest)
 
 
+def still_needed(folder: str, items: list[Planned]) -> int:
+    """Bytes the download still has to write: each file not already whole in place, less its part file."""
+    need = 0
+    for item in items:
+        dest = os.path.join(folder, item.local)
+        if os.path.isfile(dest) and os.path.getsize(dest) == item.size:
+            continue                                  # verified, or there by hand: checked, not re-fetched
+        part = dest + ".part"
+        need += item.size - (min(os.path.getsize(part), item.size) if os.path.isfile(part) else 0)
+    return need
+
+
+def check_space(entry: Entry, folder: str, items: list[Planned]) -> None:
+    """Refuse before the first byte when the disk cannot hold what is left to download."""
+    need, free = still_needed(folder, items), shutil.disk_usage(folder).free
+    if need > free:
+        raise DownloadError(f"{entry.name} needs {size_text(need)} ({need:,} bytes) more in {folder}, but only "
+                            f"{size_text(free)} ({free:,} bytes) is free on that disk. Free some space, or point models/sjdvp at a larger disk "
+                            "(extra_model_paths.yaml in ComfyUI, --dir on the command line), then choose the model "
+                            "again: what is already downloaded is kept.")
+
+
 def download(entry: Entry | str, root: str, progress: Progress | None = None, endpoint: str | None = None,
              token: str | bool | None = None) -> str:
     """Download (or resume, or just verify the completeness of) entry into root; returns the model's path."""
@@ -267,6 +297,7 @@ def download(entry: Entry | str, root: str, progress: Progress | None = None, en
     os.makedirs(folder, exist_ok=True)
     state = _State(folder, entry)                     # the marker: written before any file
     items = plan(entry, endpoint, token, folder)
+    check_space(entry, folder, items)
     total = sum(i.size for i in items)
     finished = 0
     progress = progress or (lambda done, total: None)

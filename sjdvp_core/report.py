@@ -88,16 +88,21 @@ def report_text(result: DecodeResult, method: str) -> str:
     m = st.momentum()
     per_iter = torch.cat(st.committed_per_iter).float() if st.committed_per_iter else torch.zeros(1)
     split = st.time_forward + st.time_verify + st.time_draft
+    verified = int(st.slot_verified.sum()) if st.slot_verified is not None else 0
     lines = [
         f"{method}: {st.length} tokens per image in {st.forward_passes} forward passes "
         f"(AR needs {st.ar_passes}): {st.step_compression:.2f}x fewer steps",
-        f"tokens per pass: mean {st.mean_accepted:.2f}, max {int(per_iter.max())}; "
-        f"drafts accepted {st.acceptance_rate:.1%}",
+        f"tokens per pass: mean {st.mean_accepted:.2f}, max {int(per_iter.max())}"
+        + (f"; drafts accepted {st.acceptance_rate:.1%}" if verified else ""),
         f"time: {st.time_total:.2f} s" + (f" (forward {st.time_forward:.2f}, verify {st.time_verify:.2f}, "
                                          f"draft {st.time_draft:.2f})" if split else ""),
-        f"carried drafts accepted: {m['accept_if_rose']:.1%} when their probability had just risen, "
-        f"{m['accept_if_not']:.1%} otherwise",
     ]
+    if st.rose_verified and st.flat_verified:       # carried drafts are verified (never under AR)
+        lines.append(f"carried drafts accepted: {m['accept_if_rose']:.1%} when their probability had just risen, "
+                     f"{m['accept_if_not']:.1%} otherwise")
+    elif st.rose_verified or st.flat_verified:
+        rate, which = (m["accept_if_rose"], "every") if st.rose_verified else (m["accept_if_not"], "no")
+        lines.append(f"carried drafts accepted: {rate:.1%} ({which} carried draft's probability had just risen)")
     if st.tree_tried:
         rescued = st.tree_guess_accepted + st.tree_draw_accepted
         lines.append(f"draft tree: {st.tokens_per_forward:.0f} tokens scored per pass; where a draft was rejected "

@@ -101,6 +101,25 @@ def test_download_interrupted_is_not_listed_is_explained_and_resumes(hub, tmp_pa
     assert path.endswith("c2i_B_256.pt")
 
 
+def test_download_refuses_without_the_disk_space_and_counts_what_is_there(hub, tmp_path, monkeypatch):
+    """Checked before the first byte, against every file less what is already downloaded (a part file)."""
+    from collections import namedtuple
+    import sjdvp_core.download as dl
+    files = hub.repos[C2I]
+    total = len(files["c2i_B_256.pt"]) + len(files["vq_ds16_c2i.pt"])
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(dl.shutil, "disk_usage", lambda path: usage(10 ** 12, 0, total - 1))
+    with pytest.raises(DownloadError, match=r"LlamaGen-c2i-B-256 needs .* more in .*llamagen-c2i, but only .* is "
+                                            r"free on that disk. Free some space") as err:
+        download(ENTRY, str(tmp_path))
+    assert not [r for r in hub.requests if r[0] == "GET" and "/resolve/" in r[1]]      # nothing fetched
+    folder = tmp_path / "llamagen-c2i"
+    assert f"({total:,} bytes) more" in str(err.value) and f"({total - 1:,} bytes) is free" in str(err.value)
+    (folder / "vq_ds16_c2i.pt.part").write_bytes(files["vq_ds16_c2i.pt"][:1000])     # a download that stopped
+    monkeypatch.setattr(dl.shutil, "disk_usage", lambda path: usage(10 ** 12, 0, total - 1000))
+    assert download(ENTRY, str(tmp_path)).endswith("c2i_B_256.pt")
+
+
 def test_download_resumes_a_dropped_connection_within_the_run(hub, tmp_path, monkeypatch):
     import sjdvp_core.download as dl
     monkeypatch.setattr(dl, "CHUNK", 1000)                                    # whole chunks reach the file

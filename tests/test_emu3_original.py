@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -286,6 +287,27 @@ def test_original_missing_files_say_what_to_download(folders, tmp_path):
     with pytest.raises(CheckpointError, match=r"vision_tokenizer: the weights lack 1 tensors \(model\.vqmodel\.decoder"
                                               r".*BAAI/Emu3-VisionTokenizer$"):
         load_model(str(partial_vq), **SIZE)
+
+
+def test_a_vision_tokenizer_beside_the_model_under_any_name_is_found_and_named(folders, tmp_path):
+    """People download with --local-dir and name folders as they like: the one sibling whose config is an
+    Emu3 vision VQ is used (and the check says which); two are refused by name; other models are ignored."""
+    import io
+    from sjdvp_core.check import check
+    original = Path(folders[1])
+    model = _variant(original, tmp_path, "renamed", drop=["vision_tokenizer"])
+    shutil.copytree(original / "vision_tokenizer", model.parent / "Emu3-VisionTokenizer-original")
+    shutil.copytree(folders[0], model.parent / "Emu3-Gen-hf")              # another model beside: not a VQ
+    (model.parent / "notes").mkdir()
+    assert load_model(str(model), **SIZE).vision_folder == str(model.parent / "Emu3-VisionTokenizer-original")
+    out = io.StringIO()
+    assert check(str(model), run_forward=False, out=out) == 0, out.getvalue()
+    assert f"vision tokenizer: {model.parent / 'Emu3-VisionTokenizer-original'}" in out.getvalue()
+    assert sorted(list_models([str(model.parent)])) == ["Emu3-Gen", "Emu3-Gen-hf", "demo"]   # the VQs are not models
+    shutil.copytree(original / "vision_tokenizer", model.parent / "emu3-vq-copy")
+    with pytest.raises(CheckpointError, match=r"several folders beside it hold an Emu3 vision tokenizer "
+                                              r"\(Emu3-VisionTokenizer-original, emu3-vq-copy\); move the one"):
+        load_model(str(model), **SIZE)
 
 
 def test_original_folder_passes_the_check_with_its_size_string(folders):

@@ -7,6 +7,7 @@ import torch
 from sjdvp_core import DecodeSettings, DrafterSettings, TreeSettings, VPSettings, WindowSettings, decode
 from sjdvp_core.models.toy import ToyGridAdapter
 from sjdvp_core.registry import detect_family, list_models, load_model, resolve_dtype
+from sjdvp_core.settings import decode_settings
 from sjdvp_core.report import colour_ramp, commit_figure, commit_map, report_data, report_text
 from tests.test_llamagen import random_gpt, random_vq
 
@@ -51,9 +52,18 @@ def test_report_text_and_commit_map():
     assert "draft tree" not in text
     tree = decode(toy, 1, DecodeSettings(window=WindowSettings(8, tree=TreeSettings(width=4)), batch_size=2))
     assert "where a draft was rejected an alternative passed" in report_text(tree, "SJD")
+    assert "carried drafts accepted: " in text and "drafts accepted" in text.splitlines()[1]
     picture = commit_map(res, cell=2)
     assert picture.shape == (2, 8, 8, 3) and 0 <= float(picture.min()) and float(picture.max()) <= 1
     assert torch.allclose(colour_ramp(torch.tensor([0.0, 1.0])), torch.tensor([[0.27, 0.0, 0.33], [0.99, 0.91, 0.14]]))
+
+
+def test_ar_report_leaves_out_what_does_not_apply():
+    """AR verifies no drafts: no acceptance rate, no momentum line, and never a nan."""
+    toy = ToyGridAdapter(height=4, width=4)
+    text = report_text(decode(toy, 1, decode_settings(None, None, DecodeSettings().sampling)), "AR")
+    assert "nan" not in text and "drafts accepted" not in text and "carried drafts" not in text
+    assert "1.00x fewer steps" in text and "tokens per pass: mean 1.00, max 1" in text
 
 
 def test_command_line_runs_a_llamagen_folder_with_its_defaults(tmp_path, capsys):
@@ -65,6 +75,23 @@ def test_command_line_runs_a_llamagen_folder_with_its_defaults(tmp_path, capsys)
     rows = main("3", methods=("ar", "sjd-vp"), model=str(folder), window=8, out=str(tmp_path / "out"))
     assert [r["method"] for r in rows] == ["ar", "sjd-vp"] and all(os.path.isfile(r["path"]) for r in rows)
     assert "cfg_scale=4.0, temperature=1.0, top_k=2000" in capsys.readouterr().out
+
+
+def test_command_lines_default_to_the_gpu_when_there_is_one(monkeypatch):
+    """As the loader node does: `python -m sjdvp_core` and the check command pick the GPU unless told."""
+    from sjdvp_core import check as check_command
+    from sjdvp_core.__main__ import parser
+    from sjdvp_core.devices import default_device
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    assert default_device() == "cpu" and parser().parse_args([]).device == "cpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert parser().parse_args([]).device == "cuda"
+    assert parser().parse_args(["--device", "cpu"]).device == "cpu"
+    seen = {}
+    monkeypatch.setattr(check_command, "check", lambda path, device, *a, **k: seen.setdefault("device", device) and 0)
+    check_command.main(["demo", "--no-forward"])
+    assert seen["device"] == "cuda"
 
 
 def test_at_size_keeps_fixed_size_families_and_says_so():

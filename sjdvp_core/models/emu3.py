@@ -63,6 +63,7 @@ def token_grid(ratio: str, image_area: int, factor: int, max_positions: int) -> 
 
 class Emu3Adapter(SizeChoice, HFAdapter):
     family = "Emu3"
+    vision_folder: str | None = None     # where the original release's vision tokenizer was found (check says)
 
     def __init__(self, model, tokenizer: TextTokenizer, *, ratio: str = "1:1", image_area: int = IMAGE_AREA,
                  quality_suffix: str = QUALITY_SUFFIX, pixel_mean=(0.5,) * 3, pixel_std=(0.5,) * 3, device="cpu"):

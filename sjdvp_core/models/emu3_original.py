@@ -13,6 +13,7 @@ emu3/tokenizer/{configuration,modeling}_emu3visionvq.py (VQ-VAE fields and weigh
 from __future__ import annotations
 
 import base64
+import logging
 import os
 import re
 
@@ -51,6 +52,7 @@ TOKEN_FIELDS = {"pad_token_id": PAD, "bos_token_id": BOS, "eos_token_id": EOS, "
 VQ_RENAMES = [(r"\.mid\.attn_1\.norm\.", ".mid.attn_norm."), (r"\.attn\.(\d+)\.norm\.", r".attn_norms.\1."),
               (r"\.(q|k|v)\.", r".\1_proj."), (r"\.proj_out\.", ".out_proj."), (r"\.down\.", ".down_block.down."),
               (r"\.up\.", ".up_block.up."), (r"\.mid\.", ".middle_block.")]
+log = logging.getLogger(__name__)
 ATTENTION_CONV = re.compile(r"\.(q|k|v|proj_out)\.weight$")   # 1x1 convolutions there, linear layers here
 
 
@@ -70,7 +72,9 @@ def load_original(folder: str, device="cpu", dtype=torch.float32, **options) -> 
     model = build_model(hf_config(lm, vq, tokenizer, folder, vision), lm_state(folder, dtype) | vq_state(vision),
                         folder, vision, dtype)
     options.setdefault("image_area", lm["image_area"])
-    return Emu3Adapter(model, tokenizer, device=device, **pixel_stats(vision), **options)
+    adapter = Emu3Adapter(model, tokenizer, device=device, **pixel_stats(vision), **options)
+    adapter.vision_folder = vision
+    return adapter
 
 
 # --- the files ------------------------------------------------------------------------------------
@@ -96,17 +100,45 @@ def weight_files(folder: str) -> list[str]:
 
 
 def vision_folder(folder: str) -> str:
-    """The VisionTokenizer's folder: vision_tokenizer/ inside, or a sibling named Emu3-VisionTokenizer."""
+    """The VisionTokenizer's folder: vision_tokenizer/ inside, a sibling named Emu3-VisionTokenizer, or else
+    the one sibling folder (any name: people download with --local-dir) whose config.json is an Emu3
+    vision VQ."""
     inside = os.path.join(folder, VISION_FOLDER)
-    sibling = os.path.join(os.path.dirname(os.path.abspath(folder)), VISION_SIBLING)
-    for candidate in (inside, sibling):
-        if os.path.isfile(os.path.join(candidate, "config.json")):
-            if not vq_weights(candidate):
-                raise CheckpointError(f"{candidate}: missing model.safetensors. Download every file of the Hugging "
-                                      f"Face repository {VISION_REPO} into this folder")
-            return candidate
-    raise CheckpointError(f"{folder}: no Emu3 vision tokenizer (the VQ-VAE that turns tokens into pixels). Download "
-                          f"every file of the Hugging Face repository {VISION_REPO} into {inside} (or into {sibling})")
+    parent = os.path.dirname(os.path.abspath(folder))
+    sibling = os.path.join(parent, VISION_SIBLING)
+    candidates = [c for c in (inside, sibling) if os.path.isfile(os.path.join(c, "config.json"))]
+    if not candidates:
+        found = vision_siblings(folder)
+        if len(found) > 1:
+            raise CheckpointError(f"{folder}: several folders beside it hold an Emu3 vision tokenizer "
+                                  f"({', '.join(found)}); move the one to use into {inside}")
+        candidates = [os.path.join(parent, f) for f in found]
+    if not candidates:
+        raise CheckpointError(f"{folder}: no Emu3 vision tokenizer (the VQ-VAE that turns tokens into pixels). "
+                              f"Download every file of the Hugging Face repository {VISION_REPO} into {inside} "
+                              f"(or into a folder beside this one, such as {sibling})")
+    vision = candidates[0]
+    if not vq_weights(vision):
+        raise CheckpointError(f"{vision}: missing model.safetensors. Download every file of the Hugging Face "
+                              f"repository {VISION_REPO} into this folder")
+    log.info("%s: using the Emu3 vision tokenizer in %s", folder, vision)
+    return vision
+
+
+def vision_siblings(folder: str) -> list[str]:
+    """Names of the folders beside folder whose config.json says model_type Emu3VisionVQ."""
+    parent, own = os.path.dirname(os.path.abspath(folder)), os.path.basename(os.path.abspath(folder))
+    found = []
+    for name in sorted(os.listdir(parent)):
+        config = os.path.join(parent, name, "config.json")
+        if name == own or not os.path.isfile(config):
+            continue
+        try:
+            if read_json(config).get("model_type") == VISION_MODEL_TYPE:
+                found.append(name)
+        except (OSError, ValueError, AttributeError):
+            continue                                    # another model's unreadable config: not ours to judge
+    return found
 
 
 def vq_weights(vision: str) -> str | None:
