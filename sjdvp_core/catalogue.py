@@ -2,10 +2,12 @@
 folder it lands in under models/sjdvp, its size and its licence. `sjdvp_core.download` fetches an entry;
 the ComfyUI loader lists the entries that are not on disk yet ("Janus-Pro-1B (download, 4.2 GB)").
 
-Where the numbers come from: file sizes as the Hub's file pages show them (decimal GB, three significant
-figures, or exact bytes from the LFS pointers), summed; sizes we could not see are marked approximate
-(`approx=True`, shown with a "~"). Downloads are verified against the Hub's own sha256 / git hashes
-whatever this table says; the sizes here are only for the list.
+Where the numbers come from: each entry's files as the Hub's pages list them, summed; the listings are
+kept in tests/data/hub_listings.json (with the pages they were read from) and every entry is tested
+against them (patterns that match nothing, sizes). A size is exact where the pages gave bytes (Git LFS
+pointers) and approximate (`approx=True`, shown with a "~") where they gave the rounded figure the Hub
+displays. Downloads are verified against the Hub's own sha256 / git hashes whatever this table says;
+the sizes here are for the list and are not relied on (the free-space check uses the Hub's live listing).
 """
 from __future__ import annotations
 
@@ -24,9 +26,11 @@ class Source:
     which must match at least one file; they land under `into` (a subfolder of the entry's folder, "" for
     the folder itself) keeping their path in the repository unless `strip` is a leading folder to drop.
     `md5` pins files by a checksum published elsewhere (e.g. Meta's checklist.chk), on top of the Hub's
-    own hashes."""
+    own hashes. `optional` patterns are taken where the repository has them and never required (side
+    files that what `files` takes already covers)."""
     repo: str
     files: tuple[str, ...]
+    optional: tuple[str, ...] = ()
     into: str = ""
     strip: str = ""
     revision: str = "main"
@@ -84,61 +88,79 @@ CHAMELEON_TOKENIZER = Source(
     md5=(("tokenizer/vqgan.ckpt", "1a559fb5dab4d351d19496ae89da1db1"),
          ("tokenizer/vqgan.yaml", "25724c8110d6adabc9130a123b4b922e")),
     licence=CHAMELEON_LICENCE)
-CHAMELEON_CKPT = 281_270_377          # bytes, LFS pointer of Meta's vqgan.ckpt
+# Meta's vqgan.ckpt (281,270,377 bytes by its LFS pointer; Anole's copy has the same MD5) and vqgan.yaml
+CHAMELEON_BYTES = 281_270_377 + 1_490
+LUMINA_LICENCE = "its repositories declare no licence; as a fine-tune of Chameleon, Chameleon's likely applies"
 LUMINA_FILES = ("config.json", "generation_config.json", "model.safetensors.index.json", "model-*.safetensors")
 LUMINA_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+# tokenizer.json alone defines T5's tokenizer (its special tokens are T5TokenizerFast's defaults)
 FLAN_T5_XL = Source("google/flan-t5-xl", ("config.json", "model.safetensors.index.json", "model-*.safetensors",
-                                          "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                                          "spiece.model"), into="flan-t5-xl", licence=APACHE)
+                                          "tokenizer.json"),
+                    optional=("tokenizer_config.json", "special_tokens_map.json", "spiece.model"), into="flan-t5-xl",
+                    licence=APACHE)
+# sums of the Hub's listings (tests/data/hub_listings.json), the rounded figures it displays
+FLAN_T5_XL_BYTES = 11_402 * MB
+JANUS_1B_BYTES = 4_185 * MB
+JANUS_7B_BYTES = 14_845 * MB
+EMU3_BYTES = 35_053 * MB          # BAAI/Emu3-Gen and BAAI/Emu3-VisionTokenizer
+LUMINA_BYTES = 14_040 * MB          # the model's files and the text tokenizer's (768 repository)
 JANUS_FILES = ("config.json", "preprocessor_config.json", "processor_config.json", "special_tokens_map.json",
-               "tokenizer.json", "tokenizer_config.json", "pytorch_model*.bin", "pytorch_model.bin.index.json")
+               "tokenizer.json", "tokenizer_config.json")
+VQ_DS16_BYTES = 287_920_306        # vq_ds16_c2i.pt and vq_ds16_t2i.pt (the same size in both repositories)
 
 
-def _c2i(size: str, px: int, gpt_bytes: int) -> Entry:
-    """Approximate: vq_ds16_c2i.pt's size was not seen (its t2i twin's, 288 MB, is used)."""
+def _c2i(size: str, px: int, gpt_bytes: int, approx: bool = False) -> Entry:
     gpt = f"c2i_{size}_{px}.pt"
     return Entry(f"LlamaGen-c2i-{size}-{px}", "llamagen", "llamagen-c2i",
                  (Source(LLAMAGEN_C2I, (gpt, "vq_ds16_c2i.pt"), licence=MIT),),
-                 gpt_bytes + 288 * MB, MIT, approx=True, model=gpt,
+                 gpt_bytes + VQ_DS16_BYTES, MIT, approx=approx, model=gpt,
                  note="class-conditional ImageNet; GPTs share the llamagen-c2i folder and its tokenizer")
 
 
 def _t2i(stage: str, px: int) -> Entry:
+    """FLAN-T5-XL's files are known to the Hub's rounding only."""
     gpt = f"t2i_XL_{stage}_{px}.pt"
     return Entry(f"LlamaGen-t2i-XL-{px}", "llamagen", "llamagen-t2i",
                  (Source(LLAMAGEN_T2I, (gpt, "vq_ds16_t2i.pt"), licence=MIT), FLAN_T5_XL),
-                 3_111_800_170 + 287_920_306 + 11_400 * MB, f"{MIT} (LlamaGen), {APACHE} (FLAN-T5)", model=gpt,
+                 3_111_800_170 + VQ_DS16_BYTES + FLAN_T5_XL_BYTES, f"{MIT} (LlamaGen), {APACHE} (FLAN-T5)",
+                 approx=True, model=gpt,
                  note="text-to-image with google/flan-t5-xl in flan-t5-xl/; both sizes share the folder")
+
+
+def _janus(size: str, weights: tuple[str, ...], size_bytes: int) -> Entry:
+    """Janus-Pro-1B holds one pytorch_model.bin; Janus-Pro-7B an index and two shards."""
+    repo = f"deepseek-ai/Janus-Pro-{size}"
+    return Entry(f"Janus-Pro-{size}", "janus", f"Janus-Pro-{size}", (Source(repo, JANUS_FILES + weights, licence=MIT),),
+                 size_bytes, f"{MIT} (code), DeepSeek Model License (weights)", approx=True)
 
 
 def _lumina(px: int) -> Entry:
     repo = f"Alpha-VLLM/Lumina-mGPT-7B-{px}"
-    sources = [Source(repo, LUMINA_FILES, licence="see the model card")]
+    sources = [Source(repo, LUMINA_FILES, licence=LUMINA_LICENCE)]
     if px != 768:   # only the 768 repository carries the (shared) Chameleon text tokenizer files
         sources.append(Source("Alpha-VLLM/Lumina-mGPT-7B-768", LUMINA_TOKENIZER_FILES))
     else:
         sources[0] = Source(repo, LUMINA_FILES + LUMINA_TOKENIZER_FILES)
     sources.append(CHAMELEON_TOKENIZER)
     return Entry(f"Lumina-mGPT-7B-{px}", "lumina", f"Lumina-mGPT-7B-{px}", tuple(sources),
-                 14_030 * MB + 10 * MB + CHAMELEON_CKPT, f"Lumina-mGPT: see {repo}; VQGAN: {CHAMELEON_LICENCE}",
+                 LUMINA_BYTES + CHAMELEON_BYTES, approx=True,
+                 licence=f"Lumina-mGPT: {LUMINA_LICENCE}; VQGAN: {CHAMELEON_LICENCE}",
                  note=f"the VQGAN in tokenizer/ comes from GAIR/Anole-7b-v0.1, checked against Meta's MD5s; "
                       f"or use {CHAMELEON_MANUAL}")
 
 
 ENTRIES: tuple[Entry, ...] = (
-    _c2i("B", 256, 444 * MB), _c2i("B", 384, 444 * MB), _c2i("L", 256, 1_370 * MB), _c2i("L", 384, 1_370 * MB),
-    _c2i("XL", 384, 3_100 * MB),
+    _c2i("B", 256, 444 * MB, approx=True), _c2i("B", 384, 443_736_709), _c2i("L", 256, 1_371_712_314),
+    _c2i("L", 384, 1_371_860_346), _c2i("XL", 384, 3_099_048_319),
     _t2i("stage1", 256), _t2i("stage2", 512),
-    Entry("Janus-Pro-1B", "janus", "Janus-Pro-1B", (Source("deepseek-ai/Janus-Pro-1B", JANUS_FILES, licence=MIT),),
-          4_180 * MB + 5 * MB, f"{MIT} (code), DeepSeek Model License (weights)"),
-    Entry("Janus-Pro-7B", "janus", "Janus-Pro-7B", (Source("deepseek-ai/Janus-Pro-7B", JANUS_FILES, licence=MIT),),
-          14_840 * MB + 5 * MB, f"{MIT} (code), DeepSeek Model License (weights)"),
+    _janus("1B", ("pytorch_model.bin",), JANUS_1B_BYTES),
+    _janus("7B", ("pytorch_model.bin.index.json", "pytorch_model-*-of-*.bin"), JANUS_7B_BYTES),
     Entry("Emu3-Gen", "emu3", "Emu3-Gen",
           (Source("BAAI/Emu3-Gen", ("config.json", "generation_config.json", "emu3.tiktoken", "emu3_vision_tokens.txt",
                                     "tokenizer_config.json", "model.safetensors.index.json", "model-*.safetensors")),
            Source("BAAI/Emu3-VisionTokenizer", ("config.json", "preprocessor_config.json", "model.safetensors"),
                   into="vision_tokenizer")),
-          34 * GB + 1_080 * MB, APACHE, approx=True,
+          EMU3_BYTES, APACHE, approx=True,
           note="BAAI/Emu3-VisionTokenizer lands in vision_tokenizer/"),
     _lumina(512), _lumina(768), _lumina(1024),
 )

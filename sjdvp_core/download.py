@@ -137,7 +137,7 @@ def select(src: Source, names, where: str) -> list[str]:
         if not list(filter_repo_objects(names, allow_patterns=[pattern])):
             raise DownloadError(f"{where} has no file matching {pattern!r}; this version of sjdvp expects it "
                                 "there. Update sjdvp, or get the file by hand (README, Models).")
-    return list(filter_repo_objects(names, allow_patterns=list(src.files)))
+    return list(filter_repo_objects(names, allow_patterns=list(src.files + src.optional)))
 
 
 def plan(entry: Entry, endpoint: str | None = None, token: str | bool | None = None, folder: str = "") -> list[Planned]:

@@ -209,7 +209,8 @@ def test_download_catalogue_is_consistent_with_families_and_workflows():
             locals_ = {s.local(f) for s in e.sources for f in s.files}
             assert {"tokenizer.json", os.path.join("tokenizer", "vqgan.ckpt"),
                     os.path.join("tokenizer", "vqgan.yaml")} <= locals_
-    assert catalogue.find("Janus-Pro-1B").choice == "Janus-Pro-1B (download, 4.2 GB)"
+    assert catalogue.find("Janus-Pro-1B").choice == "Janus-Pro-1B (download, ~4.2 GB)"
+    assert catalogue.find("Janus-Pro-1B (download, 4.2 GB)") is catalogue.find("Janus-Pro-1B")   # saved before
     assert catalogue.find("LlamaGen-c2i-B-256").choice.endswith("(download, ~732 MB)")
     shipped = {}
     for name in os.listdir(os.path.join(REPO, "workflows")):
