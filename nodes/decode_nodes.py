@@ -37,6 +37,7 @@ class SpeculativeDecode(io.ComfyNode):
     def define_schema(cls):
         return io.Schema(
             node_id="SJDVP_SpeculativeDecode", display_name="Speculative Decode", category="sjdvp",
+            is_output_node=True,   # so ComfyUI replays its UI output (badge, last preview) when it is cached
             description="Generates image tokens with the connected drafter (SJD, LANTERN, GSD, with or without "
                         "Verification Prediction) several tokens per forward pass. With no drafter connected "
                         "it samples plain AR, token by token, for comparison.",
@@ -90,13 +91,16 @@ class SpeculativeDecode(io.ComfyNode):
         runtime.prepare(model, rows=batch_size * (2 if settings.sampling.uses_cfg else 1), adapter=adapter,
                         extra=state_bytes(settings, adapter.layout),
                         scratch=scratch_nodes(settings.window.size, settings.window.tree))
+        progress = runtime.Progress(adapter)
         try:
-            result = decode(adapter, prompt, settings, negatives=negative_prompt or None,
-                            progress=runtime.Progress(adapter))
+            result = decode(adapter, prompt, settings, negatives=negative_prompt or None, progress=progress)
         except runtime.OOM as e:
             raise runtime.oom_message(e, settings.window.size, settings.window.tree.width) from e
         method = "AR" if drafter is None else drafter.name
-        return io.NodeOutput(Tokens(model, result, method), ui=report_ui(result, method))
+        shown = report_ui(result, method)
+        if progress.final is not None:     # the last preview, kept as a temp image: a cached run shows it again
+            shown |= ui.PreviewImage(progress.final[None], cls=cls).as_dict()
+        return io.NodeOutput(Tokens(model, result, method), ui=shown)
 
 
 class DecodeImage(io.ComfyNode):
@@ -122,6 +126,7 @@ class Report(io.ComfyNode):
     def define_schema(cls):
         return io.Schema(
             node_id="SJDVP_Report", display_name="Speed-up Report", category="sjdvp",
+            is_output_node=True,   # as core's Preview as Text: a cached run replays the text and the badge
             description="How much faster decoding was than plain AR, and a picture of when each image cell "
                         "was committed: dark early, yellow late; same-coloured runs were accepted together. "
                         "The picture carries its colour scale and the speed-up; the text shows on the node.",

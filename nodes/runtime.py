@@ -28,7 +28,7 @@ def model_choices() -> list[str]:
 
 
 def model_path(name: str) -> str:
-    """The path of the model a combo value names; a catalogue entry ("Janus-Pro-1B (download, 4.2 GB)", as
+    """The path of the model a combo value names; a catalogue entry ("Janus-Pro-1B (download, ~4.2 GB)", as
     listed or as saved in a workflow) is downloaded into the first models/sjdvp folder on first use and
     found there afterwards."""
     if name == DEMO:
@@ -132,10 +132,10 @@ def prepare_decoder(model: LoadedModel) -> None:
 class Progress:
     """Engine progress -> ComfyUI's bar (counted in image tokens, and the interrupt point), with a
     throttled preview of the partly decoded image. The last preview is the finished image, or, when
-    the run is interrupted, the image as far as it got."""
+    the run is interrupted, the image as far as it got; `final` keeps the finished one ([H, W, 3], 0..1)."""
 
     def __init__(self, adapter, preview_every: float = 1.0):
-        self.adapter, self.pbar = adapter, None
+        self.adapter, self.pbar, self.final = adapter, None, None
         self.preview_every, self.last = preview_every, time.monotonic()
 
     def __call__(self, done: int, total: int, partial: torch.Tensor) -> None:
@@ -154,13 +154,16 @@ class Progress:
         now = time.monotonic()
         if done >= total or now - self.last >= self.preview_every:
             self.last = now
-            preview = ("JPEG", self._preview(partial), 512)
+            preview = ("JPEG", self._preview(partial, keep=done >= total), 512)
         self.pbar.update_absolute(done, total, preview)
 
-    def _preview(self, partial: torch.Tensor):
+    def _preview(self, partial: torch.Tensor, keep: bool = False):
         from PIL import Image
         from ..sjdvp_core.report import partial_image
-        return Image.fromarray((partial_image(self.adapter, partial[0]) * 255).byte().numpy())
+        image = partial_image(self.adapter, partial[0]).float().cpu()
+        if keep:
+            self.final = image
+        return Image.fromarray((image * 255).byte().numpy())
 
 
 def oom_message(error: Exception, window: int, tree_width: int = 1) -> RuntimeError:

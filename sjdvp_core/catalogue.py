@@ -1,6 +1,6 @@
 """The releases the loader can download, as data: for each, the Hub repositories and files it needs, the
 folder it lands in under models/sjdvp, its size and its licence. `sjdvp_core.download` fetches an entry;
-the ComfyUI loader lists the entries that are not on disk yet ("Janus-Pro-1B (download, 4.2 GB)").
+the ComfyUI loader lists the entries that are not on disk yet ("Janus-Pro-1B (download, ~4.2 GB)").
 
 Where the numbers come from: each entry's files as the Hub's pages list them, summed; the listings are
 kept in tests/data/hub_listings.json (with the pages they were read from) and every entry is tested
@@ -168,7 +168,7 @@ BY_NAME = {e.name: e for e in ENTRIES}
 
 
 def find(value: str) -> Entry | None:
-    """The entry a combo value or CLI name names: "Janus-Pro-1B", or "Janus-Pro-1B (download, 4.2 GB)" as
+    """The entry a combo value or CLI name names: "Janus-Pro-1B", or "Janus-Pro-1B (download, ~4.2 GB)" as
     saved in a workflow (whatever size it shows: sizes may be corrected between versions)."""
     m = DOWNLOAD.match(value)
     return BY_NAME.get(m.group("name") if m else value)

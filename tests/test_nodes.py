@@ -82,6 +82,22 @@ def test_no_drafter_is_plain_ar_whatever_the_window(pack, demo):
     assert run(pack, demo).values[0].method == "AR"
 
 
+def test_decode_and_report_replay_their_ui_when_cached(pack, demo):
+    """Output nodes, so ComfyUI re-sends their UI output for a cached run (it replays only output nodes'):
+    the report, its figures for the badge and, for Speculative Decode, the last preview as a temp image,
+    which is the finished image."""
+    decode_nodes = pack["decode"]
+    assert decode_nodes.SpeculativeDecode.define_schema().is_output_node
+    assert decode_nodes.Report.define_schema().is_output_node
+    out = run(pack, demo, drafter=pack["drafting"].DrafterSJD.execute(True).values[0])
+    assert "forward passes" in out.ui["text"][0] and out.ui["sjdvp_report"][0]["step_compression"] > 1
+    [shown] = out.ui["images"]
+    image = decode_nodes.DecodeImage.execute(out.values[0]).values[0]
+    assert shown["type"] == "temp" and torch.allclose(shown["tensor"], image[:1], atol=1e-5)
+    report = decode_nodes.Report.execute(out.values[0])
+    assert report.ui["text"] == out.ui["text"] and "images" not in report.ui
+
+
 def test_seed_is_folded_into_the_generators_range(pack, demo):
     sjd = pack["drafting"].DrafterSJD.execute(True).values[0]
     big = run(pack, demo, drafter=sjd, seed=2 ** 64 - 1).values[0].result
@@ -158,9 +174,9 @@ class RecordingBar:
 def test_download_choices_list_catalogue_entries_with_sizes(pack):
     choices = pack["runtime"].model_choices()
     assert choices[0] == "demo"
-    assert "Janus-Pro-1B (download, 4.2 GB)" in choices and "Lumina-mGPT-7B-768 (download, 14.3 GB)" in choices
+    assert "Janus-Pro-1B (download, ~4.2 GB)" in choices and "Lumina-mGPT-7B-768 (download, ~14.3 GB)" in choices
     model = widgets(pack["nodes"].LoadModel)["model"]
-    assert model.options[0] == "demo" and "Janus-Pro-7B (download, 14.8 GB)" in model.options
+    assert model.options[0] == "demo" and "Janus-Pro-7B (download, ~14.8 GB)" in model.options
 
 
 def test_download_on_first_run_counts_bytes_and_the_saved_value_keeps_working(pack, fake_hub, monkeypatch):
@@ -208,5 +224,5 @@ def test_download_stops_on_interrupt_and_resumes(pack, fake_hub, monkeypatch):
 
 
 def test_download_missing_folder_names_the_catalogue_entry(pack):
-    with pytest.raises(FileNotFoundError, match=r"choose 'Janus-Pro-7B \(download, 14.8 GB\)'"):
+    with pytest.raises(FileNotFoundError, match=r"choose 'Janus-Pro-7B \(download, ~14.8 GB\)'"):
         pack["runtime"].model_path("Janus-Pro-7B")

@@ -42,6 +42,17 @@ class _PreviewText:
         return {"text": [self.text]}
 
 
+class _PreviewImage:
+    """Core saves a temp PNG per image; the stub keeps the tensor where the file name would be."""
+    def __init__(self, image, animated: bool = False, cls=None):
+        assert image.ndim == 4 and image.shape[-1] == 3, image.shape
+        self.image, self.animated = image, animated
+
+    def as_dict(self) -> dict:
+        return {"images": [{"filename": "ComfyUI_temp_00001_.png", "subfolder": "", "type": "temp",
+                            "tensor": self.image}], "animated": (self.animated,)}
+
+
 class MemoryManager(types.ModuleType):
     """comfy.model_management: records every load_models_gpu call."""
     OOM_EXCEPTION = type("OutOfMemoryError", (RuntimeError,), {})
@@ -115,7 +126,7 @@ def install(models_root: str | None = None) -> MemoryManager:
     io.Custom, io.Schema, io.NodeOutput = _Socket, (lambda **kw: SimpleNamespace(**kw)), NodeOutput
     io.ComfyNode = type("ComfyNode", (), {})
     ui = types.ModuleType("comfy_api.latest.ui")
-    ui.PreviewText = _PreviewText
+    ui.PreviewText, ui.PreviewImage = _PreviewText, _PreviewImage
     latest = types.ModuleType("comfy_api.latest")
     latest.io, latest.ui, latest.ComfyExtension = io, ui, type("ComfyExtension", (), {})
     api = types.ModuleType("comfy_api")
