@@ -38,27 +38,45 @@ def test_demo_workflows_run_with_progress_and_save_images(path, server, object_i
     assert all(r["sjdvp_report"][0]["step_compression"] >= 1 and r["sjdvp_report"][0]["ar_passes"] == 256 for r in reports)
     reports = [v for k, v in history["outputs"].items() if prompt[k]["class_type"] == "SJDVP_Report"]
     assert reports and all("forward passes" in "".join(r["text"]) for r in reports)
-    # the same prompt again is served from the cache
+    # the same prompt again is served from the cache, and what the browser shows comes back: ComfyUI
+    # replays the UI output of cached output nodes (the report, the badge's figures, the last preview)
     _, again = server.run(prompt, workflow)
     cached = [m["data"]["nodes"] for m in again if m["type"] == "execution_cached"]
     assert cached and set(prompt) <= set(cached[0])
+    replayed = {m["data"]["node"]: m["data"]["output"] for m in again if m["type"] == "executed"}
+    first = {m["data"]["node"]: m["data"]["output"] for m in messages if m["type"] == "executed"}
+    ours = [k for k, v in prompt.items() if v["class_type"] in ("SJDVP_Report", "SJDVP_SpeculativeDecode")]
+    assert ours and all(replayed[k] == first[k] and replayed[k]["sjdvp_report"] for k in ours)
+    assert all(replayed[k]["images"] for k in ours if prompt[k]["class_type"] == "SJDVP_SpeculativeDecode")
 
 
-def test_interrupt_stops_decoding(server, object_info):
+def test_interrupt_stops_decoding_and_the_next_run_is_whole(server, object_info):
+    """An interrupt that arrives while tokens are being decoded stops the decode there (not after it), the
+    preview shows how far it got, and the next run of the same prompt decodes the whole image."""
     prompt = to_api(load(os.path.join(REPO, "workflows", "sjdvp_demo_sjd_vp.json")), object_info)
-    decode = next(v for v in prompt.values() if v["class_type"] == "SJDVP_SpeculativeDecode")
-    decode["inputs"].update(batch_size=32, seed=12345)
-    del decode["inputs"]["drafter"]                          # plain AR: 256 passes, slow enough
+    decode = next(k for k, v in prompt.items() if v["class_type"] == "SJDVP_SpeculativeDecode")
+    prompt[decode]["inputs"].update(batch_size=32, seed=12345)
+    del prompt[decode]["inputs"]["drafter"]                  # plain AR: 256 passes of 64 rows, seconds long
+    sent = []
 
     def on_message(msg):
-        if msg["type"] == "progress":
+        if msg["type"] == "progress" and msg["data"]["node"] == decode and not sent:
+            sent.append(msg["data"]["value"])
             threading.Thread(target=server.post, args=("/interrupt",)).start()
 
     history, messages = server.run(prompt, on_message=on_message)
-    assert any(m["type"] == "execution_interrupted" for m in messages)
+    assert sent and any(m["type"] == "execution_interrupted" for m in messages)
+    progress = [m["data"] for m in messages if m["type"] == "progress" and m["data"]["node"] == decode]
+    assert progress[-1]["value"] < progress[-1]["max"], "the decode finished before the interrupt reached it"
+    assert decode not in {m["data"]["node"] for m in messages if m["type"] == "executed"}
     # the preview shows where decoding stopped: one is sent after the last progress message
     last_progress = max(i for i, m in enumerate(messages) if m["type"] == "progress")
     assert any(m["type"] == "binary_preview" for m in messages[last_progress:])
+    history, messages = server.run(prompt)
+    assert history["status"]["status_str"] == "success", history["status"]
+    last = [m["data"] for m in messages if m["type"] == "progress" and m["data"]["node"] == decode][-1]
+    assert last["value"] == last["max"] == 32 * 256                  # image tokens of the whole batch
+    assert history["outputs"][decode]["sjdvp_report"][0]["forward_passes"] == 256
 
 
 def test_a_draft_tree_runs_through_the_server(server, object_info):

@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { readFileSync } from "node:fs";
 
-import { badgeText, reportOf, reportText } from "../../web/js/report.js";
+import { badgeText, nodeForOutputKey, reportOf, reportText } from "../../web/js/report.js";
 
 // a Speed-up Report node's UI output (nodes/decode_nodes.py report_ui), written by tests/test_web.py
 const MESSAGE = JSON.parse(readFileSync(process.env.SJDVP_REPORT, "utf8"));
@@ -23,4 +23,20 @@ test("no figures, no badge", () => {
   assert.equal(reportOf({ text: ["old server"] }), null);
   assert.equal(badgeText(null), null);
   assert.equal(badgeText({ step_compression: Number.NaN }), null);
+});
+
+test("an output key finds its node: locator ids, subgraph locators, execution ids", () => {
+  const graph = (nodes, subgraphs) => ({
+    getNodeById: (id) => nodes[String(id)] ?? null, subgraphs: new Map(Object.entries(subgraphs ?? {})),
+  });
+  const inner = { type: "SJDVP_Report" };
+  const sub = graph({ 8: inner });
+  const root = graph({ 3: { type: "SJDVP_SpeculativeDecode" }, 12: { type: "subgraph", subgraph: sub } },
+    { "5d0c-uuid": sub });
+  assert.equal(nodeForOutputKey(root, "3").type, "SJDVP_SpeculativeDecode");
+  assert.equal(nodeForOutputKey(root, 3).type, "SJDVP_SpeculativeDecode");
+  assert.equal(nodeForOutputKey(root, "5d0c-uuid:8"), inner);     // a locator id inside a subgraph
+  assert.equal(nodeForOutputKey(root, "12:8"), inner);            // an execution id (frontend 1.32)
+  assert.equal(nodeForOutputKey(root, "99"), null);
+  assert.equal(nodeForOutputKey(root, "7:8"), null);
 });

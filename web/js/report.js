@@ -20,3 +20,15 @@ export function reportText(message) {
   const text = message?.text;
   return Array.isArray(text) ? text.join("\n\n") : (text ?? "");
 }
+
+// A key of the frontend's node outputs -> the node, in the root graph given: a locator id ("8"; inside a
+// subgraph "<subgraph uuid>:8") or, in frontend 1.32's per-workflow store, an execution id ("12:8": the
+// subgraph node's id on the way down, then the node's own).
+export function nodeForOutputKey(root, key) {
+  const parts = String(key).split(":");
+  const id = parts.pop();
+  let graph = root;
+  if (parts.length === 1 && root?.subgraphs?.get?.(parts[0])) graph = root.subgraphs.get(parts[0]);
+  else for (const part of parts) graph = graph?.getNodeById?.(part)?.subgraph;
+  return graph?.getNodeById?.(id) ?? null;
+}

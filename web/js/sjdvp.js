@@ -6,9 +6,11 @@
 //    canvas draws it as a litegraph node badge. The Vue node renderer ("Nodes 2.0") reads node badges
 //    once when it mounts a node (frontend 1.58: measured), so after a run it gets a chip in the node's
 //    header instead.
+//  - Both come back when ComfyUI replays a cached run (the nodes are output nodes, so it re-sends their
+//    UI output) and when the frontend restores outputs itself (a tab reopened, a queue entry loaded).
 import { app } from "../../../scripts/app.js";
 import { LEGACY, legacyValues } from "./legacy.js";
-import { badgeText, reportOf, reportText } from "./report.js";
+import { badgeText, nodeForOutputKey, reportOf, reportText } from "./report.js";
 
 const NODES = new Set(["SJDVP_SpeculativeDecode", "SJDVP_Report"]);
 const REPORT_BOX = "report";
@@ -67,8 +69,25 @@ function headerChip(node) {
   chip.textContent = node.sjdvpBadge;
 }
 
+// What a node shows, from its UI output: an "executed" message (a run, or ComfyUI replaying a cached
+// output node's output) or outputs the frontend put back itself.
+function applyOutput(node, message) {
+  if (!message) return;
+  const box = node.widgets?.find((w) => w.name === REPORT_BOX);
+  if (box) box.value = reportText(message);
+  showBadge(node, badgeText(reportOf(message)));
+}
+
 app.registerExtension({
   name: "sjdvp.SpeedBadge",
+  // Outputs put back without an "executed" message (a workflow tab opened again, a queue or history
+  // entry loaded): frontends 1.32 to 1.58 assign app.nodeOutputs and call this hook, never onExecuted.
+  onNodeOutputsUpdated(outputs) {
+    for (const [key, output] of Object.entries(outputs ?? {})) {
+      const node = nodeForOutputKey(app.rootGraph ?? app.graph, key);
+      if (node && NODES.has(node.type)) applyOutput(node, output);
+    }
+  },
   async beforeRegisterNodeDef(nodeType, nodeData) {
     if (nodeData.name in LEGACY) {
       const onConfigure = nodeType.prototype.onConfigure;
@@ -93,9 +112,7 @@ app.registerExtension({
     const onExecuted = nodeType.prototype.onExecuted;
     nodeType.prototype.onExecuted = function (message) {
       onExecuted?.apply(this, arguments);
-      const box = this.widgets?.find((w) => w.name === REPORT_BOX);
-      if (box) box.value = reportText(message);
-      showBadge(this, badgeText(reportOf(message)));
+      applyOutput(this, message);
     };
   },
 });
