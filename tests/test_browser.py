@@ -6,7 +6,9 @@ with the frontend it ships (1.32.9) and the newest frontend package (--front-end
   the Vue node renderer;
 - the demo workflows run with the Run shortcut: the image shown in Save Image, the report text on
   the Speed-up Report node, the speed-up badge on Speculative Decode and Report, and Speculative
-  Decode's last preview the finished image; in both renderers.
+  Decode's last preview the finished image; in both renderers;
+- the same run again (every node cached) and in a new page: the report, the badges and the preview come
+  back (ComfyUI replays cached output nodes' UI output).
 
 Screenshots go to .cache/screenshots/. Without Chromium or Playwright these tests skip with what to
 install, except under CI, where they fail."""
@@ -56,21 +58,27 @@ def ui(request, playwright_browser, tmp_path_factory):
         args += ["--front-end-root", B.frontend_root(version)]
     server = ComfyServer(workdir, python=COMFY_PYTHON, args=args).start()
     context = playwright_browser.new_context(viewport={"width": 1600, "height": 1000})
-    page = context.new_page()
-    page.set_default_timeout(60_000)
     errors = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     try:
-        page.goto(server.url)
-        page.wait_for_function("window.app?.graph && window.app.extensionManager && window.comfyAPI?.api", timeout=90_000)
-        assert page.evaluate("window.__COMFYUI_FRONTEND_VERSION__") == version
+        page = open_page(context, server, version, errors)
         yield version, server, page
         ours = [e for e in errors if "sjdvp" in e.lower()]
         assert not ours, ours                                   # the extension loads and runs cleanly
     finally:
         context.close()
         server.stop()
+
+
+def open_page(context, server, version: str, errors: list):
+    """A new page on the server, the app loaded; its errors are collected into errors."""
+    page = context.new_page()
+    page.set_default_timeout(60_000)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.goto(server.url)
+    page.wait_for_function("window.app?.graph && window.app.extensionManager && window.comfyAPI?.api", timeout=90_000)
+    assert page.evaluate("window.__COMFYUI_FRONTEND_VERSION__") == version
+    return page
 
 
 def use_renderer(page, vue: bool) -> None:
@@ -133,7 +141,9 @@ def speedup(state: dict) -> dict | None:
     return state if state["speedup"] else None
 
 
-def run_and_check(page, path: str, vue: bool, seed: int, label: str) -> None:
+def run_and_check(page, path: str, vue: bool, seed: int, label: str, cached: bool = False) -> None:
+    """Drop the workflow with this seed, run it, and check what the artist sees; cached: the server had
+    every node of it cached (the same workflow and seed ran before), so nothing was decoded again."""
     workflow = json.load(open(path))
     for node in workflow["nodes"]:
         if node["type"] == "SJDVP_SpeculativeDecode":
@@ -145,6 +155,8 @@ def run_and_check(page, path: str, vue: bool, seed: int, label: str) -> None:
     page.keyboard.press("Control+Enter")
     end = B.wait_for(page, lambda: page.evaluate("window.__sjdvpEnd"), RUN_TIMEOUT, "the run to end")
     assert end["type"] == "execution_success", end
+    if cached:
+        assert {str(n["id"]) for n in workflow["nodes"]} <= set(page.evaluate("window.__sjdvpCached")), "not cached"
     fit(page)                                         # every node on screen: drawn, its images loaded
 
     by_id = {n["id"]: n for n in workflow["nodes"]}
@@ -187,3 +199,23 @@ def test_demo_in_the_vue_node_renderer(ui):
     path = os.path.join(REPO, "workflows", "sjdvp_demo_sjd_vp.json")
     run_and_check(page, path, vue=True, seed=2, label=f"{version}-vue-{name(path)}")
     use_renderer(page, False)
+
+
+def test_a_cached_run_and_a_new_page_show_the_report(ui):
+    """Run a workflow, run it again (every node cached), and run it in a new page (cached too): each time
+    the report text, both badges and Speculative Decode's preview are there, as after a real run."""
+    version, server, page = ui
+    path = os.path.join(REPO, "workflows", "sjdvp_demo_sjd_vp.json")
+    run_and_check(page, path, vue=False, seed=3, label=f"{version}-cached-first")
+    run_and_check(page, path, vue=False, seed=3, label=f"{version}-cached-again", cached=True)
+    errors = []
+    other = open_page(page.context, server, version, errors)
+    try:
+        run_and_check(other, path, vue=False, seed=3, label=f"{version}-cached-new-page", cached=True)
+        use_renderer(other, True)
+        run_and_check(other, path, vue=True, seed=3, label=f"{version}-cached-new-page-vue", cached=True)
+        use_renderer(other, False)
+    finally:
+        other.close()
+    ours = [e for e in errors if "sjdvp" in e.lower()]
+    assert not ours, ours

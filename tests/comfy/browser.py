@@ -79,10 +79,12 @@ DROP = """([text, name]) => {
 LISTEN = """() => {
   const api = window.comfyAPI.api.api;
   window.__sjdvpEnd = null;
+  window.__sjdvpCached = [];
   if (window.__sjdvpListening) return;
   window.__sjdvpListening = true;
   for (const type of ['execution_success', 'execution_error', 'execution_interrupted'])
     api.addEventListener(type, (e) => { window.__sjdvpEnd = {type, detail: e.detail}; });
+  api.addEventListener('execution_cached', (e) => { window.__sjdvpCached = (e.detail.nodes ?? []).map(String); });
 }"""
 
 # Each node's box on screen (Vue renderer: its DOM element) or on the canvas (classic: litegraph's
