@@ -44,8 +44,8 @@ FAMILIES = {
                     "tokenizer.json, *.safetensors)", "janus:load_janus", ("janus", "multi_modality")),
     "emu3": Family("an Emu3 folder, as released (all files of BAAI/Emu3-Gen: config.json, emu3.tiktoken, "
                    "emu3_vision_tokens.txt, model.safetensors.index.json and its shards; with all files of "
-                   "BAAI/Emu3-VisionTokenizer in its vision_tokenizer/ folder or in a sibling folder named "
-                   "Emu3-VisionTokenizer) or in transformers format (all files of BAAI/Emu3-Gen-hf: config.json, "
+                   "BAAI/Emu3-VisionTokenizer in its vision_tokenizer/ folder or in a folder beside it, any "
+                   "name) or in transformers format (all files of BAAI/Emu3-Gen-hf: config.json, "
                    "tokenizer.json, model.safetensors.index.json and its model-*.safetensors shards)",
                    "emu3:load_emu3", ("emu3", "Emu3"), options=True),
     "lumina": Family("a Lumina-mGPT 1.0 folder (all files of Alpha-VLLM/Lumina-mGPT-7B-512, -768 or -1024: "
