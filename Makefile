@@ -1,12 +1,14 @@
 # One command per job; each sets up what it needs first.
 #   make demo   the built-in demo model: AR vs SJD vs SJD-VP images and the speed-up report
 #   make test   the test suite, including a real ComfyUI server (a second venv, .venv-comfy) and a real
-#               browser on it (Chromium from apt, Playwright from pip)
+#               browser on it (Chromium from apt, Playwright from pip), and the linter
+#   make test-fast  the engine, models, nodes (in-process) and lint: no ComfyUI server, no browser, no
+#               many-sample law tests (pytest markers comfyui, browser, statistical)
 PY ?= python3
 BIN := .venv/bin
 COMFY := .venv-comfy/bin
 
-.PHONY: setup setup-comfy setup-browser demo test bench workflows clean
+.PHONY: setup setup-comfy setup-browser demo test test-fast lint bench workflows clean
 
 $(BIN)/.installed: requirements.txt requirements-dev.txt
 	$(PY) -m venv .venv
@@ -39,8 +41,14 @@ setup-browser:
 demo: setup
 	$(BIN)/python -m sjdvp_core --prompt "a red circle on grass" --methods ar sjd sjd-vp --window 32 --out out
 
-test: setup setup-comfy setup-browser
+test: setup setup-comfy setup-browser lint
 	$(BIN)/python -m pytest -q tests
+
+test-fast: setup lint
+	$(BIN)/python -m pytest -q -m "not comfyui and not browser and not statistical" tests
+
+lint: setup
+	$(BIN)/ruff check .
 
 bench: setup
 	$(BIN)/python -m benchmarks.compare_methods --model demo --out benchmarks/results/demo

@@ -171,24 +171,26 @@ def summarise(key: tuple, runs: list[dict], ar: dict | None, codebook_size: int,
         vp_auto_strengths=autos,
         slot_acceptance=[a if n >= MIN_VERIFIED else None for a, n in
                          zip((accepted / verified.clamp_min(1)).tolist(), verified.tolist())],
-        committed_cumulative=cumulative, codes=[r["codes"] for r in runs], entropy=statistics.mean(r["entropy"] for r in runs))
+        committed_cumulative=cumulative, codes=[r["codes"] for r in runs],
+        entropy=statistics.mean(r["entropy"] for r in runs))
 
 
 def markdown(results: list[dict], header: str) -> str:
     lines = [header, "",
-             "| method | W | drafts | tree | NFE | step compression | tokens/pass | scored/pass | extra MiB | acceptance "
-             "| tree rescues | latency s (median) | latency speed-up | ms / iteration | draft share | prompt match "
-             "| TV from AR | accept if rose / not |",
+             "| method | W | drafts | tree | NFE | step compression | tokens/pass | scored/pass | extra MiB "
+             "| acceptance | tree rescues | latency s (median) | latency speed-up | ms / iteration | draft share "
+             "| prompt match | TV from AR | accept if rose / not |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         match = "-" if r["prompt_match"] is None else f"{r['prompt_match']:.2f}"
+        drafts = DRAFTING[r['drafting']] if r['method'] != 'ar' else '-'
+        rescues = '-' if r['tree'] == 'chain' else format(r['tree_accept_rate'], '.2f')
         lines.append(
-            f"| {r['method']} | {r['window']} | {DRAFTING[r['drafting']] if r['method'] != 'ar' else '-'} | {r['tree']} | "
-            f"{r['nfe']:.1f} | {r['step_compression']:.2f}x | {r['mean_accepted']:.2f} | {r['tokens_per_forward']:.1f} | "
-            f"{r['extra_mib']:.1f} | {r['acceptance']:.3f} | "
-            f"{'-' if r['tree'] == 'chain' else format(r['tree_accept_rate'], '.2f')} | "
-            f"{r['wall_s']:.3f} | "
-            f"{r['latency_speedup']:.2f}x | {r['iteration_ms']:.2f} | {100 * r['draft_share']:.0f}% | {match} | {r['tv_from_ar']:.3f} | "
+            f"| {r['method']} | {r['window']} | {drafts} | {r['tree']} | "
+            f"{r['nfe']:.1f} | {r['step_compression']:.2f}x | {r['mean_accepted']:.2f} | "
+            f"{r['tokens_per_forward']:.1f} | {r['extra_mib']:.1f} | {r['acceptance']:.3f} | {rescues} | "
+            f"{r['wall_s']:.3f} | {r['latency_speedup']:.2f}x | {r['iteration_ms']:.2f} | "
+            f"{100 * r['draft_share']:.0f}% | {match} | {r['tv_from_ar']:.3f} | "
             f"{r['accept_if_rose']:.2f} / {r['accept_if_not']:.2f} |")
     return "\n".join(lines) + "\n"
 
@@ -219,7 +221,7 @@ def main(model: str = "demo", windows=(16, 32, 64), seeds: int = 2, prompts: int
     if rank != 0:
         return []
     by_config = {ci: [] for ci in range(len(configs))}
-    for ci, cond, seed, rec in sorted(records, key=lambda r: (r[0], str(r[1]), r[2])):
+    for ci, _cond, _seed, rec in sorted(records, key=lambda r: (r[0], str(r[1]), r[2])):
         by_config[ci].append(rec)
     ar = summarise(configs[0], by_config[0], None, codebook_size)
     results = [ar] + [summarise(configs[ci], by_config[ci], ar, codebook_size,
@@ -244,7 +246,8 @@ def main(model: str = "demo", windows=(16, 32, 64), seeds: int = 2, prompts: int
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="demo",
-                    help="toy (mean-reverting), toy-trend (drifting), demo, or a model folder (e.g. models/sjdvp/Emu3-Gen-hf)")
+                    help="toy (mean-reverting), toy-trend (drifting), demo, or a model folder "
+                         "(e.g. models/sjdvp/Emu3-Gen-hf)")
     ap.add_argument("--prompts-file", dest="prompts_file", default=PROMPTS_T2I,
                     help="prompts for a model folder, one per line (default: benchmarks/prompts_t2i.txt; "
                          "class names for a class-conditional model)")

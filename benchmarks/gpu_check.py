@@ -101,8 +101,12 @@ def forward_times(tiny: bool, device, dtype, repeats: int) -> list[dict]:
         probe.start([None], None, True)
         mid = min(probe.layout.length // 2, probe.layout.length - max(WINDOWS))
         embed_ids = torch.randint(0, K, (2, 64), device=device)
-        t = {W: timed(lambda W=W: probe.forward(embed_ids[:, :W], mid + torch.arange(W, device=device).expand(2, W)),
-                      repeats) for W in WINDOWS}
+        t = {}
+        for W in WINDOWS:
+            positions = mid + torch.arange(W, device=device).expand(2, W)
+            tokens = embed_ids[:, :W]
+            t[W] = timed(lambda probe=probe, tokens=tokens, positions=positions: probe.forward(tokens, positions),
+                         repeats)
         rows.append(dict(model=name, tokens=probe.layout.length,
                          **{f"ms_W{W}": round(1000 * t[W], 2) for W in WINDOWS},
                          **{f"ratio_W{W}": round(t[W] / t[1], 3) for W in WINDOWS[1:]}))

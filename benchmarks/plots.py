@@ -10,7 +10,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 def _label(r: dict) -> str:
     tree = r.get("tree", "chain")
-    return r["method"] + {"off": "", "on": " coupled", "continued": " continued"}[r.get("drafting", "on" if r["coupled"] else "off")] + \
+    drafting = r.get("drafting", "on" if r["coupled"] else "off")
+    return r["method"] + {"off": "", "on": " coupled", "continued": " continued"}[drafting] + \
         ("" if tree == "chain" else f" tree {tree}")
 
 

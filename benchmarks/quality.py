@@ -53,7 +53,9 @@ def main(samples=64, prompts=2, window=32, out=None, threads=1):
         rows.append((prompt, "ar (second batch)", False, *distance(floor, ar), floor["match"], ar["match"]))
         for method in METHODS:
             for coupled in (False, True):
-                x = sample(demo, judge, prompt, settings_for(demo, method, window, "on" if coupled else "off", "1x1", sampling, 2, samples))
+                drafting = "on" if coupled else "off"
+                settings = settings_for(demo, method, window, drafting, "1x1", sampling, 2, samples)
+                x = sample(demo, judge, prompt, settings)
                 rows.append((prompt, method, coupled, *distance(x, ar), x["match"], ar["match"]))
                 print(rows[-1], flush=True)
     lines = [f"demo model, W={window}, {samples} images per prompt and method, prompts: {', '.join(chosen)}; "

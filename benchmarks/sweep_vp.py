@@ -30,7 +30,7 @@ def main(model="demo", window=32, prompts=6, seeds=2, out=None, threads=1):
              "| coupled | VP settings changed | step compression vs SJD | NFE | auto picked (runs) |",
              "|---|---|---|---|---|"]
     for coupled in (False, True):
-        def nfe_of(vp):
+        def nfe_of(vp, coupled=coupled):
             recs = [run_one(adapter, judge, c, DecodeSettings(
                 window=WindowSettings(window), drafter=DrafterSettings(vp=vp, coupled=coupled),
                 sampling=sampling, seed=seed), 1) for c in conditions for seed in range(seeds)]

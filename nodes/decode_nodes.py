@@ -63,7 +63,8 @@ class SpeculativeDecode(io.ComfyNode):
                 io.Int.Input("batch_size", default=RUN.batch_size, min=1, max=64,
                              tooltip="Images decoded together; each accepts its own number of tokens."),
                 WINDOW.Input("window", optional=True, tooltip="Jacobi window; 16 tokens with random init if absent."),
-                DRAFTER.Input("drafter", optional=True, tooltip="How drafts are made and verified; plain AR if absent."),
+                DRAFTER.Input("drafter", optional=True,
+                              tooltip="How drafts are made and verified; plain AR if absent."),
                 io.Int.Input("width", default=KEEP_SIZE, min=0, max=4096, step=16, optional=True,
                              tooltip="Image width in pixels for families with a size choice (Lumina-mGPT: a "
                                      "size it trained on; Emu3: any aspect). 0 with height 0: the model's default."),

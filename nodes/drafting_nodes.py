@@ -147,7 +147,8 @@ class VerificationPrediction(io.ComfyNode):
                                        "|lambda| (helps where probabilities mean-revert). 0 turns VP off."),
                 io.Float.Input("max_score", default=round(VP_DEFAULTS.max_score, 4), min=0.01, max=20.0, step=0.01,
                                tooltip="Cap of the log-gain score per token."),
-                io.Combo.Input("strength_mode", options=["auto", "fixed"], default="auto" if VP_DEFAULTS.auto else "fixed",
+                io.Combo.Input("strength_mode", options=["auto", "fixed"],
+                               default="auto" if VP_DEFAULTS.auto else "fixed",
                                optional=True,
                                tooltip="auto: the strength is chosen during decoding by which candidate's "
                                        "drafts pass verification most on this model and prompt (exact either "

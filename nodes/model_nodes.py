@@ -33,7 +33,8 @@ class LoadModel(io.ComfyNode):
 
     @classmethod
     def validate_inputs(cls, model, precision, device):
-        return True  # model folders may appear after start-up, catalogue entries download; execute() says what is missing
+        # model folders may appear after start-up and catalogue entries download: execute() says what is missing
+        return True
 
     @classmethod
     def execute(cls, model, precision, device) -> io.NodeOutput:

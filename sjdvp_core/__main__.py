@@ -77,7 +77,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--out", default="out", help="folder for the PNGs")
     ap.add_argument("--device", default=default_device(),
                     help=f"where to decode (default: the GPU when there is one; here {default_device()})")
-    ap.add_argument("--width", type=int, default=KEEP_SIZE, help="image width in pixels (Lumina-mGPT, Emu3); 0: default")
+    ap.add_argument("--width", type=int, default=KEEP_SIZE,
+                    help="image width in pixels (Lumina-mGPT, Emu3); 0: default")
     ap.add_argument("--height", type=int, default=KEEP_SIZE, help="image height in pixels; 0: default")
     ap.add_argument("--tree-width", dest="tree_width", type=int, default=TreeSettings().width,
                     help="draft tree: candidates at each of the first undecided slots (1 = a chain)")

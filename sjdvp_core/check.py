@@ -129,7 +129,8 @@ def _janus(rep: Report, adapter) -> None:
 
 def _lumina(rep: Report, adapter) -> None:
     rep.ok("trained size", f"{adapter.trained} px; default image {adapter.width} x {adapter.height}")
-    rep.ok("image start + resolution tokens", str(list(zip(adapter.image_prefix, _names(adapter, adapter.image_prefix)))))
+    prefix = adapter.image_prefix
+    rep.ok("image start + resolution tokens", str(list(zip(prefix, _names(adapter, prefix)))))
     first = adapter.image_tokens[:3].tolist()
     rep.ok("codes 0, 1, 2 are tokens", str(list(zip(first, _names(adapter, first)))))
 
@@ -230,7 +231,8 @@ def main(argv=None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("path", help="a model folder (or LlamaGen GPT file) as it sits under models/sjdvp, or 'demo'")
     ap.add_argument("--device", default=default_device(),
-                    help=f"where to load and run the model (default: the GPU when there is one; here {default_device()})")
+                    help="where to load and run the model (default: the GPU when there is one; "
+                         f"here {default_device()})")
     ap.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16", "fp16"],
                     help="weight precision (auto: bf16 on GPUs that have it, else fp32)")
     ap.add_argument("--no-forward", dest="run_forward", action="store_false",

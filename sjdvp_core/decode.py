@@ -87,8 +87,8 @@ class JacobiDecoder:
         t_start = time.perf_counter()
         canvas = torch.zeros(B, L + W + 1, dtype=torch.long, device=dev)        # committed tokens, then drafts
         commit_iter = torch.full((B, L + W), -1, dtype=torch.long, device=dev)
-        canvas[:, 0] = sample(self.targets(first_logits[:, None], torch.zeros(B, 1, dtype=torch.long, device=dev))[:, 0],
-                              self.gen)
+        at_zero = torch.zeros(B, 1, dtype=torch.long, device=dev)
+        canvas[:, 0] = sample(self.targets(first_logits[:, None], at_zero)[:, 0], self.gen)
         commit_iter[:, 0] = 0
         n, n_host = torch.ones(B, dtype=torch.long, device=dev), [1] * B      # committed tokens, and their host copy
         row_passes = torch.ones(B, dtype=torch.long, device=dev)
@@ -149,7 +149,7 @@ class JacobiDecoder:
                    tally: Tally):
         """The same over a draft tree (tree.py); p is along the path taken. The accepted alternatives are
         written to the canvas and their branch's cache entries kept."""
-        shape, local, dev = tree_shape(w, self.tree, self.device), self.local, self.device
+        shape, local = tree_shape(w, self.tree, self.device), self.local
         cand = propose(window, canvas, n, local, shape, self.tree.guesses, self.same_noise, self.gen)
         inputs = tree_inputs(canvas.gather(1, (n - 1)[:, None])[:, 0], window.tokens, cand, shape)
         positions = ((n - 1)[:, None] + shape.offsets).clamp(max=local.length - 1)

@@ -276,7 +276,8 @@ def check_space(entry: Entry, folder: str, items: list[Planned]) -> None:
     need, free = still_needed(folder, items), shutil.disk_usage(folder).free
     if need > free:
         raise DownloadError(f"{entry.name} needs {size_text(need)} ({need:,} bytes) more in {folder}, but only "
-                            f"{size_text(free)} ({free:,} bytes) is free on that disk. Free some space, or point models/sjdvp at a larger disk "
+                            f"{size_text(free)} ({free:,} bytes) is free on that disk. Free some space, or point "
+                            "models/sjdvp at a larger disk "
                             "(extra_model_paths.yaml in ComfyUI, --dir on the command line), then choose the model "
                             "again: what is already downloaded is kept.")
 

@@ -105,7 +105,8 @@ class Window:
     q: Tensor                      # [B, S, V] the distribution each draft was really drawn from
     fresh: Tensor                  # [B, S] drafted at initialisation, never from a target
     fused: Tensor                  # [B, S] drawn from VP's fused distribution
-    rose: Tensor                   # [B, S] int8: its probability rose at its last observation (1), not (0), unknown (-1)
+    rose: Tensor                   # [B, S] int8: its probability rose at its last observation (1), not (0),
+                                   # unknown (-1)
     history: History               # VP's probability history, [B, S + 1, ...]
     noise: Tensor | None = None    # [B, S, V] coupled drafting's Gumbel noise (float64)
     candidates: Tensor | None = None  # [C, B, S, V] VP auto: each candidate strength's draft distribution

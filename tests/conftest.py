@@ -1,8 +1,24 @@
+"""Test setup: the repository on the path, the thread count, and the live ComfyUI server fixtures."""
 import os
 import sys
 
+import pytest
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # at most 2 threads (CI machines have 2 cores); OMP_NUM_THREADS=1 leaves a core to other work
 torch.set_num_threads(max(1, min(2, int(os.environ.get("OMP_NUM_THREADS", "2")))))
+
+
+# a real ComfyUI server per test module, for the modules marked NEEDS_COMFYUI (tests/comfy/server.py)
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    from tests.comfy.server import COMFY_PYTHON, ComfyServer
+    s = ComfyServer(str(tmp_path_factory.mktemp("comfy")), python=COMFY_PYTHON).start()
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def object_info(server):
+    return server.get("/object_info")

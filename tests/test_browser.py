@@ -21,8 +21,9 @@ import os
 import pytest
 
 from tests.comfy import browser as B
-from tests.comfy.server import REPO, ComfyServer
-from tests.test_comfyui import COMFY_PYTHON, pytestmark  # noqa: F401  (the ComfyUI skip rule)
+from tests.comfy.server import COMFY_PYTHON, NEEDS_COMFYUI, REPO, ComfyServer
+
+pytestmark = [pytest.mark.browser, *NEEDS_COMFYUI]
 
 WORKFLOWS = sorted(glob.glob(os.path.join(REPO, "workflows", "*.json")))
 DEMOS = [w for w in WORKFLOWS if os.path.basename(w).startswith("sjdvp_demo_")]
@@ -172,12 +173,12 @@ def run_and_check(page, path: str, vue: bool, seed: int, label: str, cached: boo
         image = next(i for i in out[dec] if by_id[i]["type"] == "SJDVP_DecodeImage")
         save = next(i for i in out[image] if by_id[i]["type"] == "SaveImage")
         report = next(i for i in out[dec] if by_id[i]["type"] == "SJDVP_Report")
-        saved = B.wait_for(page, lambda: state(save)["images"], 30, "the image in Save Image")
-        shown = B.wait_for(page, lambda: speedup(state(report)), 30, "the Report's badge")
+        saved = B.wait_for(page, lambda save=save: state(save)["images"], 30, "the image in Save Image")
+        shown = B.wait_for(page, lambda report=report: speedup(state(report)), 30, "the Report's badge")
         assert "forward passes" in shown["report"] and shown["reportShown"], shown
         [badge] = shown["speedup"]
         assert "tok/pass" in badge
-        decode = B.wait_for(page, lambda: speedup(state(dec)), 30, "Speculative Decode's badge")
+        decode = B.wait_for(page, lambda dec=dec: speedup(state(dec)), 30, "Speculative Decode's badge")
         assert decode["speedup"] == [badge]
         # the last preview is the finished image: it matches the saved one everywhere (no grey block)
         assert decode["images"], "Speculative Decode shows no preview"

@@ -6,15 +6,14 @@ from __future__ import annotations
 import glob
 import json
 import os
+import urllib.request
 
 import pytest
 
-from tests.comfy.server import REPO, ComfyServer
+from tests.comfy.server import NEEDS_COMFYUI, REPO
 from tests.comfy.workflow_format import to_api, validate, widget_slots
 
-COMFY_PYTHON = os.environ.get("SJDVP_COMFY_PYTHON", os.path.join(REPO, ".venv-comfy", "bin", "python"))
-pytestmark = pytest.mark.skipif(not os.path.exists(COMFY_PYTHON) and not os.environ.get("CI"),
-                                reason="no ComfyUI environment (make setup-comfy creates it)")
+pytestmark = NEEDS_COMFYUI
 
 # node id -> widget names in order: the contract with saved workflows (append only)
 PINNED = {
@@ -30,18 +29,6 @@ PINNED = {
     "SJDVP_Report": [],
 }
 WORKFLOWS = sorted(glob.glob(os.path.join(REPO, "workflows", "*.json")))
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    s = ComfyServer(str(tmp_path_factory.mktemp("comfy")), python=COMFY_PYTHON).start()
-    yield s
-    s.stop()
-
-
-@pytest.fixture(scope="module")
-def object_info(server):
-    return server.get("/object_info")
 
 
 def load(path):
@@ -70,7 +57,8 @@ def test_shipped_workflows_match_the_node_definitions(path, object_info):
     assert validate(load(path), object_info) == []
 
 
-@pytest.mark.parametrize("name,folder", [("sjdvp_llamagen_c2i", "llamagen-c2i"), ("sjdvp_lumina_mgpt", "Lumina-mGPT-7B-768"),
+@pytest.mark.parametrize("name,folder", [("sjdvp_llamagen_c2i", "llamagen-c2i"),
+                                         ("sjdvp_lumina_mgpt", "Lumina-mGPT-7B-768"),
                                          ("sjdvp_emu3", "Emu3-Gen"), ("sjdvp_janus_pro", "Janus-Pro-7B")])
 def test_missing_model_says_where_to_put_it(server, object_info, name, folder):
     """A shared family workflow names a catalogue entry; with the hub out of reach (the test server runs
@@ -86,3 +74,15 @@ def test_missing_model_says_where_to_put_it(server, object_info, name, folder):
 def test_workflows_are_listed_as_templates(server):
     listed = server.get("/api/workflow_templates")["sjdvp"]
     assert sorted(listed) == sorted(os.path.basename(w)[:-5] for w in WORKFLOWS)
+
+
+def test_server_serves_the_extension(server):
+    listed = server.get("/extensions")
+    assert "/extensions/sjdvp/js/sjdvp.js" in listed and "/extensions/sjdvp/js/report.js" in listed
+    with urllib.request.urlopen(server.url + "/extensions/sjdvp/js/sjdvp.js") as r:
+        source = r.read()
+    assert b"sjdvp.SpeedBadge" in source
+    # the extension imports the frontend from /scripts/app.js: three levels up from /extensions/sjdvp/js/
+    assert b'from "../../../scripts/app.js"' in source
+    with urllib.request.urlopen(server.url + "/scripts/app.js") as r:
+        assert r.status == 200

@@ -9,9 +9,11 @@ import threading
 import pytest
 from PIL import Image
 
-from tests.comfy.server import REPO
+from tests.comfy.server import NEEDS_COMFYUI, REPO
 from tests.comfy.workflow_format import to_api
-from tests.test_comfyui import load, object_info, pytestmark, server  # noqa: F401  (fixtures, skip rule)
+from tests.test_comfyui import load
+
+pytestmark = NEEDS_COMFYUI
 
 DEMO_WORKFLOWS = sorted(glob.glob(os.path.join(REPO, "workflows", "sjdvp_demo_*.json")))
 
@@ -35,7 +37,8 @@ def test_demo_workflows_run_with_progress_and_save_images(path, server, object_i
     last_progress = max(i for i, m in enumerate(messages) if m["type"] == "progress")
     assert any(m["type"] == "binary_preview" for m in messages[last_progress:])
     reports = [v for k, v in history["outputs"].items() if prompt[k]["class_type"] == "SJDVP_Report"]
-    assert all(r["sjdvp_report"][0]["step_compression"] >= 1 and r["sjdvp_report"][0]["ar_passes"] == 256 for r in reports)
+    figures = [r["sjdvp_report"][0] for r in reports]
+    assert all(f["step_compression"] >= 1 and f["ar_passes"] == 256 for f in figures)
     reports = [v for k, v in history["outputs"].items() if prompt[k]["class_type"] == "SJDVP_Report"]
     assert reports and all("forward passes" in "".join(r["text"]) for r in reports)
     # the same prompt again is served from the cache, and what the browser shows comes back: ComfyUI

@@ -7,9 +7,10 @@ import subprocess
 
 import torch
 
-from tests.comfy.server import comfyui_root
-from tests.test_comfyui import COMFY_PYTHON, pytestmark, server  # noqa: F401  (fixture, skip rule)
+from tests.comfy.server import COMFY_PYTHON, NEEDS_COMFYUI, comfyui_root
 from tests.test_llamagen import random_gpt, random_vq
+
+pytestmark = NEEDS_COMFYUI
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -18,7 +19,8 @@ def decode_chain(prompt: dict, first_id: int, model: str, cond: str) -> str:
     """Load -> SJD decode (coupled, auto VP) -> IMAGE; returns the DecodeImage node id. The decode node
     gets no width / height: an API prompt from before those widgets existed must still run."""
     ids = [str(first_id + i) for i in range(5)]
-    prompt[ids[0]] = {"class_type": "SJDVP_LoadModel", "inputs": {"model": model, "precision": "auto", "device": "auto"}}
+    prompt[ids[0]] = {"class_type": "SJDVP_LoadModel",
+                      "inputs": {"model": model, "precision": "auto", "device": "auto"}}
     prompt[ids[1]] = {"class_type": "SJDVP_DrafterSJD", "inputs": {"coupled": True}}
     prompt[ids[2]] = {"class_type": "SJDVP_VerificationPrediction", "inputs": {
         "drafter": [ids[1], 0], "growth_steps": 2, "beta": 0.5, "top_k": 50, "strength": 1.0, "max_score": 1.3863,

@@ -134,7 +134,8 @@ def test_state_bytes_is_what_the_window_really_holds(drafter, monkeypatch):
     tensors = [getattr(window, f.name) for f in fields(window)] + [window.history.pbar, window.history.prev,
                                                                   window.history.growth]
     vocab = TOY.layout.image_tokens.numel() + TOY.layout.special_tokens.numel()
-    per_vocab = sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor) and t.shape[-1] == vocab)
+    per_vocab = sum(t.numel() * t.element_size() for t in tensors
+                    if isinstance(t, torch.Tensor) and t.shape[-1] == vocab)
     assert state_bytes(s, TOY.layout) == 2 * per_vocab
 
 

@@ -33,7 +33,8 @@ def test_greedy_sjd_vp_equals_ar_on_the_demo(demo):
         res = decode(demo, "a blue square on snow", method_settings(method, 16, greedy))
         assert torch.equal(res.tokens, ar.tokens)
         assert res.stats.forward_passes < ar.stats.forward_passes
-    tree = decode(demo, "a blue square on snow", method_settings("sjd", 16, greedy, tree=TreeSettings(width=4, depth=2)))
+    tree = decode(demo, "a blue square on snow",
+                  method_settings("sjd", 16, greedy, tree=TreeSettings(width=4, depth=2)))
     assert torch.equal(tree.tokens, ar.tokens) and tree.stats.tree_tried > 0
 
 

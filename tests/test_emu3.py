@@ -32,8 +32,9 @@ def tiny_config(tok, attn_resolutions=()):
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=160,
                          pad_token_id=tok.token_to_id(PAD), bos_token_id=tok.token_to_id(BOS),
                          eos_token_id=tok.token_to_id(EOS)),
-        vq_config=dict(codebook_size=CODES, embed_dim=4, latent_channels=4, base_channels=32, channel_multiplier=[1, 2],
-                       num_res_blocks=1, attn_resolutions=list(attn_resolutions), hidden_size=64, num_attention_heads=1))
+        vq_config=dict(codebook_size=CODES, embed_dim=4, latent_channels=4, base_channels=32,
+                       channel_multiplier=[1, 2], num_res_blocks=1, attn_resolutions=list(attn_resolutions),
+                       hidden_size=64, num_attention_heads=1))
 
 
 @pytest.fixture(scope="module")

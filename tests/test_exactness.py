@@ -10,6 +10,7 @@ from sjdvp_core import DecodeSettings, DrafterSettings, SamplingSettings, VPSett
 from sjdvp_core.models.toy import ToyGridAdapter
 from tests.toy_reference import chi2_pvalue, code_index, exact_distribution
 
+pytestmark = pytest.mark.statistical
 N = 200_000
 ALPHA = 1e-3
 TOY = ToyGridAdapter(height=2, width=3, levels=2, sharpness=3.0, noise=1.0, seed=3)

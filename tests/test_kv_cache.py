@@ -22,7 +22,7 @@ def test_window_steps_with_rollback_match_full_recompute():
     ad.start(classes.tolist(), None, False)
     committed = torch.randint(2, 12, (R, 60), generator=g)  # the "true" sequence per row
     n = torch.ones(R, dtype=torch.long)                      # committed generated tokens per row
-    for step in range(8):
+    for _ in range(8):
         W = int(torch.randint(1, 7, (1,), generator=g))
         window = torch.randint(2, 12, (R, W), generator=g)   # drafts, mostly wrong
         accept = torch.randint(0, W, (R,), generator=g)      # per row, a different number accepted

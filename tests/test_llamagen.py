@@ -5,7 +5,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from sjdvp_core import DecodeSettings, DrafterSettings, SamplingSettings, TreeSettings, VPSettings, WindowSettings, decode
+from sjdvp_core import (DecodeSettings, DrafterSettings, SamplingSettings, TreeSettings, VPSettings, WindowSettings,
+                        decode)
 from sjdvp_core.models.checkpoint import CheckpointError
 from sjdvp_core.models.llamagen import (LlamaGenAdapter, imagenet_classes, load_gpt,
                                         load_vq)
@@ -140,7 +141,8 @@ def test_wrong_files_say_what_was_expected(files, tmp_path):
     with pytest.raises(CheckpointError, match="cannot be read"):
         load_gpt(str(corrupt))
     torch.save({"model": Evil()}, tmp_path / "evil_256.pt")
-    with pytest.raises(CheckpointError, match=r"holds Python objects \((tests\.)?test_llamagen\.Evil\)"):   # never unpickled
+    # never unpickled
+    with pytest.raises(CheckpointError, match=r"holds Python objects \((tests\.)?test_llamagen\.Evil\)"):
         load_gpt(str(tmp_path / "evil_256.pt"))
     torch.save(random_gpt().state_dict(), tmp_path / "c2i_model.pt")
     with pytest.raises(CheckpointError, match="image size"):

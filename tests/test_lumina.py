@@ -9,7 +9,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from sjdvp_core import DecodeSettings, SamplingSettings, WindowSettings, decode
+from sjdvp_core import DecodeSettings, WindowSettings, decode
 from sjdvp_core.models.chameleon_vqgan import ChameleonVQGAN, VQGANConfig, load_vqgan
 from sjdvp_core.models.hf_adapter import read_tensor
 from sjdvp_core.models.checkpoint import CheckpointError
@@ -209,7 +209,8 @@ def test_vqgan_files_missing_or_wrong_say_what_to_do(folder, tmp_path):
         load_model(str(bare))
     shutil.copy(folder + "/tokenizer/vqgan.yaml", bare / "vqgan.yaml")
     torch.save({"state_dict": {"decoder.conv_in.weight": Evil()}}, bare / "vqgan.ckpt")
-    with pytest.raises(CheckpointError, match=r"holds Python objects \((tests\.)?test_lumina\.Evil\)"):   # never unpickled
+    # never unpickled
+    with pytest.raises(CheckpointError, match=r"holds Python objects \((tests\.)?test_lumina\.Evil\)"):
         load_model(str(bare))
     torch.save({"state_dict": {"decoder.conv_in.weight": torch.zeros(1)}}, bare / "vqgan.ckpt")
     with pytest.raises(CheckpointError, match=r"does not match Meta's Chameleon VQGAN.*missing"):

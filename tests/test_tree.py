@@ -3,7 +3,8 @@ tree forward equal to the chain forwards of its branches."""
 import pytest
 import torch
 
-from sjdvp_core import DecodeSettings, DrafterSettings, SamplingSettings, TreeSettings, VPSettings, WindowSettings, decode
+from sjdvp_core import (DecodeSettings, DrafterSettings, SamplingSettings, TreeSettings, VPSettings, WindowSettings,
+                        decode)
 from sjdvp_core.models.toy import ToyGridAdapter, ToyTrendAdapter
 from sjdvp_core.tree import scratch_nodes, tree_shape
 from tests.test_exactness import STRONG_VP
@@ -48,6 +49,7 @@ def test_shape_hangs_each_alternative_off_the_main_chain():
     assert scratch_nodes(5, TreeSettings()) == 0 and scratch_nodes(1, TreeSettings(width=4)) == 0
 
 
+@pytest.mark.statistical
 def test_the_test_has_power_against_a_2_percent_tv_deviation():
     e = EXACT[TOP_K]
     order = e.argsort(descending=True)[: int((e > 0).sum()) // 2 * 2].view(-1, 2)
@@ -64,6 +66,7 @@ def test_the_test_has_power_against_a_2_percent_tv_deviation():
 VP = VPSettings(**STRONG_VP, strength=2.0)
 
 
+@pytest.mark.statistical
 @pytest.mark.parametrize("name,drafter,tree,sampling", [
     ("2 candidates, coupled", DrafterSettings(), TreeSettings(width=2, guesses=False), TOP_K),
     ("guesses, coupled", DrafterSettings(), TreeSettings(width=3), TOP_K),
@@ -82,6 +85,7 @@ def test_trees_sample_the_model_distribution(name, drafter, tree, sampling):
     assert (stats.tree_guess_accepted > 0) == tree.guesses
 
 
+@pytest.mark.statistical
 def test_a_biased_sibling_rule_is_flagged(monkeypatch):
     """Teeth: testing every alternative against p itself instead of the residual left by the earlier
     candidates over-accepts them, and the chi-square test sees it."""

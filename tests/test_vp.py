@@ -116,8 +116,8 @@ def test_auto_strength_differs_between_models_with_different_dynamics():
     for name, toy in (("grid", grid), ("trend", trend)):
         independent = DrafterSettings(vp=VPSettings(), coupled=False)
         picks[name] = [decode(toy, c, DecodeSettings(window=WindowSettings(16), drafter=independent,
-                                                     sampling=toy.default_sampling, seed=c)).stats.vp_auto["vp_auto_strength"]
-                       for c in range(4)]
+                                                     sampling=toy.default_sampling, seed=c)).stats.vp_auto
+                       ["vp_auto_strength"] for c in range(4)]
     assert all(s < 0 for s in picks["grid"]) and all(s >= 0 for s in picks["trend"]), picks
 
 

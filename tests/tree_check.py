@@ -16,8 +16,11 @@ def branch_paths(shape) -> list[list[int]]:
     return [anc[i].nonzero().flatten().tolist() for i in leaves]
 
 
+TREE = TreeSettings(width=3, depth=2)
+
+
 @torch.inference_mode()
-def assert_tree_matches_chains(adapter, prompts, cfg: bool, w: int = 5, tree=TreeSettings(width=3, depth=2),
+def assert_tree_matches_chains(adapter, prompts, cfg: bool, w: int = 5, tree=TREE,
                                seed: int = 0, atol: float = 1e-4) -> None:
     g = torch.Generator().manual_seed(seed)
     shape = tree_shape(w, tree, "cpu")

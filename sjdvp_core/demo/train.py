@@ -175,7 +175,8 @@ def export(out: str) -> None:
             demo.load_state_dict(state)
             state = demo.materialise().state_dict()
         meta = {"config": json.dumps(config.to_dict())} if config is not None else {}
-        save_file({k: v.contiguous() for k, v in state.items()}, os.path.join(WEIGHTS, f"demo_{phase}.safetensors"), meta)
+        save_file({k: v.contiguous() for k, v in state.items()},
+                  os.path.join(WEIGHTS, f"demo_{phase}.safetensors"), meta)
     print("exported to", WEIGHTS)
 
 

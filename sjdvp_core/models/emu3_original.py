@@ -207,7 +207,7 @@ def read_ranks(path: str) -> dict[bytes, int]:
     ranks, number = {}, 0
     try:
         with open(path, "rb") as f:
-            for number, line in enumerate(f.read().splitlines(), 1):
+            for number, line in enumerate(f.read().splitlines(), 1):  # noqa: B007 (the error below names it)
                 if line:
                     token, rank = line.split()
                     ranks[base64.b64decode(token, validate=True)] = int(rank)

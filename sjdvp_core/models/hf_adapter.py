@@ -271,7 +271,8 @@ class HFAdapter:
         head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
         kv_heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
         itemsize = self.lm.get_input_embeddings().weight.element_size()
-        return 2 * c.num_hidden_layers * rows * kv_heads * (PROMPT_ALLOWANCE + self.layout.length + scratch) * head_dim * itemsize
+        entries = PROMPT_ALLOWANCE + self.layout.length + scratch
+        return 2 * c.num_hidden_layers * rows * kv_heads * entries * head_dim * itemsize
 
 
 class SizeChoice:

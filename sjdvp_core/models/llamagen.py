@@ -43,8 +43,8 @@ def gpt_config_from_state(state: dict[str, Tensor], meta: dict[str, str], path: 
     # heads are not in the weights: released sizes by table, others with LlamaGen's head size of 64
     heads = {(L, d): h for L, h, d in GPT_SIZES.values()}.get((n_layer, dim))
     if heads is None and dim % 64:
-        raise CheckpointError(f"{path}: a GPT with {n_layer} layers of width {dim} is not a released "
-                              f"LlamaGen size {sorted(GPT_SIZES)}; save it as .safetensors with a 'config' metadata entry")
+        raise CheckpointError(f"{path}: a GPT with {n_layer} layers of width {dim} is not a released LlamaGen "
+                              f"size {sorted(GPT_SIZES)}; save it as .safetensors with a 'config' metadata entry")
     heads = heads or dim // 64
     head_dim = dim // heads
     kv_heads = (state["layers.0.attention.wqkv.weight"].shape[0] // head_dim - heads) // 2
@@ -139,7 +139,8 @@ def pick_vq(folder: str, gpt_name: str, kind: str) -> str:
     usable = [n for n in names if f"_{kind}" in n or f"_{other}" not in n]
     if usable:
         return os.path.join(folder, usable[0])
-    wrong = f"; {', '.join(names)} is the {other} models' tokenizer (same codebook shape, wrong images)" if names else ""
+    wrong = (f"; {', '.join(names)} is the {other} models' tokenizer (same codebook shape, wrong images)"
+             if names else "")
     raise CheckpointError(f"{folder}: no tokenizer for the {kind} model {gpt_name}{wrong}. Download vq_ds16_{kind}.pt "
                           f"from {RELEASES[kind]} into this folder")
 

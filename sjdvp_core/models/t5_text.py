@@ -24,7 +24,8 @@ class T5CaptionEncoder:
 
         from .hf_adapter import dtype_kwarg
         self.tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-        self.model = T5EncoderModel.from_pretrained(folder, local_files_only=True, **dtype_kwarg(dtype)).to(device).eval()
+        self.model = T5EncoderModel.from_pretrained(folder, local_files_only=True, **dtype_kwarg(dtype))
+        self.model = self.model.to(device).eval()
         self.max_length, self.device = max_length, torch.device(device)
 
     @torch.no_grad()

@@ -103,7 +103,8 @@ class ToyGridAdapter:
         at = torch.where(ancestors[None], positions[:, None, :], L1)                        # [R, N, N]
         own.scatter_(2, at, tokens[:, None, :].expand(R, N, N))
         own = own[..., :L1]
-        logits = self.logits_for(own.flatten(0, 1), (positions + 1).reshape(-1, 1), self._colour.repeat_interleave(N, 0))
+        logits = self.logits_for(own.flatten(0, 1), (positions + 1).reshape(-1, 1),
+                                 self._colour.repeat_interleave(N, 0))
         return logits.view(R, N, -1)
 
     def adopt(self, nodes: Tensor) -> None:

