@@ -66,8 +66,7 @@ class JacobiDecoder:
         self.gen = torch.Generator(device=self.device).manual_seed(settings.seed)
         self.clock = _Clock(self.device, timing)
         self.tree = settings.window.tree if settings.window.tree.on and self.S > 0 else None
-        d = settings.drafter   # the drafts are the argmax of log q + the window's noise: tree draws continue it
-        self.same_noise = d.coupled and not d.continuation and (d.vp is None or d.vp.lossless)
+        self.same_noise = Drafter.follows_noise(settings.drafter)
 
     def targets(self, logits: Tensor, at: Tensor) -> Tensor:
         """Model logits [R, N, V_model] predicting positions at [B, N] -> p [B, N, V]."""

@@ -106,6 +106,13 @@ class Drafter:
         self.fresh = FreshDrafts(scheme, local, device)
         self.auto = AutoStrength(self.vp, AUTO_STRENGTHS, device) if self.vp is not None and self.vp.auto else None
 
+    @staticmethod
+    def follows_noise(settings: DrafterSettings) -> bool:
+        """Whether every draft is the argmax of log q + its position's noise, as coupled drafting draws it,
+        so that further draws at a position (draft trees) may continue that noise's ranking: not under
+        continuation (a kept draft ignores the noise) nor lossy VP (q is then not what was drawn from)."""
+        return settings.coupled and not settings.continuation and (settings.vp is None or settings.vp.lossless)
+
     def start(self, n: Tensor, canvas: Tensor, gen: torch.Generator) -> Window:
         """The first window: every slot drafted fresh."""
         B, S, V, dev = n.shape[0], self.S, self.local.size, n.device
