@@ -14,7 +14,7 @@ import comfy.utils
 import folder_paths
 
 from ..sjdvp_core import catalogue
-from ..sjdvp_core.download import download
+from ..sjdvp_core.download import download, on_disk
 from ..sjdvp_core.registry import DEMO, list_models, load_model
 
 FOLDER = "sjdvp"
@@ -24,7 +24,7 @@ folder_paths.add_model_folder_path(FOLDER, os.path.join(folder_paths.models_dir,
 def model_choices() -> list[str]:
     """'demo', the models on disk, then the catalogue's releases not on disk yet, with their size."""
     roots = folder_paths.get_folder_paths(FOLDER)
-    return list_models(roots) + [e.choice for e in catalogue.ENTRIES if catalogue.on_disk(e, roots) is None]
+    return list_models(roots) + [e.choice for e in catalogue.ENTRIES if on_disk(e, roots) is None]
 
 
 def model_path(name: str) -> str:
@@ -36,7 +36,7 @@ def model_path(name: str) -> str:
     roots = folder_paths.get_folder_paths(FOLDER)
     entry = catalogue.DOWNLOAD.match(name) and catalogue.find(name)
     if entry:
-        return catalogue.on_disk(entry, roots) or download(entry, roots[0], DownloadProgress())
+        return on_disk(entry, roots) or download(entry, roots[0], DownloadProgress())
     for root in roots:
         path = os.path.join(root, name)
         if os.path.exists(path):

@@ -174,16 +174,6 @@ def find(value: str) -> Entry | None:
     return BY_NAME.get(m.group("name") if m else value)
 
 
-def on_disk(entry: Entry, roots: list[str]) -> str | None:
-    """The entry's full path under the first root that holds it complete, else None."""
-    from .download import incomplete
-    for root in roots:
-        path = os.path.join(root, entry.path)
-        if os.path.exists(path) and not incomplete(os.path.join(root, entry.folder)):
-            return path
-    return None
-
-
 def describe() -> str:
     """The catalogue as text (the CLI's --list)."""
     lines = []

@@ -68,6 +68,15 @@ def incomplete_message(folder: str) -> str:
             "what is already downloaded is kept")
 
 
+def on_disk(entry: Entry, roots: list[str]) -> str | None:
+    """The entry's full path under the first root that holds it complete, else None."""
+    for root in roots:
+        path = os.path.join(root, entry.path)
+        if os.path.exists(path) and not incomplete(os.path.join(root, entry.folder)):
+            return path
+    return None
+
+
 @dataclass
 class Planned:
     source: Source

@@ -23,16 +23,26 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 class Family:
     """One model family: what its folder holds (for messages), the config.json model_types that mark
     its transformers-style folders, its loader ("module:function" under sjdvp_core.models, imported
-    only when used: transformers is heavy) and whether it takes load options."""
+    only when used: transformers is heavy), whether it takes load options, and the module that maps
+    the original release where the loader takes the converted one (its is_original(folder) tells them
+    apart, its load_original loads it)."""
     holds: str
     loader: str
     model_types: tuple[str, ...] = ()
     options: bool = False
+    original: str = ""
 
     def load(self, path: str, device: torch.device, dtype: torch.dtype, **options):
+        if self.original:
+            original = _module(self.original)
+            if original.is_original(path):
+                return original.load_original(path, device, dtype, **options)
         module, function = self.loader.split(":")
-        return getattr(importlib.import_module(f".models.{module}", __package__), function)(path, device, dtype,
-                                                                                            **options)
+        return getattr(_module(module), function)(path, device, dtype, **options)
+
+
+def _module(name: str):
+    return importlib.import_module(f".models.{name}", __package__)
 
 
 FAMILIES = {
@@ -41,13 +51,14 @@ FAMILIES = {
     "janus": Family("a Janus-Pro folder, as released (all files of deepseek-ai/Janus-Pro-1B or -7B: config.json, "
                     "tokenizer.json, pytorch_model.bin or pytorch_model.bin.index.json and its shards) or in "
                     "transformers format (all files of deepseek-community/Janus-Pro-1B or -7B: config.json, "
-                    "tokenizer.json, *.safetensors)", "janus:load_janus", ("janus", "multi_modality")),
+                    "tokenizer.json, *.safetensors)", "janus:load_converted", ("janus", "multi_modality"),
+                    original="janus_original"),
     "emu3": Family("an Emu3 folder, as released (all files of BAAI/Emu3-Gen: config.json, emu3.tiktoken, "
                    "emu3_vision_tokens.txt, model.safetensors.index.json and its shards; with all files of "
                    "BAAI/Emu3-VisionTokenizer in its vision_tokenizer/ folder or in a folder beside it, any "
                    "name) or in transformers format (all files of BAAI/Emu3-Gen-hf: config.json, "
                    "tokenizer.json, model.safetensors.index.json and its model-*.safetensors shards)",
-                   "emu3:load_emu3", ("emu3", "Emu3"), options=True),
+                   "emu3:load_converted", ("emu3", "Emu3"), options=True, original="emu3_original"),
     "lumina": Family("a Lumina-mGPT 1.0 folder (all files of Alpha-VLLM/Lumina-mGPT-7B-512, -768 or -1024: "
                      "config.json, tokenizer.json, *.safetensors) with Meta's Chameleon vqgan.yaml and vqgan.ckpt in "
                      "its tokenizer/ folder", "lumina:load_lumina", ("chameleon",), options=True),

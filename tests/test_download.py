@@ -13,7 +13,7 @@ import torch
 
 from sjdvp_core import DecodeSettings, WindowSettings, catalogue, decode
 from sjdvp_core.check import check
-from sjdvp_core.download import INCOMPLETE, DownloadError, download, incomplete, main
+from sjdvp_core.download import INCOMPLETE, DownloadError, download, incomplete, main, on_disk
 from sjdvp_core.registry import FAMILIES, detect_family, list_models, load_model
 from tests.fake_hub import FakeHub
 from tests.test_llamagen import random_gpt, random_vq
@@ -60,7 +60,7 @@ def test_download_fetches_verifies_lists_loads_and_decodes(hub, tmp_path):
     total = len(hub.repos[C2I]["c2i_B_256.pt"]) + len(hub.repos[C2I]["vq_ds16_c2i.pt"])
     assert seen[-1] == (total, total) and all(a[0] <= b[0] for a, b in zip(seen, seen[1:]))
     assert list_models([str(tmp_path)]) == ["demo", "llamagen-c2i"]
-    assert catalogue.on_disk(ENTRY, [str(tmp_path)]) == path
+    assert on_disk(ENTRY, [str(tmp_path)]) == path
     adapter = load_model(path)
     result = decode(adapter, 3, DecodeSettings(window=WindowSettings(16), seed=0))
     image = adapter.decode_image(result.codes)

@@ -150,12 +150,9 @@ def pixel_stats(folder: str) -> dict:
             if theirs in config}
 
 
-def load_emu3(folder: str, device="cpu", dtype=torch.float32, **options) -> Emu3Adapter:
-    """The converted (-hf) or the original release, told apart by config.json's model_type.
+def load_converted(folder: str, device="cpu", dtype=torch.float32, **options) -> Emu3Adapter:
+    """The converted release (BAAI/Emu3-Gen-hf); the original one: emu3_original.
     options: ratio ("W:H"), image_area (pixels), quality_suffix (appended to every prompt)."""
-    from .emu3_original import is_original, load_original
-    if is_original(folder):
-        return load_original(folder, device, dtype, **options)
     from transformers import Emu3ForConditionalGeneration
     model = load_pretrained(Emu3ForConditionalGeneration, folder, REPO, dtype)
     return Emu3Adapter(model, TextTokenizer(folder, REPO), device=device, **pixel_stats(folder), **options)

@@ -63,7 +63,8 @@ def is_original(folder: str) -> bool:
 
 
 def load_original(folder: str, device="cpu", dtype=torch.float32, **options) -> Emu3Adapter:
-    """options as load_emu3's; image_area defaults to the config's (the area the checkpoint was trained at)."""
+    """options as emu3.load_converted's; image_area defaults to the config's (the area the checkpoint was
+    trained at)."""
     check_files(folder)
     vision = vision_folder(folder)
     lm, vq = original_config(folder), vision_config(vision)

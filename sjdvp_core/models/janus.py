@@ -78,13 +78,8 @@ class JanusAdapter(HFAdapter):
         return to_image(pixels)
 
 
-def load_janus(folder: str, device="cpu", dtype=torch.float32) -> JanusAdapter:
-    """Either layout, told apart by config.json's model_type."""
-    from .janus_original import is_original, load_original
-    if is_original(folder):
-        model, tokenizer = load_original(folder, dtype)
-    else:
-        from transformers import JanusForConditionalGeneration
-        model = load_pretrained(JanusForConditionalGeneration, folder, REPOS, dtype)
-        tokenizer = TextTokenizer(folder, REPOS)
-    return JanusAdapter(model, tokenizer, device=device)
+def load_converted(folder: str, device="cpu", dtype=torch.float32) -> JanusAdapter:
+    """The transformers-format release (deepseek-community/Janus-Pro-*); the original one: janus_original."""
+    from transformers import JanusForConditionalGeneration
+    model = load_pretrained(JanusForConditionalGeneration, folder, REPOS, dtype)
+    return JanusAdapter(model, TextTokenizer(folder, REPOS), device=device)

@@ -18,7 +18,7 @@ from typing import Mapping
 import torch
 
 from .hf_adapter import TextTokenizer, dtype_kwarg, read_json
-from .janus import PAD
+from .janus import PAD, JanusAdapter
 from .checkpoint import CheckpointError, load_strict, read_state_dict
 
 REPOS = "deepseek-ai/Janus-Pro-1B (or Janus-Pro-7B)"
@@ -49,8 +49,8 @@ def is_original(folder: str) -> bool:
     return os.path.isfile(path) and read_json(path).get("model_type") == MODEL_TYPE
 
 
-def load_original(folder: str, dtype: torch.dtype):
-    """-> (JanusForConditionalGeneration holding the generation path in `dtype`, its TextTokenizer)."""
+def load_original(folder: str, device="cpu", dtype: torch.dtype = torch.float32) -> JanusAdapter:
+    """-> the adapter on JanusForConditionalGeneration holding the generation path in `dtype`."""
     files = weight_files(folder)
     tokenizer = TextTokenizer(folder, REPOS)
     state = {}
@@ -63,7 +63,7 @@ def load_original(folder: str, dtype: torch.dtype):
     mapped = {name: t.to(dtype) for k, t in state.items() if (name := hf_name(k)) is not None}
     load_strict(model, mapped, folder, f"Janus-Pro as released; download every file of {REPOS}")
     _compute_rope(model)
-    return model.eval(), tokenizer
+    return JanusAdapter(model.eval(), tokenizer, device=device)
 
 
 def weight_files(folder: str) -> list[str]:
