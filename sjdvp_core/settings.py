@@ -13,7 +13,7 @@ MAX_TREE_WIDTH, MAX_TREE_DEPTH = 8, 3
 AUTO_STRENGTHS = (1.0, 0.0, -0.35, -0.7)   # VP strengths "auto" chooses among: boost, none, two shrinkages
 PAPER_STRENGTH = 1.0                       # the paper's lambda: a fixed strength's default
 DRAFT_INITS = ("random", "repeat_left", "repeat_above")
-VERIFIERS = ("sjd", "lantern", "gsd")
+VERIFIERS = ("sjd", "lantern", "gsd")     # the names of verify.VERIFIERS' rules (settings import no engine code)
 
 
 def _check(ok: bool, name: str, value, valid: str) -> None:
@@ -172,16 +172,11 @@ class DecodeSettings:
             _check(isinstance(getattr(self, name), cls), name, getattr(self, name), f"a {cls.__name__}")
 
 
-# Named decoding methods with their default knobs; "ar" is plain AR (window 1).
-METHODS: dict[str, DrafterSettings | None] = {
-    "ar": None,
-    "sjd": DrafterSettings(),
-    "sjd-vp": DrafterSettings(vp=VPSettings()),
-    "lantern": DrafterSettings(verifier="lantern"),
-    "lantern-vp": DrafterSettings(verifier="lantern", vp=VPSettings()),
-    "gsd": DrafterSettings(verifier="gsd"),
-    "gsd-vp": DrafterSettings(verifier="gsd", vp=VPSettings()),
-}
+# Named decoding methods with their default knobs: "ar" (plain AR, window 1), then every verifier without
+# and with VP ("sjd", "sjd-vp", "lantern", ...).
+METHODS: dict[str, DrafterSettings | None] = {"ar": None} | {
+    name + suffix: DrafterSettings(verifier=name, vp=vp)
+    for name in VERIFIERS for suffix, vp in (("", None), ("-vp", VPSettings()))}
 
 
 def decode_settings(drafter: DrafterSettings | None, window: WindowSettings | None, sampling: SamplingSettings,

@@ -1,6 +1,8 @@
 """Verifiers: the probability of accepting each draft, the first rejection, and the accept step (`accept`).
+Each rule is one small frozen class in the VERIFIERS table (its knobs, whether it needs the codebook, the
+masses its acceptance ratio compares); `Verifier` binds one to a decode's model.
 
-Convention (as in DESIGN.md, and the opposite of gpt-fast's comments): p is the target, the processed
+Convention (docs/design.md; the opposite of gpt-fast's comments): p is the target, the processed
 model distribution at the draft's position given the accepted prefix; q is the distribution the draft
 was really sampled from. A draft x is accepted iff u < a(x), u ~ U(0, 1):
 - SJD (Teng et al. 2024), exact: a = min(1, p(x) / q(x)); on rejection the next token is drawn from
@@ -16,13 +18,17 @@ image token c is codebook entry c.
 from __future__ import annotations
 
 import weakref
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 from torch import Tensor
 
-from .settings import DrafterSettings
 from .target import residual, sample
 from .window import gather_slot
+
+if TYPE_CHECKING:
+    from .settings import DrafterSettings
 
 # LANTERN's neighbour table per model: keyed by the adapter's weights module, so it lives as long as the
 # model (and is shared by the same model at other sizes), whatever tensor codebook() returns
@@ -60,45 +66,80 @@ def _gather(t: Tensor, x: Tensor) -> Tensor:
     return t.gather(-1, x[..., None]).squeeze(-1)
 
 
-class Verifier:
-    """Built once per decode from the drafter settings and the model's codebook."""
+# --- the verification rules: one small frozen class each, with its knobs (read from DrafterSettings) ---
+@dataclass(frozen=True)
+class SJD:
+    """Exact: a = min(1, p(x) / q(x))."""
+    name: ClassVar[str] = "sjd"
+    needs_codebook: ClassVar[bool] = False
 
-    def __init__(self, settings: DrafterSettings, codebook: Tensor | None, num_image: int,
-                 model: torch.nn.Module | None = None):
-        """model: the weights the codebook belongs to, which LANTERN's neighbour table is cached with."""
-        self.s = settings
-        self.num_image = num_image
-        self.codebook = codebook
-        needs_codebook = (settings.verifier == "lantern" and settings.lantern_delta > 0) or (
-            settings.verifier == "gsd" and settings.gsd_max_distance is not None)
-        if needs_codebook and codebook is None:
-            raise ValueError(f"verifier={settings.verifier!r} with these settings needs the model's "
-                             "VQ codebook, and this model adapter has none; use verifier='sjd'")
-        self.neighbours = None
-        if settings.verifier == "lantern" and settings.lantern_delta > 0:
-            self.neighbours = (latent_neighbours(codebook, settings.lantern_k) if model is None else
-                               model_neighbours(model, codebook, settings.lantern_k))
+    @classmethod
+    def of(cls, s: DrafterSettings) -> "SJD":
+        return cls()
 
-    def accept_prob(self, p: Tensor, q: Tensor, x: Tensor) -> Tensor:
-        """[B, S] probability of accepting each draft."""
-        px, qx = _gather(p, x), _gather(q, x)
-        if self.s.verifier == "lantern" and self.neighbours is not None:
-            px = px + self._lantern_bonus(p, x)
-        elif self.s.verifier == "gsd" and self.s.gsd_group > 1:
-            px, qx = self._gsd_masses(p, q, x)
-        return (px / qx.clamp_min(1e-30)).clamp(max=1.0)
+    def prepare(self, codebook: Tensor | None, model: torch.nn.Module | None) -> Tensor | None:
+        return None
 
-    def _lantern_bonus(self, p: Tensor, x: Tensor) -> Tensor:
-        """Largest prefix mass of x's latent neighbours that stays within delta (0 for non-image x)."""
-        is_image = x < self.num_image
-        nb = self.neighbours[x.clamp(max=self.num_image - 1)]                # [B, S, k]
-        mass = p.gather(-1, nb).cumsum(-1)
-        bonus = (mass * (mass <= self.s.lantern_delta)).amax(-1)
-        return torch.where(is_image, bonus, torch.zeros_like(bonus))
+    def target_mass(self, p: Tensor, q: Tensor, x: Tensor, bound: "Verifier") -> tuple[Tensor, Tensor]:
+        """(the target's mass and the draft's mass that the acceptance ratio compares), [B, S] each."""
+        return _gather(p, x), _gather(q, x)
 
-    def _gsd_masses(self, p: Tensor, q: Tensor, x: Tensor) -> tuple[Tensor, Tensor]:
-        """p(C), q(C) for the cluster of ranks around x's rank in p, filtered by gap and distance."""
-        V, G = p.shape[-1], self.s.gsd_group
+
+@dataclass(frozen=True)
+class LANTERN:
+    """p(x) raised by the mass of x's nearest codebook neighbours, as many as fit in delta."""
+    k: int = 1000
+    delta: float = 0.1
+    name: ClassVar[str] = "lantern"
+
+    @classmethod
+    def of(cls, s: DrafterSettings) -> "LANTERN":
+        return cls(s.lantern_k, s.lantern_delta)
+
+    @property
+    def needs_codebook(self) -> bool:
+        return self.delta > 0
+
+    def prepare(self, codebook: Tensor | None, model: torch.nn.Module | None) -> Tensor | None:
+        """The neighbour table (cached with the model's weights when given)."""
+        if not self.needs_codebook:
+            return None
+        return latent_neighbours(codebook, self.k) if model is None else model_neighbours(model, codebook, self.k)
+
+    def target_mass(self, p: Tensor, q: Tensor, x: Tensor, bound: "Verifier") -> tuple[Tensor, Tensor]:
+        px = _gather(p, x)
+        if bound.table is None:
+            return px, _gather(q, x)
+        is_image = x < bound.num_image          # the largest prefix mass of x's neighbours within delta
+        mass = p.gather(-1, bound.table[x.clamp(max=bound.num_image - 1)]).cumsum(-1)       # [B, S, k]
+        bonus = (mass * (mass <= self.delta)).amax(-1)
+        return px + torch.where(is_image, bonus, torch.zeros_like(bonus)), _gather(q, x)
+
+
+@dataclass(frozen=True)
+class GSD:
+    """a = min(1, p(C) / q(C)) over a cluster C of about `group` tokens around x by target rank, filtered by
+    probability gap (and optionally codebook distance)."""
+    group: int = 14
+    max_gap: float = 0.15
+    max_distance: float | None = None
+    name: ClassVar[str] = "gsd"
+
+    @classmethod
+    def of(cls, s: DrafterSettings) -> "GSD":
+        return cls(s.gsd_group, s.gsd_max_gap, s.gsd_max_distance)
+
+    @property
+    def needs_codebook(self) -> bool:
+        return self.max_distance is not None
+
+    def prepare(self, codebook: Tensor | None, model: torch.nn.Module | None) -> Tensor | None:
+        return None
+
+    def target_mass(self, p: Tensor, q: Tensor, x: Tensor, bound: "Verifier") -> tuple[Tensor, Tensor]:
+        if self.group == 1:
+            return _gather(p, x), _gather(q, x)
+        V, G = p.shape[-1], self.group
         order = p.argsort(dim=-1, descending=True, stable=True)            # [B, S, V]
         rank = torch.empty_like(order).scatter_(-1, order, torch.arange(V, device=p.device).expand_as(order))
         offsets = torch.arange(G, device=p.device) - (G - 1) // 2
@@ -107,18 +148,39 @@ class Verifier:
         members = order.gather(-1, ranks.clamp(0, V - 1))                 # [B, S, G]
         pm, qm, px = p.gather(-1, members), q.gather(-1, members), _gather(p, x)
         # out-of-range ranks are clamped onto real tokens (often x itself): drop them before anything else
-        keep = valid & (((pm - px[..., None]).abs() < self.s.gsd_max_gap) | (members == x[..., None]))
-        if self.s.gsd_max_distance is not None:
-            keep &= self._close(members, x) | (members == x[..., None])
-        pm, qm = pm * keep, qm * keep
-        return pm.sum(-1), qm.sum(-1)
+        keep = valid & (((pm - px[..., None]).abs() < self.max_gap) | (members == x[..., None]))
+        if self.max_distance is not None:
+            keep &= self._close(members, x, bound) | (members == x[..., None])
+        return (pm * keep).sum(-1), (qm * keep).sum(-1)
 
-    def _close(self, members: Tensor, x: Tensor) -> Tensor:
-        emb = self.codebook.float()
-        image = (members < self.num_image) & (x[..., None] < self.num_image)
-        em = emb[members.clamp(max=self.num_image - 1)]
-        ex = emb[x.clamp(max=self.num_image - 1)][..., None, :]
-        return image & ((em - ex).norm(dim=-1) < self.s.gsd_max_distance)
+    def _close(self, members: Tensor, x: Tensor, bound: "Verifier") -> Tensor:
+        emb, K = bound.codebook.float(), bound.num_image
+        image = (members < K) & (x[..., None] < K)
+        em, ex = emb[members.clamp(max=K - 1)], emb[x.clamp(max=K - 1)][..., None, :]
+        return image & ((em - ex).norm(dim=-1) < self.max_distance)
+
+
+VERIFIERS = {rule.name: rule for rule in (SJD, LANTERN, GSD)}
+
+
+class Verifier:
+    """A verification rule (VERIFIERS[settings.verifier]) bound to one decode's model: the codebook (on the
+    decoding device), the image vocabulary size, and what the rule precomputes from them (`table`)."""
+
+    def __init__(self, settings: DrafterSettings, codebook: Tensor | None, num_image: int,
+                 model: torch.nn.Module | None = None):
+        """model: the weights the codebook belongs to, which a rule's table is cached with."""
+        self.rule = VERIFIERS[settings.verifier].of(settings)
+        if self.rule.needs_codebook and codebook is None:
+            raise ValueError(f"verifier={settings.verifier!r} with these settings needs the model's "
+                             "VQ codebook, and this model adapter has none; use verifier='sjd'")
+        self.codebook, self.num_image = codebook, num_image
+        self.table = self.rule.prepare(codebook, model)
+
+    def accept_prob(self, p: Tensor, q: Tensor, x: Tensor) -> Tensor:
+        """[B, S] probability of accepting each draft."""
+        target, draft = self.rule.target_mass(p, q, x, self)
+        return (target / draft.clamp_min(1e-30)).clamp(max=1.0)
 
 
 def accept(x: Tensor, q: Tensor, p: Tensor, limit: Tensor, verifier: Verifier,

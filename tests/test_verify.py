@@ -75,3 +75,12 @@ def test_gsd_counts_a_top_ranked_draft_once():
     q = torch.tensor([[[0.30, 0.60, 0.10]]])
     v = Verifier(DrafterSettings(verifier="gsd", gsd_group=5, gsd_max_gap=0.1), None, 3)
     assert torch.allclose(v.accept_prob(p, q, torch.tensor([[0]])), torch.tensor([[0.75 / 0.9]]))
+
+
+def test_verifier_table_and_method_list_agree_with_the_settings():
+    """A verifier is one class in verify.VERIFIERS; the settings' names and the method list follow it."""
+    from sjdvp_core.settings import METHODS, VERIFIERS as NAMES
+    from sjdvp_core.verify import VERIFIERS
+    assert tuple(VERIFIERS) == NAMES
+    assert list(METHODS) == ["ar"] + [n + s for n in NAMES for s in ("", "-vp")]
+    assert [Verifier(DrafterSettings(verifier=n), torch.randn(4, 2), 4).rule.name for n in NAMES] == list(NAMES)
