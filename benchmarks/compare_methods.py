@@ -32,9 +32,8 @@ from dataclasses import replace
 import torch
 
 from sjdvp_core import decode
-from sjdvp_core.decode import state_bytes
+from sjdvp_core.decode import decode_bytes
 from sjdvp_core.settings import METHODS, TreeSettings, method_settings
-from sjdvp_core.tree import scratch_nodes
 
 from . import shards
 
@@ -99,10 +98,9 @@ def settings_for(adapter, method: str, window: int, drafting: str, tree: str, sa
 
 def extra_bytes(adapter, settings) -> int:
     """Memory a draft tree adds for one image: cache entries past the sequence, and the engine's state."""
-    rows = 2 if settings.sampling.uses_cfg else 1
-    chain = replace(settings, window=replace(settings.window, tree=TreeSettings()))
-    return (adapter.cache_bytes(rows, scratch_nodes(settings.window.size, settings.window.tree)) -
-            adapter.cache_bytes(rows) + state_bytes(settings, adapter.layout) - state_bytes(chain, adapter.layout))
+    one = replace(settings, batch_size=1)
+    chain = replace(one, window=replace(one.window, tree=TreeSettings()))
+    return decode_bytes(adapter, one) - decode_bytes(adapter, chain)
 
 
 def run_one(adapter, judge, cond, settings, repeats: int) -> dict:

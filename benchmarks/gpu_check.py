@@ -20,7 +20,7 @@ import time
 import torch
 
 from sjdvp_core import DecodeSettings, DrafterSettings, SamplingSettings, VPSettings, WindowSettings, decode
-from sjdvp_core.adapter import TokenLayout
+from sjdvp_core.adapter import ModelAdapter, TokenLayout
 from sjdvp_core.models.hf_adapter import HFAdapter, dtype_kwarg
 
 WINDOWS = (1, 16, 32, 64)
@@ -118,9 +118,10 @@ def forward_times(tiny: bool, device, dtype, repeats: int) -> list[dict]:
     return rows
 
 
-class FreeModel:
+class FreeModel(ModelAdapter):
     """Logits that cost (almost) nothing, so a decode's time is the engine's own."""
     family = "free model"
+
     def __init__(self, K, grid, device):
         self.device = torch.device(device)
         self.layout = TokenLayout.raster(torch.arange(K), grid, grid, row_end=K)
@@ -130,17 +131,11 @@ class FreeModel:
         self.gen = torch.Generator(device=self.device).manual_seed(0)
         self.table = torch.randn(8, self.V, device=self.device) * 3
 
-    def start(self, conditions, negatives, cfg):
+    def start(self, conditions, negatives, cfg, scratch=0):
         return self.layout, self.table[:2 * len(conditions) if cfg else len(conditions)].clone()
 
     def forward(self, tokens, positions):
         return self.table[(positions + tokens) % 8]
-
-    def finish(self):
-        pass
-
-    def codebook(self):
-        return None
 
 
 def engine_times(tiny: bool, device) -> list[dict]:

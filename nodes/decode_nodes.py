@@ -7,8 +7,7 @@ import torch
 from comfy_api.latest import io, ui
 
 from ..sjdvp_core.adapter import KEEP_SIZE, at_size
-from ..sjdvp_core.decode import DecodeResult, decode, state_bytes
-from ..sjdvp_core.tree import scratch_nodes
+from ..sjdvp_core.decode import DecodeResult, decode, decode_bytes
 from ..sjdvp_core.report import commit_figure, report_data, report_text
 from ..sjdvp_core.demo import DEMO_SAMPLING
 from ..sjdvp_core.settings import DecodeSettings, SamplingSettings, decode_settings
@@ -89,9 +88,7 @@ class SpeculativeDecode(io.ComfyNode):
         chosen = adapter.default_sampling if sampling == MODEL_DEFAULTS else \
             SamplingSettings(cfg_scale=cfg, temperature=temperature, top_k=top_k, top_p=top_p)
         settings = decode_settings(drafter, window, chosen, seed % 2**63, batch_size)
-        runtime.prepare(model, rows=batch_size * (2 if settings.sampling.uses_cfg else 1), adapter=adapter,
-                        extra=state_bytes(settings, adapter.layout),
-                        scratch=scratch_nodes(settings.window.size, settings.window.tree))
+        runtime.prepare(model, decode_bytes(adapter, settings))
         progress = runtime.Progress(adapter)
         try:
             result = decode(adapter, prompt, settings, negatives=negative_prompt or None, progress=progress)

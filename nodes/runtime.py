@@ -115,13 +115,11 @@ def _precision(precision: str, device: torch.device) -> str:
     return "fp32"
 
 
-def prepare(model: LoadedModel, rows: int, adapter, extra: int, scratch: int = 0) -> None:
+def prepare(model: LoadedModel, memory_required: int) -> None:
     """Before decoding tokens: ask ComfyUI to put the generator and the image decoder (for the live
-    preview) wholly on its device (plain modules cannot be partly loaded), with room for the KV cache of
-    `rows` sequences at `adapter`'s image size (and `scratch` entries for draft trees) and `extra` bytes of
-    decoding state, evicting other models if needed."""
-    mm.load_models_gpu([model.patcher, model.decoder_patcher],
-                       memory_required=adapter.cache_bytes(rows, scratch) + extra, force_full_load=True)
+    preview) wholly on its device (plain modules cannot be partly loaded), with `memory_required` bytes
+    left for the decode (sjdvp_core.decode.decode_bytes), evicting other models if needed."""
+    mm.load_models_gpu([model.patcher, model.decoder_patcher], memory_required=memory_required, force_full_load=True)
 
 
 def prepare_decoder(model: LoadedModel) -> None:

@@ -9,7 +9,7 @@ which LANTERN and GSD rely on), then the structure tokens.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence
+from typing import Any, Sequence
 
 import torch
 from torch import Tensor
@@ -59,38 +59,52 @@ class TokenLayout:
         return cls(image_tokens.long().cpu(), torch.tensor(specials, dtype=torch.long), forced, grid)
 
 
-class ModelAdapter(Protocol):
-    """What a model family implements for the engine. Rows R = B, or 2B with CFG (cond rows first).
-    Optional: `with_size(width, height)` -> the same model generating at another size (a new adapter
-    sharing the weights), for families whose size is a choice (see at_size)."""
-    family: str             # the family's display name ("Lumina-mGPT", "LlamaGen c2i", ...)
+Fact = tuple[str, str, bool]   # (what, detail, as expected): a line of the check command's report
+
+
+class ModelAdapter:
+    """What a model family implements for the engine, with the optional parts supplied here (so the engine
+    and the check command never probe an adapter). Rows R = B, or 2B with CFG (cond rows first)."""
+    family: str = "model"   # the family's display name ("Lumina-mGPT", "LlamaGen c2i", ...)
     layout: TokenLayout     # where the generated tokens go, at the current size
     device: torch.device    # where the weights are
-    default_sampling: SamplingSettings  # the family's recommended cfg, top-k, ...
+    default_sampling: SamplingSettings = SamplingSettings()  # the family's recommended cfg, top-k, ...
     module: torch.nn.Module  # every weight the adapter uses, for a memory manager to move
     image_decoder: torch.nn.Module  # the part of module that decode_image needs (the VQ decoder)
+    trees: bool = False      # forward_tree and adopt are implemented (draft trees can be scored)
+    example_condition: Any = "a red fox in the snow"   # what the check command's test forward uses
 
     def start(self, conditions: Sequence[Any], negatives: Sequence[Any] | None,
               cfg: bool, scratch: int = 0) -> tuple[TokenLayout, Tensor]:
         """Prefill the condition prefix (and with cfg, the unconditional or negative twin); return the
         layout and the logits [R, V] for generated position 0. scratch: cache entries to keep past the
         sequence for draft-tree branches."""
+        raise NotImplementedError
 
     def forward(self, tokens: Tensor, positions: Tensor) -> Tensor:
         """Score a window: tokens [R, W] placed at generated positions [R, W] (consecutive per row,
         each < layout.length) -> logits [R, W, V]; slot i predicts position positions[:, i] + 1. Cache
         entries at or after a row's first window position are overwritten: that is the rollback, so
         rejected drafts cost nothing to undo."""
+        raise NotImplementedError
 
     def forward_tree(self, tokens: Tensor, positions: Tensor, ancestors: Tensor, chain: int) -> Tensor:
         """Score a draft tree: tokens [R, N] at generated positions [R, N] -> logits [R, N, V]. The first
         `chain` nodes are a window as in forward() (written where forward() writes them); the others go to
         scratch entries past the sequence. Node i sees the sequence before positions[:, 0] and the nodes j
         with ancestors[i, j] ([N, N] bool, itself included), nothing else (kv_cache.tree_mask)."""
+        raise ValueError(f"{self.family}: this model adapter cannot score draft trees; set tree width to 1")
 
     def adopt(self, nodes: Tensor) -> None:
         """The last forward_tree's nodes [R, M] become the cache entries of their positions (the accepted
         branch); a chain node given here is already in place."""
+        raise ValueError(f"{self.family}: this model adapter cannot score draft trees; set tree width to 1")
+
+    def with_size(self, width: int, height: int) -> "ModelAdapter":
+        """The same model generating at width x height pixels (a new adapter sharing the weights), for
+        families whose size is a choice; the others generate at one size."""
+        h, w = self.layout.grid.shape
+        raise ValueError(f"{self.family} generates at one size ({w}x{h} tokens); set width and height to 0")
 
     def finish(self) -> None:
         """The decode ended (or was aborted): free per-run state such as KV caches."""
@@ -98,12 +112,21 @@ class ModelAdapter(Protocol):
     def cache_bytes(self, rows: int, scratch: int = 0) -> int:
         """Memory a decode of `rows` rows needs beyond the weights (the KV cache, with `scratch` entries
         for draft trees), for memory managers."""
+        return 0
 
     def codebook(self) -> Tensor | None:
-        """[K, d] VQ embedding of each image token, in TokenLayout.image_tokens order."""
+        """[K, d] VQ embedding of each image token, in TokenLayout.image_tokens order (None: none known;
+        the verifiers that need one say so)."""
+        return None
 
     def decode_image(self, codes: Tensor) -> Tensor:
         """codes [B, h, w] (codebook indices) -> images [B, H, W, 3] float in [0, 1]."""
+        raise NotImplementedError
+
+    def facts(self) -> list[Fact]:
+        """The family's tokens and sizes that a wrong tokenizer file or config would silently change, for
+        the check command (python -m sjdvp_core.check)."""
+        return []
 
 
 def weights_device(module: torch.nn.Module) -> torch.device:
@@ -114,15 +137,10 @@ def weights_device(module: torch.nn.Module) -> torch.device:
 KEEP_SIZE = 0   # at_size's width and height: the model's own size
 
 
-def at_size(adapter, width: int, height: int):
-    """The adapter generating at width x height pixels; KEEP_SIZE for both keeps its size. Families whose size is a
-    choice (Lumina-mGPT, Emu3) implement with_size(width, height); the others say they are fixed."""
+def at_size(adapter: ModelAdapter, width: int, height: int) -> ModelAdapter:
+    """The adapter generating at width x height pixels; KEEP_SIZE for both keeps its size."""
     if not width and not height:
         return adapter
     if not width or not height:
         raise ValueError(f"width={width}, height={height}: give both in pixels, or 0 for both (the model's default)")
-    with_size = getattr(adapter, "with_size", None)
-    if with_size is None:
-        h, w = adapter.layout.grid.shape
-        raise ValueError(f"{adapter.family} generates at one size ({w}x{h} tokens); set width and height to 0")
-    return with_size(width, height)
+    return adapter.with_size(width, height)

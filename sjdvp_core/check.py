@@ -113,47 +113,8 @@ def key_ids(rep: Report, adapter) -> None:
     forced = sorted(set(layout.forced[layout.forced >= 0].tolist()))
     if forced:
         rep.ok("forced tokens", f"{int((layout.forced >= 0).sum())} positions (row ends, end of image), ids {forced}")
-    SPOT_CHECKS.get(getattr(adapter, "family", ""), lambda rep, adapter: None)(rep, adapter)
-
-
-def _names(adapter, ids) -> list[str]:
-    return [adapter.tokenizer.tok.id_to_token(int(i)) for i in ids]
-
-
-def _janus(rep: Report, adapter) -> None:
-    rep.ok("BOS, pad, <begin_of_image>", str(list(zip([adapter.bos, adapter.pad_id, adapter.boi],
-                                                      _names(adapter, [adapter.bos, adapter.pad_id, adapter.boi])))))
-    size = adapter.layout.grid.shape[0] * 16
-    (rep.ok if size == 384 else rep.problem)("image size", f"{size} px (Janus-Pro generates 384 x 384)")
-
-
-def _lumina(rep: Report, adapter) -> None:
-    rep.ok("trained size", f"{adapter.trained} px; default image {adapter.width} x {adapter.height}")
-    prefix = adapter.image_prefix
-    rep.ok("image start + resolution tokens", str(list(zip(prefix, _names(adapter, prefix)))))
-    first = adapter.image_tokens[:3].tolist()
-    rep.ok("codes 0, 1, 2 are tokens", str(list(zip(first, _names(adapter, first)))))
-
-
-def _emu3(rep: Report, adapter) -> None:
-    if adapter.vision_folder:
-        rep.ok("vision tokenizer", adapter.vision_folder)
-    ids = adapter.tokenizer.encode(adapter.image_prefix)
-    names = _names(adapter, ids)
-    rep.ok(f"image prefix {adapter.image_prefix!r}", str(list(zip(ids, names))))
-    size = names[1:-1]          # between <|image start|> and <|image token|>
-    if any(len(piece) != 1 for piece in size):
-        rep.problem("size string", f"tokenized as {size}; Emu3 was trained on one token per character")
-
-
-def _llamagen(rep: Report, adapter) -> None:
-    c = adapter.config
-    what = f"{c.num_classes} classes" if c.model_type == "c2i" else f"captions of {c.cls_token_num} T5 tokens"
-    rep.ok("model", f"{c.model_type}, {c.n_layer} layers, width {c.dim}, {what}, codebook {c.vocab_size}")
-
-
-SPOT_CHECKS = {"Janus-Pro": _janus, "Lumina-mGPT": _lumina, "Emu3": _emu3,
-               "LlamaGen c2i": _llamagen, "LlamaGen t2i": _llamagen}
+    for what, detail, as_expected in adapter.facts():
+        (rep.ok if as_expected else rep.problem)(what, detail)
 
 
 def forward(rep: Report, adapter, prompt) -> None:
@@ -208,22 +169,17 @@ def check(path: str, device: str = "cpu", precision: str = "auto", run_forward: 
     except (OSError, ValueError, RuntimeError) as e:
         rep.problem("load", str(e))
         return rep.problems
-    rep.ok("loaded", f"{getattr(adapter, 'family', family)} in {time.perf_counter() - t:.1f} s, {dtype}, every "
+    rep.ok("loaded", f"{adapter.family} in {time.perf_counter() - t:.1f} s, {dtype}, every "
                      "tensor present with its expected shape")
     rep.ok("sampling defaults", str(adapter.default_sampling))
     key_ids(rep, adapter)
     if run_forward:
         try:
-            forward(rep, adapter, prompt if prompt is not None else _default_prompt(adapter))
+            forward(rep, adapter, prompt if prompt is not None else adapter.example_condition)
         except (ValueError, RuntimeError) as e:
             rep.problem("forward", f"{type(e).__name__}: {e}")
     memory(rep, adapter)
     return rep.problems
-
-
-def _default_prompt(adapter):
-    """A caption for text models, class 0 for class-conditional ones."""
-    return 0 if getattr(getattr(adapter, "config", None), "model_type", None) == "c2i" else "a red fox in the snow"
 
 
 def main(argv=None) -> int:

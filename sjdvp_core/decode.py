@@ -209,6 +209,15 @@ def state_bytes(settings: DecodeSettings, layout: TokenLayout) -> int:
     return 2 * settings.batch_size * per_row * (layout.image_tokens.numel() + layout.special_tokens.numel())
 
 
+def decode_bytes(adapter: ModelAdapter, settings: DecodeSettings) -> int:
+    """Memory a decode with these settings needs beyond the weights: the model's KV cache for its rows
+    (CFG doubles them; a draft tree adds scratch entries) and the loop's own state. What a memory manager
+    is told to keep free."""
+    rows = settings.batch_size * (2 if settings.sampling.uses_cfg else 1)
+    scratch = scratch_nodes(settings.window.size, settings.window.tree)
+    return adapter.cache_bytes(rows, scratch) + state_bytes(settings, adapter.layout)
+
+
 def decode(adapter: ModelAdapter, conditions: Sequence[Any] | Any, settings: DecodeSettings,
            negatives: Sequence[Any] | Any | None = None, progress: ProgressFn | None = None,
            timing: bool = False) -> DecodeResult:
@@ -222,12 +231,11 @@ def decode(adapter: ModelAdapter, conditions: Sequence[Any] | Any, settings: Dec
     conditions = _per_image(conditions, B, "conditions")
     negatives = None if negatives is None else _per_image(negatives, B, "negatives")
     scratch = scratch_nodes(settings.window.size, settings.window.tree)
-    if scratch and not hasattr(adapter, "forward_tree"):
+    if scratch and not adapter.trees:
         raise ValueError(f"{adapter.family}: this model adapter cannot score draft trees; set tree width to 1")
     with torch.inference_mode():
         try:
-            layout, first_logits = adapter.start(conditions, negatives, settings.sampling.uses_cfg,
-                                                 **({"scratch": scratch} if scratch else {}))
+            layout, first_logits = adapter.start(conditions, negatives, settings.sampling.uses_cfg, scratch)
             return JacobiDecoder(adapter, settings, layout, timing).run(first_logits, progress)
         finally:
             adapter.finish()

@@ -143,6 +143,18 @@ def test_decoding_pixels_loads_only_the_image_decoder(pack, demo):
     mm.loads.clear()
     tokens = run(pack, demo, drafter=pack["drafting"].DrafterSJD.execute(True).values[0]).values[0]
     assert mm.loads[-1][0] == [demo.patcher, demo.decoder_patcher]      # decoding tokens (and previews): both
+    # with room for the decode: the KV cache of both CFG rows (a tree's scratch entries) and the loop's state
+    from sjdvp_core.decode import decode_bytes, state_bytes
+    from sjdvp_core.tree import scratch_nodes
+    d = pack["drafting"]
+    window = d.JacobiWindow.execute(8, "random", 4, 1).values[0]
+    run(pack, demo, drafter=d.DrafterSJD.execute(True).values[0], window=window, batch_size=2)
+    s = pack["settings"].decode_settings(d.DrafterSJD.execute(True).values[0], window, demo.adapter.default_sampling,
+                                         0, 2)
+    need = mm.loads[-1][1]["memory_required"]
+    scratch = scratch_nodes(8, window.tree)
+    assert scratch > 0 and need == decode_bytes(demo.adapter, s)
+    assert need == demo.adapter.cache_bytes(4, scratch) + state_bytes(s, demo.adapter.layout)
     image = pack["decode"].DecodeImage.execute(tokens).values[0]
     assert mm.loads[-1][0] == [demo.decoder_patcher] and image.shape == (1, 64, 64, 3)
 

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from sjdvp_core.adapter import TokenLayout
+from sjdvp_core.adapter import ModelAdapter, TokenLayout
 from sjdvp_core.kv_cache import StaticKVCache, causal_mask
 
 
@@ -54,16 +54,18 @@ class TinyGPT(nn.Module):
         return self.head(h)
 
 
-class TinyGPTAdapter:
-    """Prefix: one class token at position 0; generated position j sits at absolute j + 1."""
+class TinyGPTAdapter(ModelAdapter):
+    """Prefix: one class token at position 0; generated position j sits at absolute j + 1. No draft trees
+    (the base class says so)."""
     family = "tiny GPT"
+
     def __init__(self, height=3, width=4, seed=0):
         torch.manual_seed(seed)
         self.model = self.module = TinyGPT().eval()
         self.device = torch.device("cpu")
         self.layout = TokenLayout.raster(torch.arange(2, 12), height, width, row_end=1, suffix=[0])
 
-    def start(self, conditions, negatives, cfg):
+    def start(self, conditions, negatives, cfg, scratch=0):
         null = self.model.cls.num_embeddings - 1
         classes = list(conditions) + ([null] * len(conditions) if cfg else [])
         self.model.setup_caches(len(classes))
@@ -73,13 +75,6 @@ class TinyGPTAdapter:
 
     def forward(self, tokens, positions):
         return self.model(self.model.tok(tokens), positions + 1)
-
-
-    def finish(self):
-        pass
-
-    def codebook(self):
-        return None
 
     def decode_image(self, codes):
         return codes[..., None].float().expand(*codes.shape, 3) / 10

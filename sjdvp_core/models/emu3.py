@@ -65,6 +65,14 @@ class Emu3Adapter(SizeChoice, HFAdapter):
     family = "Emu3"
     vision_folder: str | None = None     # where the original release's vision tokenizer was found (check says)
 
+    def facts(self):
+        named = self.token_names(self.tokenizer.encode(self.image_prefix))
+        size = [name for _, name in named[1:-1]]          # between <|image start|> and <|image token|>
+        return ([("vision tokenizer", self.vision_folder, True)] if self.vision_folder else []) + [
+            (f"image prefix {self.image_prefix!r}", str(named), True),
+            ("size string", f"tokenized as {size} (Emu3 was trained on one token per character)",
+             all(len(piece) == 1 for piece in size))]
+
     def __init__(self, model, tokenizer: TextTokenizer, *, ratio: str = "1:1", image_area: int = IMAGE_AREA,
                  quality_suffix: str = QUALITY_SUFFIX, pixel_mean=(0.5,) * 3, pixel_std=(0.5,) * 3, device="cpu"):
         text, vq = model.config.text_config, model.config.vq_config

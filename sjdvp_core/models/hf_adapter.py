@@ -24,7 +24,7 @@ from torch import Tensor
 from transformers import __version__ as TRANSFORMERS_VERSION
 from transformers.cache_utils import Cache
 
-from ..adapter import TokenLayout
+from ..adapter import ModelAdapter, TokenLayout
 from ..kv_cache import StaticKVCache, adopt_branch, causal_mask, tree_mask, tree_slots
 from .checkpoint import CheckpointError
 
@@ -189,10 +189,11 @@ def cache_argument(module: torch.nn.Module) -> str:
 
 
 # --- the adapter ----------------------------------------------------------------------------------
-class HFAdapter:
+class HFAdapter(ModelAdapter):
     """The engine side of a transformers model. A family supplies the layout, its prompts (cond rows,
     then uncond rows), how generated tokens are embedded and how hidden states become logits."""
     family = "transformers"
+    trees = True
 
     def __init__(self, model: torch.nn.Module, lm: torch.nn.Module, text_config, layout: TokenLayout,
                  pad_id: int, device="cpu"):
@@ -265,6 +266,10 @@ class HFAdapter:
 
     def finish(self) -> None:
         self.cache = self.key_valid = self._tree = None
+
+    def token_names(self, ids) -> list[tuple[int, str]]:
+        """(id, token) pairs, for the check command's facts."""
+        return [(int(i), self.tokenizer.tok.id_to_token(int(i))) for i in ids]
 
     def cache_bytes(self, rows: int, scratch: int = 0) -> int:
         c = self.text_config

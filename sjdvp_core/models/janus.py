@@ -64,6 +64,11 @@ class JanusAdapter(HFAdapter):
     def head(self, hidden: Tensor) -> Tensor:
         return self.model.model.generation_head(hidden)
 
+    def facts(self):
+        size = self.layout.grid.shape[0] * 16
+        return [("BOS, pad, <begin_of_image>", str(self.token_names([self.bos, self.pad_id, self.boi])), True),
+                ("image size", f"{size} px (Janus-Pro generates 384 x 384)", size == 384)]
+
     def codebook(self) -> Tensor:
         """The l2-normalised VQ codebook (what the decoder looks up), once per device."""
         weight = self.model.model.vqmodel.quantize.embedding.weight

@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import torch
 from torch import Tensor
 
-from ..adapter import TokenLayout, weights_device
+from ..adapter import ModelAdapter, TokenLayout, weights_device
 from ..settings import SamplingSettings
 from ..kv_cache import adopt_branch, tree_slots
 from .checkpoint import WEIGHT_EXT, CheckpointError, load_strict, read_state_dict
@@ -151,9 +151,10 @@ def imagenet_classes() -> list[str]:
         return [line.strip() for line in f if line.strip()]
 
 
-class LlamaGenAdapter:
+class LlamaGenAdapter(ModelAdapter):
     """The engine's view of a LlamaGen GPT + VQ pair. Conditions: class ids or names (c2i, with
     `class_names`), or prompts encoded by `text_encoder` into ([B, T, caption_dim], mask [B, T]) (t2i)."""
+    trees = True
 
     def __init__(self, gpt: LlamaGenGPT, vq: LlamaGenVQ, *, class_names: Sequence[str] | None = None,
                  class_parser=None, text_encoder=None, sampling: SamplingSettings | None = None,
@@ -188,6 +189,16 @@ class LlamaGenAdapter:
     @property
     def default_sampling(self) -> SamplingSettings:
         return self.sampling if self.sampling is not None else SAMPLING[self.config.model_type]
+
+    @property
+    def example_condition(self):
+        return 0 if self.config.model_type == "c2i" else ModelAdapter.example_condition
+
+    def facts(self):
+        c = self.config
+        what = f"{c.num_classes} classes" if c.model_type == "c2i" else f"captions of {c.cls_token_num} T5 tokens"
+        return [("model", f"{c.model_type}, {c.n_layer} layers, width {c.dim}, {what}, codebook {c.vocab_size}",
+                 True)]
 
     # --- conditions ----------------------------------------------------------------------------
     def class_id(self, condition: Any) -> int:

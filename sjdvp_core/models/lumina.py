@@ -72,6 +72,11 @@ def supported_sizes(trained: int, max_ratio: float = 4.0) -> list[tuple[int, int
 class LuminaAdapter(SizeChoice, HFAdapter):
     family = "Lumina-mGPT"
 
+    def facts(self):
+        return [("trained size", f"{self.trained} px; default image {self.width} x {self.height}", True),
+                ("image start + resolution tokens", str(self.token_names(self.image_prefix)), True),
+                ("codes 0, 1, 2 are tokens", str(self.token_names(self.image_tokens[:3].tolist())), True)]
+
     def __init__(self, model, tokenizer: TextTokenizer, vqgan: ChameleonVQGAN, *, width: int | None = None,
                  height: int | None = None, trained: int = DEFAULT_TRAINED, device="cpu"):
         self.tokenizer, self.trained = tokenizer, trained

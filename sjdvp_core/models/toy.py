@@ -14,14 +14,16 @@ from typing import Any, Sequence
 import torch
 from torch import Tensor
 
-from ..adapter import TokenLayout
+from ..adapter import ModelAdapter, TokenLayout
 from ..settings import SamplingSettings
 
 ROW_END, END_OF_IMAGE = 0, 1
 
 
-class ToyGridAdapter:
+class ToyGridAdapter(ModelAdapter):
     family = "toy"
+    trees = True
+
     def __init__(self, height: int = 4, width: int = 4, levels: int = 4, *, row_end: bool = True,
                  sharpness: float = 12.0, num_classes: int = 4, noise: float = 0.5, seed: int = 0,
                  device: str = "cpu"):
