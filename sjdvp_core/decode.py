@@ -23,7 +23,7 @@ from torch import Tensor
 from .adapter import ModelAdapter, TokenLayout
 from .drafting import Drafter
 from .settings import AUTO_STRENGTHS, DecodeSettings
-from .stats import DecodeStats, Tally
+from .stats import DecodeStats, Recorder
 from .target import cfg_mix, sample, target_probs
 from .tree import propose, scratch_nodes, tree_inputs, tree_shape, verify_tree
 from .verify import Verifier, accept
@@ -38,6 +38,18 @@ class DecodeResult:
     codes: Tensor     # [B, h, w] codebook indices of the image cells
     layout: TokenLayout
     stats: DecodeStats
+
+
+@dataclass
+class Step:
+    """What one iteration's forward and verification decided."""
+    p: Tensor              # [B, w, V] the targets along the path taken
+    k: Tensor              # [B] drafts accepted
+    next: Tensor           # [B] the token after them
+    accepted: Tensor       # [B, w - 1] each draft's own outcome
+    scored: int            # tokens the forward scored per row
+    forward_end: float     # the clock when the forward had finished
+    tree: tuple[Tensor, Tensor, Tensor] | None = None   # per row: alternatives tried, one taken, a guess
 
 
 class _Clock:
@@ -79,10 +91,10 @@ class JacobiDecoder:
         return torch.cat([t, t]) if self.s.sampling.uses_cfg else t
 
     def run(self, first_logits: Tensor, progress: ProgressFn | None) -> DecodeResult:
+        """forward -> targets -> accept (one step) -> commit -> redraft, until every image is complete."""
         B, S, W, dev, local = self.B, self.S, self.W, self.device, self.local
         L, end, (lo, hi) = local.length, local.free_end, local.span
-        stats = DecodeStats(length=L, window=W)
-        tally = Tally(max(S, 1), dev)
+        rec = Recorder(max(S, 1), dev)
         t_start = time.perf_counter()
         canvas = torch.zeros(B, L + W + 1, dtype=torch.long, device=dev)        # committed tokens, then drafts
         commit_iter = torch.full((B, L + W), -1, dtype=torch.long, device=dev)
@@ -101,51 +113,45 @@ class JacobiDecoder:
             w = max(limit_host) + 1
             limit, active = torch.tensor(limit_host, device=dev), torch.tensor([c < end for c in n_host], device=dev)
             t0 = self.clock.now()
-            step = self._tree_step if self.tree is not None and w > 1 else self._chain_step
-            p, k, nxt, accepted, t1 = step(window, canvas, n, w, limit, stats, tally)
-            m = k + (active & (n + k < end)).long()                                            # committed now
-            at = (n + k)[:, None]
-            canvas.scatter_(1, at, torch.where((m > k)[:, None], nxt[:, None], canvas.gather(1, at)))
+            step = (self._tree_step if self.tree is not None and w > 1 else self._chain_step)(window, canvas, n, w,
+                                                                                               limit)
+            m = step.k + (active & (n + step.k < end)).long()                                  # committed now
+            at = (n + step.k)[:, None]
+            canvas.scatter_(1, at, torch.where((m > step.k)[:, None], step.next[:, None], canvas.gather(1, at)))
             cols = n[:, None] + torch.arange(W, device=dev)
             commit_iter.scatter_(1, cols, torch.where(torch.arange(W, device=dev) < m[:, None], it,
                                                       commit_iter.gather(1, cols)))
-            self._observe(tally, window, p, accepted, k, limit, m)
+            self._observe(rec, window, step, limit, m)
             n, row_passes, it = n + m, row_passes + active.long(), it + 1
             t2 = self.clock.now()
-            window = self.drafter.redraft(window, p, m, n, active, canvas, self.gen)
+            window = self.drafter.redraft(window, step.p, m, n, active, canvas, self.gen)
             canvas.scatter_(1, n[:, None] + torch.arange(S, device=dev), window.tokens)
             n_host = n.tolist()                                                                # the one sync
-            t3 = self.clock.now()
-            stats.time_forward, stats.time_verify, stats.time_draft = (
-                stats.time_forward + t1 - t0, stats.time_verify + t2 - t1, stats.time_draft + t3 - t2)
+            rec.phases(t0, step.forward_end, t2, self.clock.now())
             self._progress(progress, n_host, canvas)
         canvas[:, end:L] = local.forced[end:L]                          # the known tail, without a forward pass
         commit_iter[:, end:L] = it - 1
         if end < L:
             self._progress(progress, [L] * B, canvas)
-        stats.forward_passes, stats.ar_passes, stats.row_forward_passes = it, end, row_passes.cpu()
+        stats = DecodeStats(length=L, window=W, forward_passes=it, ar_passes=end, row_forward_passes=row_passes.cpu(),
+                            commit_iter=commit_iter[:, :L].cpu())
         stats.vp_auto = self.drafter.auto.summary() if self.drafter.auto is not None else None
-        stats.commit_iter = commit_iter[:, :L].cpu()
-        tally.into(stats)
+        rec.into(stats)
         stats.time_total = time.perf_counter() - t_start
         return DecodeResult(local.vocab[canvas[:, :L]], canvas[:, :L][:, local.grid], self.local.layout, stats)
 
-    def _chain_step(self, window, canvas: Tensor, n: Tensor, w: int, limit: Tensor, stats: DecodeStats,
-                    tally: Tally):
-        """One forward over the last committed token and w - 1 drafts, and their verification -> the targets
-        [B, w, V], drafts accepted k, the next token, each draft's outcome, and the forward's end time."""
+    def _chain_step(self, window, canvas: Tensor, n: Tensor, w: int, limit: Tensor) -> Step:
+        """One forward over the last committed token and w - 1 drafts, and their verification."""
         dev = self.device
-        stats.tokens_scored += w
         inputs = torch.cat([canvas.gather(1, (n - 1)[:, None]), window.tokens[:, :w - 1]], 1)      # [B, w]
         positions = ((n - 1)[:, None] + torch.arange(w, device=dev)).clamp(max=self.local.length - 1)
         logits = self.adapter.forward(self.rows(self.local.vocab[inputs]), self.rows(positions))
         t1 = self.clock.now()
         p = self.targets(logits, n[:, None] + torch.arange(w, device=dev))                       # [B, w, V]
         k, nxt, accepted = accept(window.tokens[:, :w - 1], window.q[:, :w - 1], p, limit, self.verifier, self.gen)
-        return p, k, nxt, accepted, t1
+        return Step(p, k, nxt, accepted, w, t1)
 
-    def _tree_step(self, window, canvas: Tensor, n: Tensor, w: int, limit: Tensor, stats: DecodeStats,
-                   tally: Tally):
+    def _tree_step(self, window, canvas: Tensor, n: Tensor, w: int, limit: Tensor) -> Step:
         """The same over a draft tree (tree.py); p is along the path taken. The accepted alternatives are
         written to the canvas and their branch's cache entries kept."""
         shape, local = tree_shape(w, self.tree, self.device), self.local
@@ -162,26 +168,29 @@ class JacobiDecoder:
         canvas.scatter_(1, at, torch.where(out.took[:, None], cand.tokens.flatten(1).gather(1, pick),
                                            canvas.gather(1, at)))
         self.adapter.adopt(self.rows(out.branch))
-        stats.tokens_scored += shape.nodes
-        tally.tree_outcome(out.tried, out.took, cand.guess[out.choice.clamp(max=shape.alts - 1)])
         p = p_all.gather(1, out.path[..., None].expand(-1, -1, p_all.shape[-1]))
-        return p, out.k, out.next, out.accepted, t1
+        return Step(p, out.k, out.next, out.accepted, shape.nodes, t1,
+                    (out.tried, out.took, cand.guess[out.choice.clamp(max=shape.alts - 1)]))
 
-    def _observe(self, tally: Tally, window, p: Tensor, accepted: Tensor, k: Tensor, limit: Tensor, m: Tensor) -> None:
+    def _observe(self, rec: Recorder, window, step: Step, limit: Tensor, m: Tensor) -> None:
         """Statistics and VP auto's scores: they look at what verification decided, never steer it."""
-        tally.committed.append(m)
+        p, accepted, k = step.p, step.accepted, step.k
+        rec.tokens_scored += step.scored
+        if step.tree is not None:
+            rec.tree_outcome(*step.tree)
+        rec.committed.append(m)
         entropy = -(p * p.clamp_min(1e-30).log()).sum(-1)                                     # [B, w]
-        tally.entropy += (entropy * (torch.arange(p.shape[1], device=p.device) < m[:, None])).sum()
+        rec.entropy += (entropy * (torch.arange(p.shape[1], device=p.device) < m[:, None])).sum()
         d = accepted.shape[1]
         if d == 0:
             return
         verified = torch.arange(d, device=p.device)[None] < torch.minimum(k + 1, limit)[:, None]
-        tally.slots(verified, accepted)
+        rec.slots(verified, accepted)
         carried = verified & ~window.fresh[:, :d]
-        tally.count_momentum(window.rose[:, :d], carried, accepted)
+        rec.count_momentum(window.rose[:, :d], carried, accepted)
         fused = carried & window.fused[:, :d]
         if self.drafter.vp is not None:
-            tally.vp_effect(p[:, :d], window.q[:, :d], window.history.prev[:, :d], fused)
+            rec.vp_effect(p[:, :d], window.q[:, :d], window.history.prev[:, :d], fused)
         if self.drafter.auto is not None:
             self.drafter.auto.observe(p[:, :d], window.candidates[:, :, :d], fused)
 

@@ -49,6 +49,34 @@ def causal_mask(positions: Tensor, max_len: int, key_valid: Tensor | None = None
     return mask[:, None]
 
 
+def window_mask(slots: Tensor, max_len: int, key_valid: Tensor | None = None) -> Tensor:
+    """causal_mask for a window written at cache slots [R, W], where every query also sees its own slot
+    (a query on a CFG row's left padding would otherwise see no key at all)."""
+    own = torch.arange(max_len, device=slots.device) == slots[:, None, :, None]
+    return causal_mask(slots, max_len, key_valid) | own
+
+
+def kv_bytes(layers: int, rows: int, kv_heads: int, entries: int, head_dim: int, itemsize: int) -> int:
+    """Bytes of a K and V cache of `entries` slots per row in every layer."""
+    return 2 * layers * rows * kv_heads * entries * head_dim * itemsize
+
+
+class TreeBranches:
+    """Where the last draft tree's nodes were written (cache slots) and where they belong (the slots of
+    their positions), so the accepted branch can be adopted into its positions afterwards."""
+
+    def __init__(self):
+        self.slots = self.at = None
+
+    def place(self, at: Tensor, chain: int, scratch: int) -> Tensor:
+        """Nodes at position slots at [R, N] -> their cache slots (tree_slots), remembered."""
+        self.slots, self.at = tree_slots(at, chain, scratch), at
+        return self.slots
+
+    def adopt(self, caches, nodes: Tensor) -> None:
+        adopt_branch(caches, self.slots, self.at, nodes)
+
+
 def tree_slots(slots: Tensor, chain: int, scratch: int) -> Tensor:
     """A draft tree's cache slots: nodes [R, N] at the slots of their positions; the first `chain` nodes
     (the main chain) keep them, the others get scratch slots scratch, scratch + 1, ... (past the sequence),

@@ -106,9 +106,10 @@ class DecodeStats:
         return out
 
 
-class Tally:
-    """What a decode counts while it runs, kept on the device (reading a count back each iteration would
-    stall the loop); `into` reads it once, at the end."""
+class Recorder:
+    """What a decode counts and times while it runs. Counts stay on the device (reading one back each
+    iteration would stall the loop); `into` reads them once, at the end. It observes outcomes and never
+    steers the run."""
 
     def __init__(self, slots: int, device):
         acc = wide_float(device)
@@ -119,6 +120,13 @@ class Tally:
         self.entropy = torch.zeros((), dtype=acc, device=device)
         self.tree = torch.zeros(3, dtype=torch.long, device=device)       # tried, guess accepted, draw accepted
         self.committed: list[Tensor] = []                    # [B] per iteration
+        self.tokens_scored = 0                               # tokens fed through the model per row
+        self.times = [0.0, 0.0, 0.0]                         # forward, verify, draft (seconds, when timed)
+
+    def phases(self, t0: float, t1: float, t2: float, t3: float) -> None:
+        """One iteration's clock readings: forward t0..t1, verification t1..t2, drafting t2..t3."""
+        for i, dt in enumerate((t1 - t0, t2 - t1, t3 - t2)):
+            self.times[i] += dt
 
     def slots(self, verified: Tensor, accepted: Tensor) -> None:
         """Verified drafts [B, w] per window slot, and which of them were accepted."""
@@ -153,4 +161,6 @@ class Tally:
         stats.entropy_sum = float(self.entropy)
         stats.tree_tried, stats.tree_guess_accepted, stats.tree_draw_accepted = self.tree.tolist()
         stats.committed_per_iter = [m.cpu() for m in torch.stack(self.committed).unbind()] if self.committed else []
+        stats.tokens_scored = self.tokens_scored
+        stats.time_forward, stats.time_verify, stats.time_draft = self.times
         return stats

@@ -3,11 +3,11 @@ import math
 
 import torch
 
-from sjdvp_core.stats import DecodeStats, Tally
+from sjdvp_core.stats import DecodeStats, Recorder
 
 
 def test_momentum_counts_only_carried_drafts_with_a_known_direction():
-    tally = Tally(4, "cpu")
+    tally = Recorder(4, "cpu")
     rose = torch.tensor([[1, 1, 0, -1], [0, 1, 0, 1]], dtype=torch.int8)
     carried = torch.tensor([[True, True, True, True], [True, False, True, True]])
     accept = torch.tensor([[True, False, True, True], [False, True, True, True]])

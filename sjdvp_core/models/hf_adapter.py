@@ -25,7 +25,7 @@ from transformers import __version__ as TRANSFORMERS_VERSION
 from transformers.cache_utils import Cache
 
 from ..adapter import ModelAdapter, TokenLayout
-from ..kv_cache import StaticKVCache, adopt_branch, causal_mask, tree_mask, tree_slots
+from ..kv_cache import StaticKVCache, TreeBranches, kv_bytes, tree_mask, window_mask
 from .checkpoint import CheckpointError
 
 INDEX = "model.safetensors.index.json"
@@ -202,7 +202,7 @@ class HFAdapter(ModelAdapter):
         self.lm, self.text_config, self.layout, self.pad_id = lm, text_config, layout, pad_id
         self._cache_arg = cache_argument(lm)
         self.cache: PositionCache | None = None
-        self._tree: tuple[Tensor, Tensor] | None = None   # the last tree's cache slots and position slots
+        self.branches = TreeBranches()
 
     @property
     def device(self) -> torch.device:
@@ -242,22 +242,20 @@ class HFAdapter(ModelAdapter):
     def forward_tree(self, tokens: Tensor, positions: Tensor, ancestors: Tensor, chain: int) -> Tensor:
         if self.cache is None:
             raise RuntimeError(f"{self.family}: forward_tree() before start()")
-        at = self.prefix_len + positions
-        self._tree = tree_slots(at, chain, self.prefix_len + self.layout.length), at
-        mask = tree_mask(self._tree[0], ancestors, self.cache.max_len, self.key_valid)
-        hidden = self._run(self.embed(tokens), self._tree[0], self.prompt_len[:, None] + positions, mask)
+        slots = self.branches.place(self.prefix_len + positions, chain, self.prefix_len + self.layout.length)
+        mask = tree_mask(slots, ancestors, self.cache.max_len, self.key_valid)
+        hidden = self._run(self.embed(tokens), slots, self.prompt_len[:, None] + positions, mask)
         return self.head(hidden).float()
 
     def adopt(self, nodes: Tensor) -> None:
-        adopt_branch(self.cache.kv.values(), *self._tree, nodes)
+        self.branches.adopt(self.cache.kv.values(), nodes)
 
     def _run(self, x: Tensor, slots: Tensor, position_ids: Tensor, mask: Tensor | None = None) -> Tensor:
         """Embeddings [R, W, C] written at cache slots [R, W] with RoPE positions [R, W] under mask
         (causal over the slots unless given) -> hidden [R, W, C]."""
         S = self.cache.max_len
         if mask is None:
-            mask = causal_mask(slots, S, self.key_valid)                                   # [R, 1, W, S]
-            mask = mask | (torch.arange(S, device=x.device) == slots[:, None, :, None])    # padding sees itself
+            mask = window_mask(slots, S, self.key_valid)                                   # [R, 1, W, S]
         additive = torch.zeros(mask.shape, dtype=x.dtype, device=x.device).masked_fill(~mask, torch.finfo(x.dtype).min)
         self.cache.slots = slots
         out = self.lm(inputs_embeds=x, attention_mask=additive, position_ids=position_ids, use_cache=True,
@@ -265,7 +263,8 @@ class HFAdapter(ModelAdapter):
         return out.last_hidden_state
 
     def finish(self) -> None:
-        self.cache = self.key_valid = self._tree = None
+        self.cache = self.key_valid = None
+        self.branches = TreeBranches()
 
     def token_names(self, ids) -> list[tuple[int, str]]:
         """(id, token) pairs, for the check command's facts."""
@@ -276,8 +275,8 @@ class HFAdapter(ModelAdapter):
         head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
         kv_heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
         itemsize = self.lm.get_input_embeddings().weight.element_size()
-        entries = PROMPT_ALLOWANCE + self.layout.length + scratch
-        return 2 * c.num_hidden_layers * rows * kv_heads * entries * head_dim * itemsize
+        return kv_bytes(c.num_hidden_layers, rows, kv_heads, PROMPT_ALLOWANCE + self.layout.length + scratch,
+                        head_dim, itemsize)
 
 
 class SizeChoice:

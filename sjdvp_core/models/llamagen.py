@@ -20,7 +20,7 @@ from torch import Tensor
 
 from ..adapter import ModelAdapter, TokenLayout, weights_device
 from ..settings import SamplingSettings
-from ..kv_cache import adopt_branch, tree_slots
+from ..kv_cache import TreeBranches, kv_bytes
 from .checkpoint import WEIGHT_EXT, CheckpointError, load_strict, read_state_dict
 from .llamagen_gpt import GPT_SIZES, GPTConfig, LlamaGenGPT, rope_table_2d
 from .llamagen_vq import LlamaGenVQ, VQConfig
@@ -165,7 +165,7 @@ class LlamaGenAdapter(ModelAdapter):
         self.module = torch.nn.ModuleDict({"gpt": self.gpt, "vq": self.vq})  # all weights, for memory managers
         self.image_decoder = self.vq
         self._codebook: Tensor | None = None
-        self._tree: tuple[Tensor, Tensor] | None = None   # the last tree's cache slots and position slots
+        self.branches = TreeBranches()
         self.config = gpt.config
         self.sampling = sampling
         self.class_names = list(class_names) if class_names is not None else None
@@ -246,20 +246,19 @@ class LlamaGenAdapter(ModelAdapter):
 
     def forward_tree(self, tokens: Tensor, positions: Tensor, ancestors: Tensor, chain: int) -> Tensor:
         at = positions + self.config.cls_token_num
-        self._tree = tree_slots(at, chain, self.gpt.max_len), at
-        return self.gpt.decode_tree(tokens, at, self._tree[0], ancestors)
+        return self.gpt.decode_tree(tokens, at, self.branches.place(at, chain, self.gpt.max_len), ancestors)
 
     def adopt(self, nodes: Tensor) -> None:
-        adopt_branch(self.gpt.caches(), *self._tree, nodes)
+        self.branches.adopt(self.gpt.caches(), nodes)
 
     def finish(self) -> None:
         self.gpt.release_caches()
-        self._tree = None
+        self.branches = TreeBranches()
 
     def cache_bytes(self, rows: int, scratch: int = 0) -> int:
         c = self.config
         itemsize = self.gpt.output.weight.element_size()
-        return 2 * c.n_layer * rows * c.kv_heads * (self.gpt.max_len + scratch) * c.head_dim * itemsize
+        return kv_bytes(c.n_layer, rows, c.kv_heads, self.gpt.max_len + scratch, c.head_dim, itemsize)
 
     def codebook(self) -> Tensor:
         """The l2-normalised codebook (what the decoder looks up), kept per device."""

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from ..kv_cache import StaticKVCache, causal_mask, tree_mask
+from ..kv_cache import StaticKVCache, tree_mask, window_mask
 
 
 def find_multiple(n: int, k: int) -> int:
@@ -263,8 +263,7 @@ class LlamaGenGPT(nn.Module):
         if cached:
             slots = positions if slots is None else slots
             if mask is None:
-                mask = causal_mask(slots, self.cache_len, self.prefix_valid)
-                mask = mask | (torch.arange(self.cache_len, device=h.device) == slots[:, None, :, None])
+                mask = window_mask(slots, self.cache_len, self.prefix_valid)
         for layer in self.layers:
             h = layer(h, rope, slots if cached else None, mask)
         return self.output(self.norm(h)).float()

@@ -30,9 +30,6 @@ class VQConfig:
         return asdict(self)
 
 
-VQ_SIZES = {"VQ-16": [1, 1, 2, 2, 4], "VQ-8": [1, 2, 2, 4]}
-
-
 def swish(x: Tensor) -> Tensor:
     return x * torch.sigmoid(x)
 
