@@ -32,8 +32,8 @@ from dataclasses import replace
 import torch
 
 from sjdvp_core import decode
-from sjdvp_core.decode import decode_bytes
-from sjdvp_core.settings import METHODS, TreeSettings, method_settings
+from sjdvp_core.engine.decode import decode_bytes
+from sjdvp_core.engine.settings import METHODS, TreeSettings, method_settings
 
 from . import shards
 
@@ -63,7 +63,7 @@ def load_model(name: str, prompts: int, prompts_file: str = PROMPTS_T2I, device:
         step = max(1, len(scenes.PROMPTS) // prompts)
         demo = load_demo(device)
         return demo, scenes.PROMPTS[::step][:prompts], demo.default_sampling, load_judge()
-    from sjdvp_core.registry import load_model as load_folder
+    from sjdvp_core.models.registry import load_model as load_folder
     adapter = load_folder(name, device=device)
     return adapter, read_prompts(prompts_file)[:prompts], adapter.default_sampling, None
 

@@ -20,7 +20,7 @@ import time
 import torch
 
 from sjdvp_core import DecodeSettings, DrafterSettings, SamplingSettings, VPSettings, WindowSettings, decode
-from sjdvp_core.adapter import ModelAdapter, TokenLayout
+from sjdvp_core.engine.adapter import ModelAdapter, TokenLayout
 from sjdvp_core.models.hf_adapter import HFAdapter, dtype_kwarg
 
 WINDOWS = (1, 16, 32, 64)
@@ -29,8 +29,14 @@ WINDOWS = (1, 16, 32, 64)
 def hf_models(tiny: bool):
     """(name, model, lm, text config, head, image tokens, image grid h, w): real-size configs from the
     releases' config.json values, or tiny ones for a CPU dry run."""
-    from transformers import (ChameleonConfig, ChameleonForConditionalGeneration, Emu3Config,
-                              Emu3ForConditionalGeneration, JanusConfig, JanusForConditionalGeneration)
+    from transformers import (
+        ChameleonConfig,
+        ChameleonForConditionalGeneration,
+        Emu3Config,
+        Emu3ForConditionalGeneration,
+        JanusConfig,
+        JanusForConditionalGeneration,
+    )
     s = (lambda real, small: small if tiny else real)  # noqa: E731
     text = dict(hidden_size=s(4096, 64), intermediate_size=s(11008, 128), num_hidden_layers=s(32, 2),
                 num_attention_heads=s(32, 4), num_key_value_heads=s(32, 4))

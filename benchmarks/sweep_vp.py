@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import torch
 
-from sjdvp_core.settings import DecodeSettings, DrafterSettings, VPSettings, WindowSettings
+from sjdvp_core.engine.settings import DecodeSettings, DrafterSettings, VPSettings, WindowSettings
 
 from .compare_methods import load_model, run_one, write_table
 

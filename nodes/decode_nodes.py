@@ -6,11 +6,11 @@ from dataclasses import dataclass
 import torch
 from comfy_api.latest import io, ui
 
-from ..sjdvp_core.adapter import KEEP_SIZE, at_size
-from ..sjdvp_core.decode import DecodeResult, decode, decode_bytes
-from ..sjdvp_core.report import commit_figure, report_data, report_text
 from ..sjdvp_core.demo import DEMO_SAMPLING
-from ..sjdvp_core.settings import DecodeSettings, SamplingSettings, decode_settings
+from ..sjdvp_core.engine.adapter import KEEP_SIZE, at_size
+from ..sjdvp_core.engine.decode import DecodeResult, decode, decode_bytes
+from ..sjdvp_core.engine.report import commit_figure, report_data, report_text
+from ..sjdvp_core.engine.settings import DecodeSettings, SamplingSettings, decode_settings
 from . import runtime
 from .drafting_nodes import DRAFTER, WINDOW
 from .legacy import LEGACY

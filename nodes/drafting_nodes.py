@@ -5,8 +5,17 @@ from dataclasses import replace
 
 from comfy_api.latest import io
 
-from ..sjdvp_core.settings import (DRAFT_INITS, MAX_TREE_DEPTH, MAX_TREE_WIDTH, MAX_WINDOW, PAPER_STRENGTH,
-                                   DrafterSettings, TreeSettings, VPSettings, WindowSettings)
+from ..sjdvp_core.engine.settings import (
+    DRAFT_INITS,
+    MAX_TREE_DEPTH,
+    MAX_TREE_WIDTH,
+    MAX_WINDOW,
+    PAPER_STRENGTH,
+    DrafterSettings,
+    TreeSettings,
+    VPSettings,
+    WindowSettings,
+)
 from .legacy import LEGACY
 
 DRAFTER_DEFAULTS, VP_DEFAULTS, WINDOW_DEFAULTS = DrafterSettings(), VPSettings(), WindowSettings()

@@ -6,16 +6,15 @@ import os
 import time
 from dataclasses import dataclass
 
-import torch
-
 import comfy.model_management as mm
 import comfy.model_patcher
 import comfy.utils
 import folder_paths
+import torch
 
-from ..sjdvp_core import catalogue
-from ..sjdvp_core.download import download, on_disk
-from ..sjdvp_core.registry import DEMO, list_models, load_model
+from ..sjdvp_core.hub import catalogue
+from ..sjdvp_core.hub.download import download, on_disk
+from ..sjdvp_core.models.registry import DEMO, list_models, load_model
 
 FOLDER = "sjdvp"
 folder_paths.add_model_folder_path(FOLDER, os.path.join(folder_paths.models_dir, FOLDER))
@@ -118,7 +117,7 @@ def _precision(precision: str, device: torch.device) -> str:
 def prepare(model: LoadedModel, memory_required: int) -> None:
     """Before decoding tokens: ask ComfyUI to put the generator and the image decoder (for the live
     preview) wholly on its device (plain modules cannot be partly loaded), with `memory_required` bytes
-    left for the decode (sjdvp_core.decode.decode_bytes), evicting other models if needed."""
+    left for the decode (sjdvp_core.engine.decode.decode_bytes), evicting other models if needed."""
     mm.load_models_gpu([model.patcher, model.decoder_patcher], memory_required=memory_required, force_full_load=True)
 
 
@@ -157,7 +156,8 @@ class Progress:
 
     def _preview(self, partial: torch.Tensor, keep: bool = False):
         from PIL import Image
-        from ..sjdvp_core.report import partial_image
+
+        from ..sjdvp_core.engine.report import partial_image
         image = partial_image(self.adapter, partial[0]).float().cpu()
         if keep:
             self.final = image

@@ -1,9 +1,13 @@
 """sjdvp_core: speculative Jacobi decoding (SJD, LANTERN, GSD, Verification Prediction) for
-autoregressive image models. Pure torch; ComfyUI is never imported here."""
-from .adapter import ModelAdapter, TokenLayout
-from .decode import DecodeResult, decode
-from .settings import DecodeSettings, DrafterSettings, SamplingSettings, TreeSettings, VPSettings, WindowSettings
-from .stats import DecodeStats
+autoregressive image models. Pure torch; ComfyUI is never imported here.
+
+Subpackages: engine (the algorithm), models (the families and their registry), hub (catalogue, downloads,
+the check command), cli (the generate command), demo (the built-in model)."""
+from .engine.adapter import ModelAdapter, TokenLayout
+from .engine.decode import DecodeResult, decode
+from .engine.settings import DecodeSettings, DrafterSettings, SamplingSettings, TreeSettings, VPSettings, WindowSettings
+from .engine.stats import DecodeStats
+from .models.registry import load_model
 
 __all__ = ["ModelAdapter", "TokenLayout", "DecodeResult", "decode", "DecodeSettings", "DrafterSettings",
-           "SamplingSettings", "TreeSettings", "VPSettings", "WindowSettings", "DecodeStats"]
+           "SamplingSettings", "TreeSettings", "VPSettings", "WindowSettings", "DecodeStats", "load_model"]

@@ -10,8 +10,8 @@ from decimal import Decimal
 
 import pytest
 
-from sjdvp_core import catalogue
-from sjdvp_core.download import DownloadError, select
+from sjdvp_core.hub import catalogue
+from sjdvp_core.hub.download import DownloadError, select
 
 LISTINGS = json.load(open(os.path.join(os.path.dirname(__file__), "data", "hub_listings.json")))["repos"]
 UNITS = {"B": 1, "kB": 10 ** 3, "MB": 10 ** 6, "GB": 10 ** 9}

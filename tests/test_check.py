@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from sjdvp_core.check import check
+from sjdvp_core.hub.check import check
 from tests.comfy.server import REPO
 from tests.test_janus import write_converted
 from tests.test_llamagen import random_gpt, random_vq

@@ -5,8 +5,8 @@ import torch
 from sjdvp_core import DecodeSettings, SamplingSettings, TreeSettings, WindowSettings, decode
 from sjdvp_core.demo import DEMO_SAMPLING, load_demo, load_judge, scenes
 from sjdvp_core.demo.judge import attribute_match
-from sjdvp_core.registry import load_model
-from sjdvp_core.settings import method_settings
+from sjdvp_core.engine.settings import method_settings
+from sjdvp_core.models.registry import load_model
 
 
 @pytest.fixture(scope="module")

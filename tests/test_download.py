@@ -1,4 +1,4 @@
-"""Downloads (sjdvp_core.download) with the real huggingface_hub client against a tiny Hub on 127.0.0.1
+"""Downloads (sjdvp_core.hub.download) with the real huggingface_hub client against a tiny Hub on 127.0.0.1
 (tests/fake_hub.py, HF_ENDPOINT pointing at it): a fetched folder loads and decodes; an interrupted download
 is not listed, is explained by check, and resumes with a range request; a dropped connection resumes
 within the run; truncated, corrupt and wrongly pinned files are caught; gated, missing and unreachable
@@ -11,10 +11,12 @@ import os
 import pytest
 import torch
 
-from sjdvp_core import DecodeSettings, WindowSettings, catalogue, decode
-from sjdvp_core.check import check
-from sjdvp_core.download import INCOMPLETE, DownloadError, download, incomplete, main, on_disk
-from sjdvp_core.registry import FAMILIES, detect_family, list_models, load_model
+from sjdvp_core import DecodeSettings, WindowSettings, decode
+from sjdvp_core.hub import catalogue
+from sjdvp_core.hub.check import check
+from sjdvp_core.hub.download import DownloadError, download, main, on_disk
+from sjdvp_core.models.folders import INCOMPLETE, incomplete
+from sjdvp_core.models.registry import FAMILIES, detect_family, list_models, load_model
 from tests.fake_hub import FakeHub
 from tests.test_llamagen import random_gpt, random_vq
 
@@ -71,7 +73,7 @@ def test_download_fetches_verifies_lists_loads_and_decodes(hub, tmp_path):
 
 
 def test_download_interrupted_is_not_listed_is_explained_and_resumes(hub, tmp_path, monkeypatch):
-    import sjdvp_core.download as dl
+    import sjdvp_core.hub.download as dl
     monkeypatch.setattr(dl, "CHUNK", 4096)                                    # stop inside a file, not at its end
 
     def stop_midway(done, total):
@@ -104,7 +106,8 @@ def test_download_interrupted_is_not_listed_is_explained_and_resumes(hub, tmp_pa
 def test_download_refuses_without_the_disk_space_and_counts_what_is_there(hub, tmp_path, monkeypatch):
     """Checked before the first byte, against every file less what is already downloaded (a part file)."""
     from collections import namedtuple
-    import sjdvp_core.download as dl
+
+    import sjdvp_core.hub.download as dl
     files = hub.repos[C2I]
     total = len(files["c2i_B_256.pt"]) + len(files["vq_ds16_c2i.pt"])
     usage = namedtuple("usage", "total used free")
@@ -121,7 +124,7 @@ def test_download_refuses_without_the_disk_space_and_counts_what_is_there(hub, t
 
 
 def test_download_resumes_a_dropped_connection_within_the_run(hub, tmp_path, monkeypatch):
-    import sjdvp_core.download as dl
+    import sjdvp_core.hub.download as dl
     monkeypatch.setattr(dl, "CHUNK", 1000)                                    # whole chunks reach the file
     hub.cut[(C2I, "c2i_B_256.pt")] = 5000
     path = download(ENTRY, str(tmp_path))
@@ -224,7 +227,7 @@ def test_download_catalogue_is_consistent_with_families_and_workflows():
 
 def test_download_marker_is_written_first(hub, tmp_path, monkeypatch):
     """Even a run stopped before the first byte leaves the folder marked as unfinished."""
-    import sjdvp_core.download as dl
+    import sjdvp_core.hub.download as dl
 
     def fail(*a, **k):
         assert os.path.isfile(tmp_path / "llamagen-c2i" / INCOMPLETE)

@@ -10,13 +10,30 @@ import pytest
 import torch
 
 from sjdvp_core import decode
-from sjdvp_core.models.emu3 import (BOI, BOS, EOF, EOI, EOL, EOS, NEGATIVE_PROMPT, PAD, QUALITY_SUFFIX, WRAPPER,
-                                    Emu3Adapter, token_grid)
-from sjdvp_core.registry import detect_family, load_model
-from sjdvp_core.settings import SamplingSettings, method_settings
+from sjdvp_core.engine.settings import SamplingSettings, method_settings
+from sjdvp_core.models.emu3 import (
+    BOI,
+    BOS,
+    EOF,
+    EOI,
+    EOL,
+    EOS,
+    NEGATIVE_PROMPT,
+    PAD,
+    QUALITY_SUFFIX,
+    WRAPPER,
+    Emu3Adapter,
+    token_grid,
+)
+from sjdvp_core.models.registry import detect_family, load_model
+from tests.tiny_hf import (
+    assert_greedy_sjd_equals_ar,
+    assert_missing_files_are_named,
+    assert_windows_match_recompute,
+    byte_bpe_tokenizer,
+    spread_weights,
+)
 from tests.tree_check import assert_tree_matches_chains
-from tests.tiny_hf import (assert_greedy_sjd_equals_ar, assert_missing_files_are_named,
-                           assert_windows_match_recompute, byte_bpe_tokenizer, spread_weights)
 
 CODES = 16
 PROMPTS = ["a red fox in the snow", "a blue sky"]

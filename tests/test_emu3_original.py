@@ -16,10 +16,10 @@ import pytest
 import torch
 
 from sjdvp_core import decode
-from sjdvp_core.models.emu3 import BOI, BOS, EOF, EOI, EOL, EOS, PAD, WRAPPER, Emu3Adapter
+from sjdvp_core.engine.settings import SamplingSettings, method_settings
 from sjdvp_core.models.checkpoint import CheckpointError
-from sjdvp_core.registry import detect_family, list_models, load_model
-from sjdvp_core.settings import SamplingSettings, method_settings
+from sjdvp_core.models.emu3 import BOI, BOS, EOF, EOI, EOL, EOS, PAD, WRAPPER, Emu3Adapter
+from sjdvp_core.models.registry import detect_family, list_models, load_model
 from tests.test_emu3 import tiny_config
 from tests.tiny_hf import CORPUS, assert_greedy_sjd_equals_ar, spread_weights
 
@@ -293,7 +293,8 @@ def test_a_vision_tokenizer_beside_the_model_under_any_name_is_found_and_named(f
     """People download with --local-dir and name folders as they like: the one sibling whose config is an
     Emu3 vision VQ is used (and the check says which); two are refused by name; other models are ignored."""
     import io
-    from sjdvp_core.check import check
+
+    from sjdvp_core.hub.check import check
     original = Path(folders[1])
     model = _variant(original, tmp_path, "renamed", drop=["vision_tokenizer"])
     shutil.copytree(original / "vision_tokenizer", model.parent / "Emu3-VisionTokenizer-original")
@@ -312,7 +313,8 @@ def test_a_vision_tokenizer_beside_the_model_under_any_name_is_found_and_named(f
 
 def test_original_folder_passes_the_check_with_its_size_string(folders):
     import io
-    from sjdvp_core.check import check
+
+    from sjdvp_core.hub.check import check
     out = io.StringIO()
     problems = check(folders[1], out=out)
     text = out.getvalue()

@@ -7,13 +7,18 @@ import torch
 from torch.nn import functional as F
 
 from sjdvp_core import decode
+from sjdvp_core.engine.settings import SamplingSettings, method_settings
 from sjdvp_core.models.hf_adapter import left_pad
 from sjdvp_core.models.janus import BOI, PAD, JanusAdapter, chat_prompt
-from sjdvp_core.registry import detect_family, list_models, load_model
-from sjdvp_core.settings import SamplingSettings, method_settings
+from sjdvp_core.models.registry import detect_family, list_models, load_model
+from tests.tiny_hf import (
+    assert_greedy_sjd_equals_ar,
+    assert_missing_files_are_named,
+    assert_windows_match_recompute,
+    byte_bpe_tokenizer,
+    spread_weights,
+)
 from tests.tree_check import assert_tree_matches_chains
-from tests.tiny_hf import (assert_greedy_sjd_equals_ar, assert_missing_files_are_named,
-                           assert_windows_match_recompute, byte_bpe_tokenizer, spread_weights)
 
 BOS, EOS = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"
 PROMPTS = ["a red fox in the snow", "a blue sky"]

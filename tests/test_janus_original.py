@@ -11,10 +11,10 @@ import shutil
 import pytest
 import torch
 
+from sjdvp_core.models.checkpoint import CheckpointError
 from sjdvp_core.models.janus import JanusAdapter
 from sjdvp_core.models.janus_original import REPOS, janus_config, vq_shape
-from sjdvp_core.models.checkpoint import CheckpointError
-from sjdvp_core.registry import detect_family, list_models, load_model
+from sjdvp_core.models.registry import detect_family, list_models, load_model
 from tests.test_janus import PROMPTS, write_converted
 from tests.tiny_hf import assert_greedy_sjd_equals_ar
 

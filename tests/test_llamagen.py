@@ -5,11 +5,17 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from sjdvp_core import (DecodeSettings, DrafterSettings, SamplingSettings, TreeSettings, VPSettings, WindowSettings,
-                        decode)
+from sjdvp_core import (
+    DecodeSettings,
+    DrafterSettings,
+    SamplingSettings,
+    TreeSettings,
+    VPSettings,
+    WindowSettings,
+    decode,
+)
 from sjdvp_core.models.checkpoint import CheckpointError
-from sjdvp_core.models.llamagen import (LlamaGenAdapter, imagenet_classes, load_gpt,
-                                        load_vq)
+from sjdvp_core.models.llamagen import LlamaGenAdapter, imagenet_classes, load_gpt, load_vq
 from sjdvp_core.models.llamagen_gpt import GPTConfig, LlamaGenGPT
 from sjdvp_core.models.llamagen_vq import LlamaGenVQ, VQConfig
 from tests.tree_check import assert_tree_matches_chains
@@ -121,7 +127,7 @@ def test_sampled_decode_is_deterministic_and_uses_lantern_neighbours(files):
                        sampling=SamplingSettings(cfg_scale=2.0, top_k=20), seed=5)
     a, b = decode(ad, 1, s), decode(ad, 1, s)
     assert torch.equal(a.tokens, b.tokens) and a.codes.shape == (1, 4, 4)
-    from sjdvp_core.verify import _NEIGHBOURS
+    from sjdvp_core.engine.verify import _NEIGHBOURS
     assert _NEIGHBOURS[ad.module].shape == (64, 8)   # computed once for this model, kept with its weights
 
 
@@ -180,8 +186,9 @@ def test_namespace_is_the_only_object_let_through(tmp_path):
 
 
 def test_a_tokenizer_of_the_other_kind_is_refused(files, tmp_path):
-    from sjdvp_core.registry import load_model
     import shutil
+
+    from sjdvp_core.models.registry import load_model
     shutil.copy(files["ddp"], tmp_path / "c2i_B_256.pt")
     torch.save({"model": random_vq().state_dict()}, tmp_path / "vq_ds16_t2i.pt")   # same codebook shape
     with pytest.raises(CheckpointError, match=r"no tokenizer for the c2i model c2i_B_256\.pt; vq_ds16_t2i\.pt is "

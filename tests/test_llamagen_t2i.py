@@ -83,6 +83,7 @@ def test_golden_captions_are_cleaned_as_upstream():
     """Prompts go through LlamaGen's caption cleaning (lower case, URLs, HTML, ids, ...), as recorded
     from upstream's T5Embedder.clean_caption in tests/golden/captions.json."""
     import os
+
     from sjdvp_core.models.captions import clean_caption
     with open(os.path.join(os.path.dirname(__file__), "golden", "captions.json"), encoding="utf-8") as f:
         golden = json.load(f)
@@ -92,7 +93,7 @@ def test_golden_captions_are_cleaned_as_upstream():
 
 
 def test_the_encoder_sees_cleaned_captions_in_the_gpts_precision(t5_folder, tmp_path):
-    from sjdvp_core.registry import load_model
+    from sjdvp_core.models.registry import load_model
     enc = T5CaptionEncoder(t5_folder)
     a, mask_a = enc(["A RED FOX in the <b>snow</b>"])
     b, mask_b = enc(["a red fox in the snow"])

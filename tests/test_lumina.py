@@ -10,17 +10,30 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from sjdvp_core import DecodeSettings, WindowSettings, decode
+from sjdvp_core.engine.settings import SamplingSettings, method_settings
 from sjdvp_core.models.chameleon_vqgan import ChameleonVQGAN, VQGANConfig, load_vqgan
-from sjdvp_core.models.hf_adapter import read_tensor
 from sjdvp_core.models.checkpoint import CheckpointError
-from sjdvp_core.models.lumina import (IMAGE_END, IMAGE_START, REPO, ROW_END, LuminaAdapter, image_token_ids,
-                                      resolution_token, supported_sizes, trained_size)
-from sjdvp_core.registry import detect_family, list_models, load_model
-from sjdvp_core.settings import SamplingSettings, method_settings
-from tests.tree_check import assert_tree_matches_chains
-from tests.tiny_hf import (assert_greedy_sjd_equals_ar, assert_missing_files_are_named, assert_windows_match_recompute,
-                           byte_bpe_tokenizer)
+from sjdvp_core.models.hf_adapter import read_tensor
+from sjdvp_core.models.lumina import (
+    IMAGE_END,
+    IMAGE_START,
+    REPO,
+    ROW_END,
+    LuminaAdapter,
+    image_token_ids,
+    resolution_token,
+    supported_sizes,
+    trained_size,
+)
+from sjdvp_core.models.registry import detect_family, list_models, load_model
+from tests.tiny_hf import (
+    assert_greedy_sjd_equals_ar,
+    assert_missing_files_are_named,
+    assert_windows_match_recompute,
+    byte_bpe_tokenizer,
+)
 from tests.tiny_lumina import CODES, write_lumina
+from tests.tree_check import assert_tree_matches_chains
 
 PROMPTS = ["a red fox in the snow", "a blue sky"]
 WIDE = dict(width=64, height=32)       # 2 rows of 4 codes (+ row ends) at the tiny f16 VQGAN

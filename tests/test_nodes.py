@@ -19,7 +19,7 @@ def pack():
     mod = lambda name: importlib.import_module(f"{stubs.PACKAGE}.nodes.{name}")  # noqa: E731
     yield dict(mm=mm, nodes=nodes, decode=mod("decode_nodes"), drafting=mod("drafting_nodes"),
                runtime=mod("runtime"), legacy=mod("legacy"),
-               settings=importlib.import_module(f"{stubs.PACKAGE}.sjdvp_core.settings"))
+               settings=importlib.import_module(f"{stubs.PACKAGE}.sjdvp_core.engine.settings"))
     stubs.uninstall()          # after this file's tests: nothing else sees a stubbed ComfyUI
 
 
@@ -144,8 +144,8 @@ def test_decoding_pixels_loads_only_the_image_decoder(pack, demo):
     tokens = run(pack, demo, drafter=pack["drafting"].DrafterSJD.execute(True).values[0]).values[0]
     assert mm.loads[-1][0] == [demo.patcher, demo.decoder_patcher]      # decoding tokens (and previews): both
     # with room for the decode: the KV cache of both CFG rows (a tree's scratch entries) and the loop's state
-    from sjdvp_core.decode import decode_bytes, state_bytes
-    from sjdvp_core.tree import scratch_nodes
+    from sjdvp_core.engine.decode import decode_bytes, state_bytes
+    from sjdvp_core.engine.tree import scratch_nodes
     d = pack["drafting"]
     window = d.JacobiWindow.execute(8, "random", 4, 1).values[0]
     run(pack, demo, drafter=d.DrafterSJD.execute(True).values[0], window=window, batch_size=2)

@@ -14,12 +14,12 @@ import pytest
 import torch
 from torch import Tensor
 
-from sjdvp_core.adapter import TokenLayout
-from sjdvp_core.drafting import Drafter, continue_draft, coupled_draw, gumbel_noise
-from sjdvp_core.settings import DrafterSettings, TreeSettings, VPSettings
-from sjdvp_core.target import sample
-from sjdvp_core.tree import propose, tree_shape
-from sjdvp_core.window import History, LocalLayout, Window
+from sjdvp_core.engine.adapter import TokenLayout
+from sjdvp_core.engine.drafting import Drafter, continue_draft, coupled_draw, gumbel_noise
+from sjdvp_core.engine.settings import DrafterSettings, TreeSettings, VPSettings
+from sjdvp_core.engine.target import sample
+from sjdvp_core.engine.tree import propose, tree_shape
+from sjdvp_core.engine.window import History, LocalLayout, Window
 from tests.toy_reference import chi2_pvalue
 
 pytestmark = pytest.mark.statistical

@@ -5,10 +5,10 @@ import pytest
 import torch
 
 from sjdvp_core import DecodeSettings, DrafterSettings, TreeSettings, VPSettings, WindowSettings, decode
+from sjdvp_core.engine.report import colour_ramp, commit_figure, commit_map, report_data, report_text
+from sjdvp_core.engine.settings import decode_settings
+from sjdvp_core.models.registry import detect_family, list_models, load_model, resolve_dtype
 from sjdvp_core.models.toy import ToyGridAdapter
-from sjdvp_core.registry import detect_family, list_models, load_model, resolve_dtype
-from sjdvp_core.settings import decode_settings
-from sjdvp_core.report import colour_ramp, commit_figure, commit_map, report_data, report_text
 from tests.test_llamagen import random_gpt, random_vq
 
 
@@ -67,7 +67,7 @@ def test_ar_report_leaves_out_what_does_not_apply():
 
 
 def test_command_line_runs_a_llamagen_folder_with_its_defaults(tmp_path, capsys):
-    from sjdvp_core.__main__ import main
+    from sjdvp_core.cli.generate import main
     folder = tmp_path / "llamagen-c2i"
     folder.mkdir()
     torch.save({"model": random_gpt().state_dict()}, folder / "c2i_B_256.pt")
@@ -79,9 +79,9 @@ def test_command_line_runs_a_llamagen_folder_with_its_defaults(tmp_path, capsys)
 
 def test_command_lines_default_to_the_gpu_when_there_is_one(monkeypatch):
     """As the loader node does: `python -m sjdvp_core` and the check command pick the GPU unless told."""
-    from sjdvp_core import check as check_command
-    from sjdvp_core.__main__ import parser
-    from sjdvp_core.devices import default_device
+    from sjdvp_core.cli.generate import parser
+    from sjdvp_core.engine.devices import default_device
+    from sjdvp_core.hub import check as check_command
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
     assert default_device() == "cpu" and parser().parse_args([]).device == "cpu"
@@ -95,7 +95,7 @@ def test_command_lines_default_to_the_gpu_when_there_is_one(monkeypatch):
 
 
 def test_at_size_keeps_fixed_size_families_and_says_so():
-    from sjdvp_core.adapter import at_size
+    from sjdvp_core.engine.adapter import at_size
     from sjdvp_core.models.toy import ToyGridAdapter
     toy = ToyGridAdapter()
     assert at_size(toy, 0, 0) is toy

@@ -3,7 +3,7 @@ import math
 
 import torch
 
-from sjdvp_core.stats import DecodeStats, Recorder
+from sjdvp_core.engine.stats import DecodeStats, Recorder
 
 
 def test_momentum_counts_only_carried_drafts_with_a_known_direction():

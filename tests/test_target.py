@@ -1,7 +1,7 @@
 import torch
 
-from sjdvp_core.settings import SamplingSettings
-from sjdvp_core.target import residual, target_probs, top_k_filter, top_p_filter
+from sjdvp_core.engine.settings import SamplingSettings
+from sjdvp_core.engine.target import residual, target_probs, top_k_filter, top_p_filter
 
 INF = float("inf")
 

@@ -3,10 +3,17 @@ tree forward equal to the chain forwards of its branches."""
 import pytest
 import torch
 
-from sjdvp_core import (DecodeSettings, DrafterSettings, SamplingSettings, TreeSettings, VPSettings, WindowSettings,
-                        decode)
+from sjdvp_core import (
+    DecodeSettings,
+    DrafterSettings,
+    SamplingSettings,
+    TreeSettings,
+    VPSettings,
+    WindowSettings,
+    decode,
+)
+from sjdvp_core.engine.tree import scratch_nodes, tree_shape
 from sjdvp_core.models.toy import ToyGridAdapter, ToyTrendAdapter
-from sjdvp_core.tree import scratch_nodes, tree_shape
 from tests.test_exactness import STRONG_VP
 from tests.tiny_gpt import TinyGPTAdapter
 from tests.toy_reference import ar_greedy, chi2_pvalue, code_index, exact_distribution
@@ -89,7 +96,7 @@ def test_trees_sample_the_model_distribution(name, drafter, tree, sampling):
 def test_a_biased_sibling_rule_is_flagged(monkeypatch):
     """Teeth: testing every alternative against p itself instead of the residual left by the earlier
     candidates over-accepts them, and the chi-square test sees it."""
-    import sjdvp_core.tree as tree_module
+    import sjdvp_core.engine.tree as tree_module
     monkeypatch.setattr(tree_module, "residual", lambda p, q: p)
     c, _ = counts(DrafterSettings(), TreeSettings(width=4, depth=2))
     assert chi2_pvalue(c, EXACT[TOP_K] * N) < ALPHA

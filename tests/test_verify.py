@@ -1,7 +1,7 @@
 import torch
 
-from sjdvp_core.settings import DrafterSettings
-from sjdvp_core.verify import Verifier, first_rejection, latent_neighbours, model_neighbours
+from sjdvp_core.engine.settings import DrafterSettings
+from sjdvp_core.engine.verify import Verifier, first_rejection, latent_neighbours, model_neighbours
 
 
 def test_first_rejection_counts_leading_accepts():
@@ -79,8 +79,9 @@ def test_gsd_counts_a_top_ranked_draft_once():
 
 def test_verifier_table_and_method_list_agree_with_the_settings():
     """A verifier is one class in verify.VERIFIERS; the settings' names and the method list follow it."""
-    from sjdvp_core.settings import METHODS, VERIFIERS as NAMES
-    from sjdvp_core.verify import VERIFIERS
+    from sjdvp_core.engine.settings import METHODS
+    from sjdvp_core.engine.settings import VERIFIERS as NAMES
+    from sjdvp_core.engine.verify import VERIFIERS
     assert tuple(VERIFIERS) == NAMES
     assert list(METHODS) == ["ar"] + [n + s for n in NAMES for s in ("", "-vp")]
     assert [Verifier(DrafterSettings(verifier=n), torch.randn(4, 2), 4).rule.name for n in NAMES] == list(NAMES)

@@ -2,12 +2,11 @@
 import math
 
 import pytest
-
 import torch
 
-from sjdvp_core.settings import AUTO_STRENGTHS, VPSettings
-from sjdvp_core.vp import AutoStrength, fuse
-from sjdvp_core.window import History, shift_slots
+from sjdvp_core.engine.settings import AUTO_STRENGTHS, VPSettings
+from sjdvp_core.engine.vp import AutoStrength, fuse
+from sjdvp_core.engine.window import History, shift_slots
 
 
 def test_history_ewa_and_growth_counter():

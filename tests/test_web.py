@@ -8,8 +8,8 @@ import subprocess
 import pytest
 
 from sjdvp_core import DecodeSettings, DrafterSettings, VPSettings, WindowSettings, decode
+from sjdvp_core.engine.report import report_data, report_text
 from sjdvp_core.models.toy import ToyGridAdapter
-from sjdvp_core.report import report_data, report_text
 from tests.comfy.server import REPO
 
 

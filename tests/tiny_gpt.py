@@ -6,8 +6,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from sjdvp_core.adapter import ModelAdapter, TokenLayout
-from sjdvp_core.kv_cache import StaticKVCache, causal_mask
+from sjdvp_core.engine.adapter import ModelAdapter, TokenLayout
+from sjdvp_core.models.kv_cache import StaticKVCache, causal_mask
 
 
 class Block(nn.Module):

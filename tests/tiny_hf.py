@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from sjdvp_core import SamplingSettings, TreeSettings, decode
-from sjdvp_core.settings import method_settings
+from sjdvp_core.engine.settings import method_settings
 
 CORPUS = ["a red fox in the snow", "a blue sky over the sea", "a portrait of a young girl",
           "User: Assistant: draw 4*4 8*8 2*4 lowres, bad anatomy, text, blurry."] * 4

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from sjdvp_core import TreeSettings
-from sjdvp_core.tree import tree_shape
+from sjdvp_core.engine.tree import tree_shape
 
 
 def branch_paths(shape) -> list[list[int]]:

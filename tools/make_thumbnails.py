@@ -16,7 +16,7 @@ from PIL import Image
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from sjdvp_core import DecodeSettings, DrafterSettings, SamplingSettings, VPSettings, WindowSettings, decode  # noqa: E402
 from sjdvp_core.demo import load_demo  # noqa: E402
-from sjdvp_core.report import commit_map  # noqa: E402
+from sjdvp_core.engine.report import commit_map  # noqa: E402
 
 WORKFLOWS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "workflows")
 VERIFIERS = {"SJDVP_DrafterSJD": lambda w: DrafterSettings(coupled=w[0]),

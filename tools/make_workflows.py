@@ -15,10 +15,10 @@ import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
-from sjdvp_core.catalogue import BY_NAME  # noqa: E402
 from sjdvp_core.demo import DEMO_SAMPLING  # noqa: E402
+from sjdvp_core.engine.settings import DrafterSettings, SamplingSettings, VPSettings, WindowSettings  # noqa: E402
+from sjdvp_core.hub.catalogue import BY_NAME  # noqa: E402
 from sjdvp_core.models import emu3, janus, llamagen, lumina  # noqa: E402
-from sjdvp_core.settings import DrafterSettings, SamplingSettings, VPSettings, WindowSettings  # noqa: E402
 
 OUT = os.path.join(REPO, "workflows")
 LEGACY_JS = os.path.join(REPO, "web", "js", "legacy_values.js")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 
+from ..engine.settings import SamplingSettings
 from ..models.llamagen import LlamaGenAdapter, load_gpt, load_vq
-from ..settings import SamplingSettings
 from . import scenes
 
 # The demo's sampling defaults (chosen by measurement, see README "Demo model").
@@ -23,6 +23,7 @@ def load_demo(device="cpu") -> LlamaGenAdapter:
 
 def load_judge():
     from safetensors.torch import load_file
+
     from .judge import Judge
     judge = Judge()
     judge.load_state_dict(load_file(os.path.join(WEIGHTS, "demo_judge.safetensors")))

@@ -24,10 +24,10 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from ..adapter import TokenLayout, weights_device
-from ..settings import SamplingSettings
-from .hf_adapter import HFAdapter, SizeChoice, TextTokenizer, load_pretrained, read_json, to_image
+from ..engine.adapter import TokenLayout, weights_device
+from ..engine.settings import SamplingSettings
 from .checkpoint import CheckpointError
+from .hf_adapter import HFAdapter, SizeChoice, TextTokenizer, load_pretrained, read_json, to_image
 
 REPO = "BAAI/Emu3-Gen-hf"
 BOS, BOI, WRAPPER = "<|extra_203|>", "<|image start|>", "<|image token|>"

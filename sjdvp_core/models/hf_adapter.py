@@ -24,9 +24,9 @@ from torch import Tensor
 from transformers import __version__ as TRANSFORMERS_VERSION
 from transformers.cache_utils import Cache
 
-from ..adapter import ModelAdapter, TokenLayout
-from ..kv_cache import StaticKVCache, TreeBranches, kv_bytes, tree_mask, window_mask
+from ..engine.adapter import ModelAdapter, TokenLayout
 from .checkpoint import CheckpointError
+from .kv_cache import StaticKVCache, TreeBranches, kv_bytes, tree_mask, window_mask
 
 INDEX = "model.safetensors.index.json"
 PROMPT_ALLOWANCE = 256   # prompt tokens cache_bytes assumes before a prompt is known

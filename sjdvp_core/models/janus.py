@@ -16,8 +16,8 @@ import torch
 from torch import Tensor
 from torch.nn import functional as F
 
-from ..adapter import TokenLayout, weights_device
-from ..settings import SamplingSettings
+from ..engine.adapter import TokenLayout, weights_device
+from ..engine.settings import SamplingSettings
 from .hf_adapter import HFAdapter, TextTokenizer, load_pretrained, to_image
 
 REPOS = "deepseek-community/Janus-Pro-1B (or Janus-Pro-7B)"

@@ -17,9 +17,9 @@ from typing import Mapping
 
 import torch
 
+from .checkpoint import CheckpointError, load_strict, read_state_dict
 from .hf_adapter import TextTokenizer, dtype_kwarg, read_json
 from .janus import PAD, JanusAdapter
-from .checkpoint import CheckpointError, load_strict, read_state_dict
 
 REPOS = "deepseek-ai/Janus-Pro-1B (or Janus-Pro-7B)"
 MODEL_TYPE = "multi_modality"

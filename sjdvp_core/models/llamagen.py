@@ -18,10 +18,10 @@ from typing import Any, Sequence
 import torch
 from torch import Tensor
 
-from ..adapter import ModelAdapter, TokenLayout, weights_device
-from ..settings import SamplingSettings
-from ..kv_cache import TreeBranches, kv_bytes
+from ..engine.adapter import ModelAdapter, TokenLayout, weights_device
+from ..engine.settings import SamplingSettings
 from .checkpoint import WEIGHT_EXT, CheckpointError, load_strict, read_state_dict
+from .kv_cache import TreeBranches, kv_bytes
 from .llamagen_gpt import GPT_SIZES, GPTConfig, LlamaGenGPT, rope_table_2d
 from .llamagen_vq import LlamaGenVQ, VQConfig
 

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from ..kv_cache import StaticKVCache, tree_mask, window_mask
+from .kv_cache import StaticKVCache, tree_mask, window_mask
 
 
 def find_multiple(n: int, k: int) -> int:

@@ -14,8 +14,8 @@ from typing import Any, Sequence
 import torch
 from torch import Tensor
 
-from ..adapter import ModelAdapter, TokenLayout
-from ..settings import SamplingSettings
+from ..engine.adapter import ModelAdapter, TokenLayout
+from ..engine.settings import SamplingSettings
 
 ROW_END, END_OF_IMAGE = 0, 1
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .download import incomplete, incomplete_folder, incomplete_message
-from .models.llamagen import gpt_files, is_gpt_file
+from .folders import incomplete, incomplete_folder, incomplete_message
+from .llamagen import gpt_files, is_gpt_file
 
 DEMO = "demo"
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -42,7 +42,7 @@ class Family:
 
 
 def _module(name: str):
-    return importlib.import_module(f".models.{name}", __package__)
+    return importlib.import_module(f".{name}", __package__)
 
 
 FAMILIES = {
@@ -129,8 +129,8 @@ def load_model(path: str, device="cpu", precision: str = "auto", **options):
     if name == DEMO:
         if options:
             raise ValueError(f"the demo model takes no options, got {sorted(options)}")
-        from .demo import load_demo
-        return load_demo(device)
+        # by name, as every family is (the demo package sits above models and imports from it)
+        return importlib.import_module("..demo", __package__).load_demo(device)
     family = FAMILIES[name]
     if options and not family.options:
         raise ValueError(f"{name} models take no options, got {sorted(options)}")

@@ -1,0 +1,92 @@
+"""Command line: generate images with several decoding methods from the same prompt and seed, save
+them, and print the speed-up report side by side.
+
+    python -m sjdvp_core --prompt "a red circle on grass" --methods ar sjd sjd-vp --out out
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import time
+
+import torch
+
+from ..engine.adapter import KEEP_SIZE, at_size
+from ..engine.decode import decode
+from ..engine.devices import default_device
+from ..engine.settings import METHODS, DecodeSettings, DrafterSettings, TreeSettings, WindowSettings, method_settings
+from ..models.registry import load_model
+
+
+def save_png(image: torch.Tensor, path: str, scale: int = 4) -> None:
+    from PIL import Image
+    arr = (image.clamp(0, 1) * 255).round().byte().numpy()
+    Image.fromarray(arr).resize((arr.shape[1] * scale, arr.shape[0] * scale), Image.NEAREST).save(path)
+
+
+def main(prompt: str, methods=("ar", "sjd-vp"), model: str = "demo", window: int = WindowSettings().size,
+         seed: int = DecodeSettings().seed,
+         cfg: float | None = None, top_k: int | None = None, top_p: float | None = None,
+         temperature: float | None = None, out: str = "out", device: str = "cpu",
+         coupled: bool = DrafterSettings().coupled, width: int = KEEP_SIZE, height: int = KEEP_SIZE,
+         tree_width: int = TreeSettings().width, tree_depth: int = TreeSettings().depth,
+         tree_branch: int = TreeSettings().branch) -> list[dict]:
+    adapter = at_size(load_model(model, device=device), width, height)
+    defaults = adapter.default_sampling
+    given = dict(cfg_scale=cfg, top_k=top_k, top_p=top_p, temperature=temperature)
+    sampling = dataclasses.replace(defaults, **{k: v for k, v in given.items() if v is not None})
+    os.makedirs(out, exist_ok=True)
+    rows = []
+    for name in methods:
+        settings = method_settings(name, window, sampling, seed, coupled=coupled,
+                                   tree=TreeSettings(width=tree_width, depth=tree_depth, branch=tree_branch))
+        t = time.perf_counter()
+        result = decode(adapter, prompt, settings)
+        decode_s = time.perf_counter() - t
+        image = adapter.decode_image(result.codes)[0]
+        path = os.path.join(out, f"{name}_seed{seed}.png")
+        save_png(image, path)
+        st = result.stats
+        rows.append(dict(method=name, nfe=st.forward_passes, accepted=st.mean_accepted,
+                         acceptance=st.acceptance_rate, seconds=decode_s, path=path, stats=st))
+    base = rows[0]
+    tree = f"  draft tree {tree_width}x{tree_depth}" if tree_width > 1 else ""
+    print(f'prompt: "{prompt}"  seed {seed}  window {window}{tree}  {"coupled" if coupled else "independent"} drafts  '
+          f'{sampling}  ({adapter.layout.length} tokens)')
+    print(f"{'method':<12}{'forward passes':>16}{'step compression':>18}{'tokens/pass':>13}"
+          f"{'acceptance':>12}{'decode s':>10}{'speed-up':>10}  image")
+    for r in rows:
+        print(f"{r['method']:<12}{r['nfe']:>16}{base['nfe'] / r['nfe']:>17.2f}x{r['accepted']:>13.2f}"
+              f"{r['acceptance']:>12.3f}{r['seconds']:>10.2f}{base['seconds'] / r['seconds']:>9.2f}x  {r['path']}")
+    return rows
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m sjdvp_core", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--prompt", default="a red circle on grass", help="what to draw (demo: colour, shape, background)")
+    ap.add_argument("--methods", nargs="+", default=["ar", "sjd-vp"], choices=list(METHODS),
+                    help="decoding methods, the first is the baseline of the speed-up columns")
+    ap.add_argument("--model", default="demo", help="'demo', or a model folder / GPT file (e.g. a LlamaGen folder)")
+    ap.add_argument("--window", type=int, default=WindowSettings().size, help="Jacobi window W")
+    ap.add_argument("--seed", type=int, default=DecodeSettings().seed)
+    ap.add_argument("--cfg", type=float, help="classifier-free guidance scale (default: the model's)")
+    ap.add_argument("--top-k", dest="top_k", type=int, help="top-k (default: the model's)")
+    ap.add_argument("--top-p", dest="top_p", type=float, help="top-p (default: the model's)")
+    ap.add_argument("--temperature", type=float, help="temperature (default: the model's)")
+    ap.add_argument("--out", default="out", help="folder for the PNGs")
+    ap.add_argument("--device", default=default_device(),
+                    help=f"where to decode (default: the GPU when there is one; here {default_device()})")
+    ap.add_argument("--width", type=int, default=KEEP_SIZE,
+                    help="image width in pixels (Lumina-mGPT, Emu3); 0: default")
+    ap.add_argument("--height", type=int, default=KEEP_SIZE, help="image height in pixels; 0: default")
+    ap.add_argument("--tree-width", dest="tree_width", type=int, default=TreeSettings().width,
+                    help="draft tree: candidates at each of the first undecided slots (1 = a chain)")
+    ap.add_argument("--tree-depth", dest="tree_depth", type=int, default=TreeSettings().depth,
+                    help="draft tree: how many of the first undecided slots branch")
+    ap.add_argument("--tree-branch", dest="tree_branch", type=int, default=TreeSettings().branch,
+                    help="draft tree: drafts after each alternative (0 = to the window's end; fewer tokens per pass)")
+    ap.add_argument("--no-coupling", dest="coupled", action="store_false",
+                    help="draw each draft with fresh randomness (classic SJD) instead of coupled drafting")
+    return ap

@@ -1,0 +1,1 @@
+"""Getting models: the catalogue of releases, resumable verified downloads, and the check command."""

@@ -1,0 +1,346 @@
+"""Download a catalogue entry (sjdvp_core.catalogue) from the Hugging Face Hub into a models folder,
+resumably and verified, with huggingface_hub's client (endpoint, token, errors, file listing).
+
+    python -m sjdvp_core.download --list
+    python -m sjdvp_core.download Janus-Pro-1B --dir ComfyUI/models/sjdvp
+
+How a folder is never taken for a complete model: a marker file (INCOMPLETE) is written into the entry's
+folder before anything else and removed only after every file is in place and verified; the registry
+does not list, and the loader refuses, a folder that carries it. How a download resumes: each file is
+fetched into `<file>.part` with HTTP range requests (kept when the run stops: interrupt, lost
+connection, closed app), files already verified are recorded in the marker and skipped, and a dropped
+connection is resumed a few times within the run. How files are verified: size, then the Hub's sha256
+(LFS files) or git blob hash (small files), and any MD5 the catalogue pins; a mismatch deletes the part
+and says so. Progress and interrupts reach the caller through `progress(done_bytes, total_bytes)`, which
+may raise to stop (the part files stay for the next run).
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from ..models.folders import INCOMPLETE, incomplete
+from .catalogue import ENTRIES, Entry, Source, describe, find, size_text
+
+CHUNK = 1 << 20
+RETRIES = 3
+Progress = Callable[[int, int], None]
+
+
+class DownloadError(RuntimeError):
+    """A download that cannot go on, with what to do about it."""
+
+
+def on_disk(entry: Entry, roots: list[str]) -> str | None:
+    """The entry's full path under the first root that holds it complete, else None."""
+    for root in roots:
+        path = os.path.join(root, entry.path)
+        if os.path.exists(path) and not incomplete(os.path.join(root, entry.folder)):
+            return path
+    return None
+
+
+@dataclass
+class Planned:
+    source: Source
+    remote: str
+    local: str
+    size: int
+    sha256: str | None
+    git_sha1: str | None
+    commit: str
+
+
+def _endpoint(endpoint: str | None) -> str:
+    from huggingface_hub import constants
+    return (endpoint or os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
+
+
+def _explain(error: Exception, repo: str, endpoint: str, folder: str) -> DownloadError:
+    """huggingface_hub's and httpx's errors -> what the user can do."""
+    from huggingface_hub import errors
+    kept = f" What was downloaded so far is kept in {folder}; choosing the model again resumes."
+    if isinstance(error, errors.GatedRepoError):
+        return DownloadError(
+            f"{repo} is gated: open https://huggingface.co/{repo} while logged in and accept its licence, then "
+            "create a read token at https://huggingface.co/settings/tokens and set it as HF_TOKEN (or run "
+            "`hf auth login`) before starting ComfyUI." + kept)
+    if isinstance(error, errors.RepositoryNotFoundError):
+        return DownloadError(f"{repo} was not found on {endpoint} (renamed, deleted, private, or your HF_TOKEN "
+                             f"cannot see it). Put its files in {folder} by hand as the README's Models section says.")
+    if isinstance(error, errors.RevisionNotFoundError):
+        return DownloadError(f"{repo}: the revision this version of sjdvp expects is gone; update sjdvp.")
+    if isinstance(error, errors.RemoteEntryNotFoundError):
+        return DownloadError(f"{repo}: a file this version of sjdvp expects is gone ({error}); update sjdvp.")
+    if isinstance(error, errors.OfflineModeIsEnabled):
+        return DownloadError(f"offline mode is on (HF_HUB_OFFLINE=1), so {repo} cannot be downloaded: unset it, "
+                             f"or put the files in {folder} by hand (README, Models).")
+    if isinstance(error, errors.HfHubHTTPError):
+        return DownloadError(f"{endpoint} refused {repo}: {str(error).strip().splitlines()[0]}." + kept)
+    return DownloadError(f"cannot reach {endpoint} for {repo} ({type(error).__name__}: {error}). Check the "
+                         "connection or proxy (HF_ENDPOINT names a mirror), or put the files in the folder by hand "
+                         "(README, Models)." + kept)
+
+
+def _httpx():
+    """huggingface_hub's HTTP library: httpx2 (2.x, tested with 2.4) or httpx (1.x); 0.x used requests."""
+    try:
+        import httpx2
+        return httpx2
+    except ImportError:
+        try:
+            import httpx
+            return httpx
+        except ImportError:
+            raise DownloadError("downloads need huggingface_hub 1.0 or newer: pip install -U huggingface_hub") from None
+
+
+def _network_errors() -> tuple[type[BaseException], ...]:
+    from huggingface_hub import errors
+    return (_httpx().TransportError, errors.HfHubHTTPError, errors.OfflineModeIsEnabled)
+
+
+def select(src: Source, names, where: str) -> list[str]:
+    """The repository files (names) that src's allow patterns take, sorted; a pattern that takes none
+    means the repository changed under us (or the catalogue is wrong): refused, before any byte."""
+    from huggingface_hub.utils import filter_repo_objects
+    names = sorted(names)
+    for pattern in src.files:
+        if not list(filter_repo_objects(names, allow_patterns=[pattern])):
+            raise DownloadError(f"{where} has no file matching {pattern!r}; this version of sjdvp expects it "
+                                "there. Update sjdvp, or get the file by hand (README, Models).")
+    return list(filter_repo_objects(names, allow_patterns=list(src.files + src.optional)))
+
+
+def plan(entry: Entry, endpoint: str | None = None, token: str | bool | None = None, folder: str = "") -> list[Planned]:
+    """Every file of the entry with its size and hashes, from the Hub's listing (one request per repository)."""
+    from huggingface_hub import HfApi, constants
+    endpoint = _endpoint(endpoint)
+    api = HfApi(endpoint=endpoint, token=token)
+    out = []
+    for src in entry.sources:
+        try:
+            if constants.is_offline_mode():
+                from huggingface_hub.errors import OfflineModeIsEnabled
+                raise OfflineModeIsEnabled("HF_HUB_OFFLINE is set")
+            info = api.model_info(src.repo, revision=src.revision, files_metadata=True)
+        except _network_errors() as e:
+            raise _explain(e, src.repo, endpoint, folder) from e
+        files = {s.rfilename: s for s in info.siblings or []}
+        for name in select(src, files, f"{src.repo} at {info.sha}"):
+            s = files[name]
+            out.append(Planned(src, name, src.local(name), s.lfs.size if s.lfs else (s.size or 0),
+                               s.lfs.sha256 if s.lfs else None, None if s.lfs else s.blob_id, info.sha))
+    return out
+
+
+def _hash_ok(path: str, item: Planned) -> str | None:
+    """None if the file is the one the Hub lists (and the catalogue pins), else what differs."""
+    size = os.path.getsize(path)
+    if size != item.size:
+        return f"{size} bytes where the Hub lists {item.size} (a truncated or overlong download)"
+    sha256, md5, sha1 = hashlib.sha256(), hashlib.md5(), hashlib.sha1(f"blob {size}\0".encode())
+    with open(path, "rb") as f:
+        while block := f.read(CHUNK * 8):
+            sha256.update(block)
+            md5.update(block)
+            sha1.update(block)
+    if item.sha256 and sha256.hexdigest() != item.sha256:
+        return f"sha256 {sha256.hexdigest()} where the Hub lists {item.sha256}"
+    if item.git_sha1 and sha1.hexdigest() != item.git_sha1:
+        return f"git hash {sha1.hexdigest()} where the Hub lists {item.git_sha1}"
+    pinned = dict(item.source.md5).get(item.remote)
+    if pinned and md5.hexdigest() != pinned:
+        return f"MD5 {md5.hexdigest()} where the published checksum is {pinned}"
+    return None
+
+
+class _State:
+    """The marker file: which entry, and which files are already verified (name -> hash)."""
+
+    def __init__(self, folder: str, entry: Entry):
+        self.path = os.path.join(folder, INCOMPLETE)
+        self.data = {"entry": entry.name, "done": {}}
+        try:
+            with open(self.path, encoding="utf-8") as f:
+                self.data["done"] = dict(json.load(f).get("done", {}))
+        except (OSError, ValueError, AttributeError):
+            pass
+        self.save()
+
+    def save(self) -> None:
+        tmp = self.path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(self.data, f, indent=1)
+        os.replace(tmp, self.path)
+
+    def done(self, item: Planned) -> bool:
+        return self.data["done"].get(item.local) == (item.sha256 or item.git_sha1)
+
+    def mark(self, item: Planned) -> None:
+        self.data["done"][item.local] = item.sha256 or item.git_sha1
+        self.save()
+
+
+def _fetch(item: Planned, dest: str, endpoint: str, token, report: Callable[[int], None]) -> None:
+    """item -> dest + '.part' (resumed from its length) -> verified -> dest."""
+    httpx = _httpx()
+    from huggingface_hub import constants, hf_hub_url
+    from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+    part = dest + ".part"
+    os.makedirs(os.path.dirname(dest), exist_ok=True)
+    if os.path.exists(part) and os.path.getsize(part) > item.size:
+        os.remove(part)
+    url = hf_hub_url(item.source.repo, item.remote, revision=item.commit, endpoint=endpoint)
+    retries = RETRIES
+    while True:
+        have = os.path.getsize(part) if os.path.exists(part) else 0
+        report(have)
+        if have == item.size:
+            break
+        headers = build_hf_headers(token=token, headers={"Accept-Encoding": "identity"})
+        if have:
+            headers["Range"] = f"bytes={have}-"
+        try:
+            with get_session().stream("GET", url, headers=headers, follow_redirects=True,
+                                      timeout=constants.HF_HUB_DOWNLOAD_TIMEOUT) as r:
+                if r.status_code == 416:
+                    break                               # nothing past what we have: verify says what is wrong
+                if r.status_code >= 400:
+                    r.read()
+                    hf_raise_for_status(r)
+                mode = "ab" if have and r.status_code == 206 else "wb"   # 200: the server ignored the range
+                got = have if mode == "ab" else 0
+                with open(part, mode) as f:
+                    for chunk in r.iter_bytes(CHUNK):
+                        f.write(chunk)
+                        got += len(chunk)
+                        report(got)
+            if got >= item.size or got == have:
+                break                                   # complete, or the server sends no more: verify below
+        except httpx.TransportError:
+            if retries == 0:
+                raise
+            retries -= 1
+            time.sleep(0.5)
+    problem = _hash_ok(part, item)
+    if problem:
+        os.remove(part)
+        raise DownloadError(f"{item.source.repo}/{item.remote} did not download correctly: {problem}. The bad copy "
+                            "was deleted; choose the model again to download it afresh.")
+    os.replace(part, dest)
+
+
+def still_needed(folder: str, items: list[Planned]) -> int:
+    """Bytes the download still has to write: each file not already whole in place, less its part file."""
+    need = 0
+    for item in items:
+        dest = os.path.join(folder, item.local)
+        if os.path.isfile(dest) and os.path.getsize(dest) == item.size:
+            continue                                  # verified, or there by hand: checked, not re-fetched
+        part = dest + ".part"
+        need += item.size - (min(os.path.getsize(part), item.size) if os.path.isfile(part) else 0)
+    return need
+
+
+def check_space(entry: Entry, folder: str, items: list[Planned]) -> None:
+    """Refuse before the first byte when the disk cannot hold what is left to download."""
+    need, free = still_needed(folder, items), shutil.disk_usage(folder).free
+    if need > free:
+        raise DownloadError(f"{entry.name} needs {size_text(need)} ({need:,} bytes) more in {folder}, but only "
+                            f"{size_text(free)} ({free:,} bytes) is free on that disk. Free some space, or point "
+                            "models/sjdvp at a larger disk "
+                            "(extra_model_paths.yaml in ComfyUI, --dir on the command line), then choose the model "
+                            "again: what is already downloaded is kept.")
+
+
+def download(entry: Entry | str, root: str, progress: Progress | None = None, endpoint: str | None = None,
+             token: str | bool | None = None) -> str:
+    """Download (or resume, or just verify the completeness of) entry into root; returns the model's path."""
+    if isinstance(entry, str):
+        found = find(entry)
+        if found is None:
+            raise DownloadError(f"no catalogue entry {entry!r}; entries: {', '.join(e.name for e in ENTRIES)}")
+        entry = found
+    folder = os.path.join(root, entry.folder)
+    path = os.path.join(root, entry.path)
+    if os.path.exists(path) and not incomplete(folder):
+        return path
+    endpoint = _endpoint(endpoint)
+    os.makedirs(folder, exist_ok=True)
+    state = _State(folder, entry)                     # the marker: written before any file
+    items = plan(entry, endpoint, token, folder)
+    check_space(entry, folder, items)
+    total = sum(i.size for i in items)
+    finished = 0
+    progress = progress or (lambda done, total: None)
+    progress(0, total)
+    for item in items:
+        dest = os.path.join(folder, item.local)
+        if state.done(item) and os.path.isfile(dest) and os.path.getsize(dest) == item.size:
+            finished += item.size
+            progress(finished, total)
+            continue
+        if os.path.isfile(dest):                      # there before us (copied by hand?): keep it if it is right
+            if _hash_ok(dest, item) is None:
+                state.mark(item)
+                finished += item.size
+                progress(finished, total)
+                continue
+            os.remove(dest)
+        try:
+            _fetch(item, dest, endpoint, token, lambda n, base=finished: progress(base + n, total))
+        except _network_errors() as e:
+            raise _explain(e, item.source.repo, endpoint, folder) from e
+        state.mark(item)
+        finished += item.size
+    if not os.path.exists(path):
+        raise DownloadError(f"{entry.name}: downloaded, but {path} is not among its files; update sjdvp")
+    os.remove(state.path)                             # the model is complete from here on
+    return path
+
+
+class _TextBar:
+    def __init__(self, out=sys.stderr):
+        self.out, self.last = out, 0.0
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        if now - self.last >= 0.5 or done >= total:
+            self.last = now
+            pct = 100 * done / total if total else 100
+            print(f"\r  {size_text(done)} / {size_text(total)} ({pct:.0f}%)", end="", file=self.out, flush=True)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m sjdvp_core.download", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("name", nargs="?", help="a catalogue entry (see --list)")
+    ap.add_argument("--dir", default=os.path.join("models", "sjdvp"),
+                    help="the models/sjdvp folder to download into (default: ./models/sjdvp)")
+    ap.add_argument("--list", action="store_true", help="list the catalogue")
+    args = ap.parse_args(argv)
+    if args.list or not args.name:
+        print(describe())
+        return 0
+    try:
+        path = download(args.name, args.dir, _TextBar())
+    except KeyboardInterrupt:
+        print("\ninterrupted; run the same command again to resume", file=sys.stderr)
+        return 130
+    except DownloadError as e:
+        print(f"\n{e}", file=sys.stderr)
+        return 1
+    print(f"\n{path}: complete and verified")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
