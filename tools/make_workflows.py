@@ -18,7 +18,7 @@ sys.path.insert(0, REPO)
 from sjdvp_core.demo import DEMO_SAMPLING  # noqa: E402
 from sjdvp_core.engine.settings import DrafterSettings, SamplingSettings, VPSettings, WindowSettings  # noqa: E402
 from sjdvp_core.hub.catalogue import BY_NAME  # noqa: E402
-from sjdvp_core.models import emu3, janus, llamagen, lumina  # noqa: E402
+from sjdvp_core.models.registry import FAMILIES  # noqa: E402
 
 OUT = os.path.join(REPO, "workflows")
 LEGACY_JS = os.path.join(REPO, "web", "js", "legacy_values.js")
@@ -155,24 +155,28 @@ def compare(model: str, prompt: str, sampling: SamplingSettings, window: int = W
     return g.json()
 
 
-DEMO_PROMPT, FOX = "a red circle on grass", "a photo of a red fox sitting in fresh snow, morning light"
-# The family workflows name catalogue entries ("Janus-Pro-7B (download, 14.8 GB)"): a shared workflow
-# downloads its model into models/sjdvp on its first run and finds it there afterwards.
+DEMO_PROMPT = "a red circle on grass"
+
+
+def family_workflows() -> dict:
+    """One per Example of each family row (sjdvp_core.models.registry.FAMILIES). They name catalogue
+    entries ("Janus-Pro-7B (download, ~14.8 GB)"): a shared workflow downloads its model into models/sjdvp
+    on its first run and finds it there afterwards."""
+    out = {}
+    for family in FAMILIES.values():
+        for ex in family.examples:
+            sampling = family.module.SAMPLING[ex.sampling] if ex.sampling else family.module.SAMPLING
+            out[ex.workflow] = single(BY_NAME[ex.entry].choice, SJD, True, ex.prompt, sampling, window=ex.window,
+                                      name=ex.title, size=ex.size)
+    return out
+
+
 WORKFLOWS = {
     "sjdvp_demo_sjd_vp": single("demo", SJD, True, DEMO_PROMPT, DEMO_SAMPLING, name="SJD-VP"),
     "sjdvp_demo_ar_vs_sjd_vs_sjd_vp": compare("demo", DEMO_PROMPT, DEMO_SAMPLING),
     "sjdvp_demo_lantern_vp": single("demo", LANTERN, True, "a blue diamond on snow", DEMO_SAMPLING, name="LANTERN-VP"),
     "sjdvp_demo_gsd_vp": single("demo", GSD, True, "an orange triangle on night", DEMO_SAMPLING, name="GSD-VP"),
-    "sjdvp_llamagen_c2i": single(BY_NAME["LlamaGen-c2i-L-384"].choice, SJD, True, "golden retriever",
-                                 llamagen.SAMPLING["c2i"], name="LlamaGen-c2i"),
-    "sjdvp_llamagen_t2i": single(BY_NAME["LlamaGen-t2i-XL-256"].choice, SJD, True, FOX, llamagen.SAMPLING["t2i"],
-                                 name="LlamaGen-t2i"),
-    "sjdvp_lumina_mgpt": single(BY_NAME["Lumina-mGPT-7B-768"].choice, SJD, True, FOX, lumina.SAMPLING, window=32,
-                                name="Lumina-mGPT", size=(768, 768)),
-    "sjdvp_emu3": single(BY_NAME["Emu3-Gen"].choice, SJD, True, FOX, emu3.SAMPLING, window=32, name="Emu3",
-                         size=(720, 720)),
-    "sjdvp_janus_pro": single(BY_NAME["Janus-Pro-7B"].choice, SJD, True, FOX, janus.SAMPLING, window=32,
-                              name="Janus-Pro"),
+    **family_workflows(),
 }
 
 

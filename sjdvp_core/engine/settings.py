@@ -57,12 +57,11 @@ class SamplingSettings:
 
 @dataclass(frozen=True)
 class TreeSettings:
-    """Draft trees (sjdvp_core.tree): at the first `depth` undecided slots, `width` candidates instead of
-    one draft, each alternative followed by the drafts after it, all scored in one forward pass.
-    width 1 is the plain chain, and the default: on the demo model width 6 takes 4.12x fewer passes than AR
-    at W = 32 against the chain's 3.32x (SJD-VP, coupled), but each pass scores ~6x the tokens, and the only
-    latency measured so far (CPU) is worse (benchmarks/results/trees.md); turn it on where wide forwards
-    are cheap (large GPUs)."""
+    """Draft trees (sjdvp_core.engine.tree): at the first `depth` undecided slots, `width` candidates instead
+    of one draft, each alternative followed by the drafts after it, all scored in one forward pass.
+    width 1 is the plain chain, and the default: trees take fewer passes but each scores about width times
+    the tokens (README, "Draft trees", and benchmarks/results/trees.md for the figures); they pay where wide
+    forwards are cheap."""
     width: int = 1          # candidates per branching slot: the draft, then spatial guesses, then draws from q
     depth: int = 1          # branching slots, counted from the first undecided one
     guesses: bool = True    # the committed left and above neighbours as one-hot candidates
@@ -131,7 +130,7 @@ class DrafterSettings:
     gsd_max_distance: float | None = None  # optional codebook L2 distance filter
     vp: VPSettings | None = None
     coupled: bool = True                # one persistent Gumbel noise per position: redrafts agree (exact;
-                                        # it won on the demo model: 2.24x -> 3.30x step compression at W = 32)
+                                        # README, "Coupled drafting", for what it gains)
     continuation: bool = False          # re-drafts keep the old draft by maximal coupling (SJD-PAC's
                                         # adaptive continuation): P(same draft) = sum(min(p', q_old))
 
