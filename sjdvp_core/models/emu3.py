@@ -92,7 +92,7 @@ class Emu3Adapter(SizeChoice, HFAdapter):
         return TokenLayout.raster(self.visual, self.height, self.width, row_end=self.ids[EOL],
                                   suffix=[self.ids[EOF], self.ids[EOI], self.ids[EOS]])
 
-    def layout_at(self, width: int, height: int) -> TokenLayout:
+    def size_to(self, width: int, height: int) -> TokenLayout:
         """About width x height pixels: Emu3 takes any aspect ratio, rounded to its 8 px tokens."""
         return self._grid(f"{width}:{height}", width * height)
 

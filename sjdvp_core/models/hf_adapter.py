@@ -281,15 +281,15 @@ class HFAdapter(ModelAdapter):
 
 class SizeChoice:
     """For families whose image size is a choice (Lumina-mGPT, Emu3): the same model at another size,
-    sharing every weight. A family implements layout_at(width, height), which also sets its
-    size-dependent prompt parts."""
+    sharing every weight. A family implements size_to(width, height): it sets this adapter's size-dependent
+    prompt parts to that size (it changes the adapter: with_size calls it on a copy) and returns the layout."""
 
-    def layout_at(self, width: int, height: int) -> TokenLayout:
+    def size_to(self, width: int, height: int) -> TokenLayout:
         raise NotImplementedError
 
     def with_size(self, width: int, height: int):
         out = copy.copy(self)
-        out.layout, out.cache = out.layout_at(width, height), None
+        out.layout, out.cache = out.size_to(width, height), None
         return out
 
 

@@ -81,7 +81,7 @@ class LuminaAdapter(SizeChoice, HFAdapter):
                  height: int | None = None, trained: int = DEFAULT_TRAINED, device="cpu"):
         self.tokenizer, self.trained = tokenizer, trained
         self.image_tokens = image_token_ids(tokenizer, vqgan)
-        layout = self.layout_at(width or trained, height or trained)
+        layout = self.size_to(width or trained, height or trained)
         model.model.vqmodel = None   # transformers' VQ encoder: generation never encodes, and Lumina may not ship it
         super().__init__(model, model.model, model.config, layout, tokenizer.id(PAD), device)
         self.vqgan = vqgan.to(device, torch.float32)
@@ -89,7 +89,7 @@ class LuminaAdapter(SizeChoice, HFAdapter):
         self.image_decoder = self.vqgan
         self._codebook: Tensor | None = None
 
-    def layout_at(self, width: int, height: int) -> TokenLayout:
+    def size_to(self, width: int, height: int) -> TokenLayout:
         """Set the image size (and the prompt's resolution tokens); only sizes Lumina-mGPT trained on."""
         if (width, height) not in supported_sizes(self.trained):
             sizes = ", ".join(f"{w}x{h}" for w, h in supported_sizes(self.trained))
