@@ -12,6 +12,7 @@ import comfy.utils
 import folder_paths
 import torch
 
+from ..sjdvp_core.engine.adapter import ModelAdapter
 from ..sjdvp_core.hub import catalogue
 from ..sjdvp_core.hub.download import download, on_disk
 from ..sjdvp_core.models.registry import DEMO, list_models, load_model
@@ -69,7 +70,7 @@ class LoadedModel:
     the token generator and one for the image decoder, so decoding pixels after an eviction does not
     reload the transformer."""
     name: str
-    adapter: object
+    adapter: ModelAdapter
     patcher: comfy.model_patcher.ModelPatcher           # everything but the image decoder
     decoder_patcher: comfy.model_patcher.ModelPatcher   # the VQ decoder
 
