@@ -69,7 +69,8 @@ def _gather(t: Tensor, x: Tensor) -> Tensor:
 # --- the verification rules: one small frozen class each, with its knobs (read from DrafterSettings) ---
 @dataclass(frozen=True)
 class SJD:
-    """Exact: a = min(1, p(x) / q(x))."""
+    """Exact: a = min(1, p(x) / q(x)). The relaxed rules extend it and fall back to it at their zero setting
+    (LANTERN's delta 0, GSD's group 1)."""
     name: ClassVar[str] = "sjd"
     needs_codebook: ClassVar[bool] = False
 
@@ -78,6 +79,7 @@ class SJD:
         return cls()
 
     def prepare(self, codebook: Tensor | None, model: torch.nn.Module | None) -> Tensor | None:
+        """What the rule precomputes from the model's codebook (kept by the bound Verifier as `table`)."""
         return None
 
     def target_mass(self, p: Tensor, q: Tensor, x: Tensor, bound: "Verifier") -> tuple[Tensor, Tensor]:
@@ -86,7 +88,7 @@ class SJD:
 
 
 @dataclass(frozen=True)
-class LANTERN:
+class LANTERN(SJD):
     """p(x) raised by the mass of x's nearest codebook neighbours, as many as fit in delta."""
     k: int = 1000
     delta: float = 0.1
@@ -107,17 +109,17 @@ class LANTERN:
         return latent_neighbours(codebook, self.k) if model is None else model_neighbours(model, codebook, self.k)
 
     def target_mass(self, p: Tensor, q: Tensor, x: Tensor, bound: "Verifier") -> tuple[Tensor, Tensor]:
-        px = _gather(p, x)
+        px, qx = super().target_mass(p, q, x, bound)
         if bound.table is None:
-            return px, _gather(q, x)
+            return px, qx
         is_image = x < bound.num_image          # the largest prefix mass of x's neighbours within delta
         mass = p.gather(-1, bound.table[x.clamp(max=bound.num_image - 1)]).cumsum(-1)       # [B, S, k]
         bonus = (mass * (mass <= self.delta)).amax(-1)
-        return px + torch.where(is_image, bonus, torch.zeros_like(bonus)), _gather(q, x)
+        return px + torch.where(is_image, bonus, torch.zeros_like(bonus)), qx
 
 
 @dataclass(frozen=True)
-class GSD:
+class GSD(SJD):
     """a = min(1, p(C) / q(C)) over a cluster C of about `group` tokens around x by target rank, filtered by
     probability gap (and optionally codebook distance)."""
     group: int = 14
@@ -133,12 +135,9 @@ class GSD:
     def needs_codebook(self) -> bool:
         return self.max_distance is not None
 
-    def prepare(self, codebook: Tensor | None, model: torch.nn.Module | None) -> Tensor | None:
-        return None
-
     def target_mass(self, p: Tensor, q: Tensor, x: Tensor, bound: "Verifier") -> tuple[Tensor, Tensor]:
         if self.group == 1:
-            return _gather(p, x), _gather(q, x)
+            return super().target_mass(p, q, x, bound)
         V, G = p.shape[-1], self.group
         order = p.argsort(dim=-1, descending=True, stable=True)            # [B, S, V]
         rank = torch.empty_like(order).scatter_(-1, order, torch.arange(V, device=p.device).expand_as(order))

@@ -63,7 +63,6 @@ def token_grid(ratio: str, image_area: int, factor: int, max_positions: int) -> 
 
 class Emu3Adapter(SizeChoice, HFAdapter):
     family = "Emu3"
-    vision_folder: str | None = None     # where the original release's vision tokenizer was found (check says)
 
     def facts(self):
         named = self.token_names(self.tokenizer.encode(self.image_prefix))
@@ -74,7 +73,10 @@ class Emu3Adapter(SizeChoice, HFAdapter):
              all(len(piece) == 1 for piece in size))]
 
     def __init__(self, model, tokenizer: TextTokenizer, *, ratio: str = "1:1", image_area: int = IMAGE_AREA,
-                 quality_suffix: str = QUALITY_SUFFIX, pixel_mean=(0.5,) * 3, pixel_std=(0.5,) * 3, device="cpu"):
+                 quality_suffix: str = QUALITY_SUFFIX, pixel_mean=(0.5,) * 3, pixel_std=(0.5,) * 3, device="cpu",
+                 vision_folder: str | None = None):
+        """vision_folder: where the original release's vision tokenizer was found (the check command says)."""
+        self.vision_folder = vision_folder
         text, vq = model.config.text_config, model.config.vq_config
         as_trained(tokenizer.tok)
         self.ids = {name: tokenizer.id(name) for name in (BOS, BOI, WRAPPER, EOL, EOF, EOI, EOS, PAD)}

@@ -73,9 +73,7 @@ def load_original(folder: str, device="cpu", dtype=torch.float32, **options) -> 
     model = build_model(hf_config(lm, vq, tokenizer, folder, vision), lm_state(folder, dtype) | vq_state(vision),
                         folder, vision, dtype)
     options.setdefault("image_area", lm["image_area"])
-    adapter = Emu3Adapter(model, tokenizer, device=device, **pixel_stats(vision), **options)
-    adapter.vision_folder = vision
-    return adapter
+    return Emu3Adapter(model, tokenizer, device=device, vision_folder=vision, **pixel_stats(vision), **options)
 
 
 # --- the files ------------------------------------------------------------------------------------
