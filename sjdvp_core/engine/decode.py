@@ -14,13 +14,15 @@ torch.Generator. The loop reads one value back from the device per iteration: th
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
 import torch
 from torch import Tensor
 
 from .adapter import ModelAdapter, TokenLayout
+from .auto import WindowChooser, most_tokens
+from .cost import GRID, PassCost, device_name, load_cached, model_fingerprint, save_cached
 from .drafting import Drafter
 from .settings import AUTO_STRENGTHS, DecodeSettings
 from .stats import DecodeStats, Recorder
@@ -64,10 +66,25 @@ class _Clock:
         return time.perf_counter() if self.on else 0.0
 
 
+@dataclass
+class _Loop:
+    """The loop's state between iterations."""
+    canvas: Tensor          # [B, L + W + 1] committed tokens, then drafts
+    commit_iter: Tensor     # [B, L + W] the iteration each position was committed at
+    n: Tensor               # [B] committed tokens
+    n_host: list[int]       # their host copy
+    row_passes: Tensor      # [B] forward passes until each image was complete
+    window: Any             # the drafts (window.Window)
+    rec: Recorder
+    it: int = 1
+    counts: tuple[list[int], list[int]] = ([], [])   # auto: per-slot verified and accepted, host copies
+
+
 class JacobiDecoder:
     """One decode's fixed parts; `run` is the loop. Use `decode()` rather than this class."""
 
-    def __init__(self, adapter: ModelAdapter, settings: DecodeSettings, layout: TokenLayout, timing: bool):
+    def __init__(self, adapter: ModelAdapter, settings: DecodeSettings, layout: TokenLayout, timing: bool,
+                 cost: PassCost | None = None):
         self.adapter, self.s, self.device = adapter, settings, adapter.device
         self.B, self.W, self.S = settings.batch_size, settings.window.size, settings.window.size - 1
         self.local = LocalLayout(layout, settings.window.size + 1, self.device)
@@ -79,6 +96,7 @@ class JacobiDecoder:
         self.clock = _Clock(self.device, timing)
         self.tree = settings.window.tree if settings.window.tree.on and self.S > 0 else None
         self.same_noise = Drafter.follows_noise(settings.drafter)
+        self.chooser = WindowChooser(cost, self.W) if settings.window.auto and cost is not None and self.S else None
 
     def targets(self, logits: Tensor, at: Tensor) -> Tensor:
         """Model logits [R, N, V_model] predicting positions at [B, N] -> p [B, N, V]."""
@@ -90,53 +108,74 @@ class JacobiDecoder:
         """Per-image tensor -> per model row (CFG runs cond and uncond rows)."""
         return torch.cat([t, t]) if self.s.sampling.uses_cfg else t
 
-    def run(self, first_logits: Tensor, progress: ProgressFn | None) -> DecodeResult:
-        """forward -> targets -> accept (one step) -> commit -> redraft, until every image is complete."""
-        B, S, W, dev, local = self.B, self.S, self.W, self.device, self.local
-        L, end, (lo, hi) = local.length, local.free_end, local.span
-        rec = Recorder(max(S, 1), dev)
-        t_start = time.perf_counter()
-        canvas = torch.zeros(B, L + W + 1, dtype=torch.long, device=dev)        # committed tokens, then drafts
+    def begin(self, first_logits: Tensor) -> _Loop:
+        """The first token of every image (from the prefill's logits) and the first window of drafts."""
+        B, W, dev, L = self.B, self.W, self.device, self.local.length
+        canvas = torch.zeros(B, L + W + 1, dtype=torch.long, device=dev)
         commit_iter = torch.full((B, L + W), -1, dtype=torch.long, device=dev)
         at_zero = torch.zeros(B, 1, dtype=torch.long, device=dev)
         canvas[:, 0] = sample(self.targets(first_logits[:, None], at_zero)[:, 0], self.gen)
         commit_iter[:, 0] = 0
-        n, n_host = torch.ones(B, dtype=torch.long, device=dev), [1] * B      # committed tokens, and their host copy
-        row_passes = torch.ones(B, dtype=torch.long, device=dev)
+        n = torch.ones(B, dtype=torch.long, device=dev)
         window = self.drafter.start(n, canvas, self.gen)
-        canvas[:, 1:1 + S] = window.tokens
-        it = 1
-        self._progress(progress, n_host, canvas)
-        while any(c < end for c in n_host):
-            # how far each row may accept drafts: to the end of the image grid, nothing outside it
-            limit_host = [min(S, max(hi - c, 0)) if lo <= c < end else 0 for c in n_host]
-            w = max(limit_host) + 1
-            limit, active = torch.tensor(limit_host, device=dev), torch.tensor([c < end for c in n_host], device=dev)
-            t0 = self.clock.now()
-            step = (self._tree_step if self.tree is not None and w > 1 else self._chain_step)(window, canvas, n, w,
-                                                                                               limit)
-            m = step.k + (active & (n + step.k < end)).long()                                  # committed now
-            at = (n + step.k)[:, None]
-            canvas.scatter_(1, at, torch.where((m > step.k)[:, None], step.next[:, None], canvas.gather(1, at)))
-            cols = n[:, None] + torch.arange(W, device=dev)
-            commit_iter.scatter_(1, cols, torch.where(torch.arange(W, device=dev) < m[:, None], it,
-                                                      commit_iter.gather(1, cols)))
-            self._observe(rec, window, step, limit, m)
-            n, row_passes, it = n + m, row_passes + active.long(), it + 1
-            t2 = self.clock.now()
-            window = self.drafter.redraft(window, step.p, m, n, active, canvas, self.gen)
-            canvas.scatter_(1, n[:, None] + torch.arange(S, device=dev), window.tokens)
-            n_host = n.tolist()                                                                # the one sync
-            rec.phases(t0, step.forward_end, t2, self.clock.now())
-            self._progress(progress, n_host, canvas)
+        canvas[:, 1:1 + self.S] = window.tokens
+        zeros = [0] * max(self.S, 1)
+        return _Loop(canvas, commit_iter, n, [1] * B, torch.ones(B, dtype=torch.long, device=dev), window,
+                     Recorder(max(self.S, 1), dev), counts=(zeros, zeros))
+
+    def done(self, loop: _Loop) -> bool:
+        return all(c >= self.local.free_end for c in loop.n_host)
+
+    def iterate(self, loop: _Loop) -> None:
+        """forward -> targets -> accept (one step) -> commit -> redraft; one read back to the host."""
+        S, W, dev, local, rec = self.S, self.W, self.device, self.local, loop.rec
+        end, (lo, hi) = local.free_end, local.span
+        n, canvas, window = loop.n, loop.canvas, loop.window
+        most = S if self.chooser is None else self.chooser.choose(*loop.counts) - 1
+        # how far each row may accept drafts: to the end of the image grid, nothing outside it
+        limit_host = [min(most, max(hi - c, 0)) if lo <= c < end else 0 for c in loop.n_host]
+        w = max(limit_host) + 1
+        limit = torch.tensor(limit_host, device=dev)
+        active = torch.tensor([c < end for c in loop.n_host], device=dev)
+        t0 = self.clock.now()
+        step = (self._tree_step if self.tree is not None and w > 1 else self._chain_step)(window, canvas, n, w, limit)
+        m = step.k + (active & (n + step.k < end)).long()                                  # committed now
+        at = (n + step.k)[:, None]
+        canvas.scatter_(1, at, torch.where((m > step.k)[:, None], step.next[:, None], canvas.gather(1, at)))
+        cols = n[:, None] + torch.arange(W, device=dev)
+        loop.commit_iter.scatter_(1, cols, torch.where(torch.arange(W, device=dev) < m[:, None], loop.it,
+                                                       loop.commit_iter.gather(1, cols)))
+        self._observe(rec, window, step, limit, m)
+        n, loop.row_passes, loop.it = n + m, loop.row_passes + active.long(), loop.it + 1
+        t2 = self.clock.now()
+        loop.window = self.drafter.redraft(window, step.p, m, n, active, canvas, self.gen)
+        canvas.scatter_(1, n[:, None] + torch.arange(S, device=dev), loop.window.tokens)
+        loop.n = n
+        if self.chooser is None:
+            loop.n_host = n.tolist()                                                       # the one sync
+        else:       # the same single read, with the per-slot counts auto chooses from
+            host = torch.cat([n, rec.slot_verified, rec.slot_accepted]).tolist()
+            B = self.B
+            loop.n_host, loop.counts = host[:B], (host[B:B + S], host[B + S:])
+        rec.phases(t0, step.forward_end, t2, self.clock.now())
+
+    def run(self, first_logits: Tensor, progress: ProgressFn | None) -> DecodeResult:
+        """Iterate until every image is complete, then fill in the known tail."""
+        t_start = time.perf_counter()
+        loop = self.begin(first_logits)
+        self._progress(progress, loop.n_host, loop.canvas)
+        while not self.done(loop):
+            self.iterate(loop)
+            self._progress(progress, loop.n_host, loop.canvas)
+        local, L, end, B, it, canvas = self.local, self.local.length, self.local.free_end, self.B, loop.it, loop.canvas
         canvas[:, end:L] = local.forced[end:L]                          # the known tail, without a forward pass
-        commit_iter[:, end:L] = it - 1
+        loop.commit_iter[:, end:L] = it - 1
         if end < L:
             self._progress(progress, [L] * B, canvas)
-        stats = DecodeStats(length=L, window=W, forward_passes=it, ar_passes=end, row_forward_passes=row_passes.cpu(),
-                            commit_iter=commit_iter[:, :L].cpu())
+        stats = DecodeStats(length=L, window=self.W, forward_passes=it, ar_passes=end,
+                            row_forward_passes=loop.row_passes.cpu(), commit_iter=loop.commit_iter[:, :L].cpu())
         stats.vp_auto = self.drafter.auto.summary() if self.drafter.auto is not None else None
-        rec.into(stats)
+        loop.rec.into(stats)
         stats.time_total = time.perf_counter() - t_start
         return DecodeResult(local.vocab[canvas[:, :L]], canvas[:, :L][:, local.grid], self.local.layout, stats)
 
@@ -175,7 +214,7 @@ class JacobiDecoder:
     def _observe(self, rec: Recorder, window, step: Step, limit: Tensor, m: Tensor) -> None:
         """Statistics and VP auto's scores: they look at what verification decided, never steer it."""
         p, accepted, k = step.p, step.accepted, step.k
-        rec.tokens_scored += step.scored
+        rec.scored.append(step.scored)
         if step.tree is not None:
             rec.tree_outcome(*step.tree)
         rec.committed.append(m)
@@ -229,25 +268,79 @@ def decode_bytes(adapter: ModelAdapter, settings: DecodeSettings) -> int:
 
 def decode(adapter: ModelAdapter, conditions: Sequence[Any] | Any, settings: DecodeSettings,
            negatives: Sequence[Any] | Any | None = None, progress: ProgressFn | None = None,
-           timing: bool = False) -> DecodeResult:
+           timing: bool = False, cost: PassCost | None = None) -> DecodeResult:
     """Generate settings.batch_size images. conditions: one per image, or one shared by all (the
     family's prompt, class id, ...); negatives likewise, used as the CFG branch where the family has
     one. progress(done, total, codes) is called after every iteration with the tokens committed so far
     (all images) and the image cells known so far ([B, h, w] codebook indices, -1 where undecided); it
     may raise to abort. timing: split the time into forward / verify / draft (on a GPU this waits for
-    the device three times per iteration)."""
+    the device three times per iteration). cost: the pass cost an automatic window chooses by (default:
+    measured on this device once and cached, see pass_cost); the same cost and seed give the same image."""
     B = settings.batch_size
     conditions = _per_image(conditions, B, "conditions")
     negatives = None if negatives is None else _per_image(negatives, B, "negatives")
     scratch = scratch_nodes(settings.window.size, settings.window.tree)
     if scratch and not adapter.trees:
         raise ValueError(f"{adapter.family}: this model adapter cannot score draft trees; set tree width to 1")
+    if settings.window.auto and settings.window.size > 1:
+        cost = cost or pass_cost(adapter, settings)
+        settings = replace(settings, window=replace(settings.window, size=most_tokens(cost, settings.window.size)))
     with torch.inference_mode():
         try:
             layout, first_logits = adapter.start(conditions, negatives, settings.sampling.uses_cfg, scratch)
-            return JacobiDecoder(adapter, settings, layout, timing).run(first_logits, progress)
+            return JacobiDecoder(adapter, settings, layout, timing, cost).run(first_logits, progress)
         finally:
             adapter.finish()
+
+
+def measure_cost(adapter: ModelAdapter, settings: DecodeSettings, grid: Sequence[int] = GRID,
+                 iterations: int = 5) -> PassCost:
+    """t(k) on the adapter's device: the median wall time of real iterations (the forward and the engine's
+    step, after two to warm up) of decodes with these settings at a fixed window of k tokens, for every k
+    of grid up to the settings' window; the engine's share beside it. A few seconds."""
+    ks = [k for k in grid if k <= settings.window.size] or [1]
+    seconds, engine = [], []
+    conditions = [adapter.example_condition] * settings.batch_size
+    with torch.inference_mode():
+        for k in ks:
+            fixed = replace(settings, window=replace(settings.window, size=k, auto=False,
+                                                     tree=replace(settings.window.tree, width=1)))
+            walls, shares, loop, decoder = [], [], None, None
+            try:
+                while len(walls) < iterations + 2:
+                    if decoder is None or decoder.done(loop):
+                        layout, first = adapter.start(conditions, None, fixed.sampling.uses_cfg)
+                        decoder = JacobiDecoder(adapter, fixed, layout, timing=True)
+                        loop = decoder.begin(first)
+                    before = sum(loop.rec.times[1:])
+                    t = decoder.clock.now()
+                    decoder.iterate(loop)
+                    walls.append(decoder.clock.now() - t)
+                    shares.append(sum(loop.rec.times[1:]) - before)
+            finally:
+                adapter.finish()
+            seconds.append(max(_median(walls[2:]), 1e-9))
+            engine.append(_median(shares[2:]))
+    return PassCost(tuple(ks), tuple(seconds), f"measured on {device_name(adapter.device)}", tuple(engine))
+
+
+def pass_cost(adapter: ModelAdapter, settings: DecodeSettings) -> PassCost:
+    """measure_cost, cached on disk per (weights, device, dtype, torch version, rows, method, window)."""
+    module = adapter.module
+    dtype = next((str(t.dtype) for t in module.parameters()), "none")
+    key = {"family": adapter.family, "weights": model_fingerprint(module), "device": device_name(adapter.device),
+           "dtype": dtype, "torch": torch.__version__, "batch": settings.batch_size, "cfg": settings.sampling.uses_cfg,
+           "method": settings.drafter.name, "window": settings.window.size, "length": adapter.layout.length}
+    cost = load_cached(key)
+    if cost is None:
+        cost = measure_cost(adapter, settings)
+        save_cached(key, cost)
+    return cost
+
+
+def _median(values: list[float]) -> float:
+    v = sorted(values)
+    return v[len(v) // 2]
 
 
 def _per_image(values, batch: int, name: str) -> list:

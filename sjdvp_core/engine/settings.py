@@ -81,15 +81,19 @@ class TreeSettings:
 @dataclass(frozen=True)
 class WindowSettings:
     """The Jacobi window: how many tokens one forward pass scores, how new drafts start, and the draft tree
-    at its first slots."""
+    at its first slots. With auto, size is the most a pass may score: every iteration scores the number
+    of tokens that maximises expected committed tokens per second (engine/auto.py)."""
     size: int = 16          # W; 1 is plain AR through the same loop
     init: str = "random"    # random over the image vocabulary | repeat_left | repeat_above
     tree: TreeSettings = field(default_factory=TreeSettings)
+    auto: bool = False      # choose the tokens per pass (up to size) from this decode's acceptance and the
+                            # device's measured pass cost (engine/cost.py)
 
     def __post_init__(self):
         _check_int("window", self.size, 1, MAX_WINDOW)
         _check(self.init in DRAFT_INITS, "init", self.init, f"one of {DRAFT_INITS}")
         _check(isinstance(self.tree, TreeSettings), "tree", self.tree, "a TreeSettings")
+        _check(isinstance(self.auto, bool), "window_auto", self.auto, "True or False")
 
 
 @dataclass(frozen=True)
@@ -189,11 +193,12 @@ def decode_settings(drafter: DrafterSettings | None, window: WindowSettings | No
 
 
 def method_settings(method: str, window: int, sampling: SamplingSettings, seed: int = 0,
-                    batch_size: int = 1, coupled: bool = True, tree: TreeSettings = TreeSettings()) -> DecodeSettings:
-    """DecodeSettings for a named method (see METHODS), with or without coupled drafting and a draft tree
-    (neither for AR)."""
+                    batch_size: int = 1, coupled: bool = True, tree: TreeSettings = TreeSettings(),
+                    auto: bool = False) -> DecodeSettings:
+    """DecodeSettings for a named method (see METHODS), with or without coupled drafting, a draft tree and
+    the automatic window (up to `window`; none of them for AR)."""
     if method not in METHODS:
         raise ValueError(f"method={method!r} is unknown: choose one of {list(METHODS)}")
     drafter = METHODS[method]
     return decode_settings(None if drafter is None else replace(drafter, coupled=coupled),
-                           WindowSettings(window, tree=tree), sampling, seed, batch_size)
+                           WindowSettings(window, tree=tree, auto=auto), sampling, seed, batch_size)

@@ -34,7 +34,8 @@ class DecodeStats:
     flat_accepted: int = 0
     entropy_sum: float = 0.0           # entropy (nats) of the target p at each committed position
     tokens_scored: int = 0             # tokens fed through the model per image, prefill excluded (a window
-                                       # of w costs w of them: about one token's time on a GPU, not on a CPU)
+                                       # of w costs w of them: about one token's time past no knee, engine/cost.py)
+    scored_per_iter: list = field(default_factory=list)  # tokens each iteration's forward scored per row
     # draft trees: branching slots where the draft was rejected (so alternatives were tried), and how
     # often a spatial guess or a further draw from q was accepted there
     tree_tried: int = 0
@@ -64,6 +65,13 @@ class DecodeStats:
     def tokens_per_forward(self) -> float:
         """Tokens each forward pass scored per image, on average (1 for AR)."""
         return self.tokens_scored / max(1, self.forward_passes - 1)
+
+    def estimated_speedup(self, cost) -> float:
+        """Wall-clock speed-up over plain AR on the device whose pass cost is cost (engine/cost.py): AR's
+        passes of one token against this decode's passes at what each scored (the prefill, the same for
+        both, left out). An estimate: it is the measured step count priced by the cost table."""
+        spent = sum(cost(k) for k in self.scored_per_iter)
+        return (self.ar_passes - 1) * cost(1) / spent if spent else 1.0
 
     @property
     def mean_entropy(self) -> float:
@@ -120,7 +128,7 @@ class Recorder:
         self.entropy = torch.zeros((), dtype=acc, device=device)
         self.tree = torch.zeros(3, dtype=torch.long, device=device)       # tried, guess accepted, draw accepted
         self.committed: list[Tensor] = []                    # [B] per iteration
-        self.tokens_scored = 0                               # tokens fed through the model per row
+        self.scored: list[int] = []                          # tokens fed through the model per row, per iteration
         self.times = [0.0, 0.0, 0.0]                         # forward, verify, draft (seconds, when timed)
 
     def phases(self, t0: float, t1: float, t2: float, t3: float) -> None:
@@ -161,6 +169,6 @@ class Recorder:
         stats.entropy_sum = float(self.entropy)
         stats.tree_tried, stats.tree_guess_accepted, stats.tree_draw_accepted = self.tree.tolist()
         stats.committed_per_iter = [m.cpu() for m in torch.stack(self.committed).unbind()] if self.committed else []
-        stats.tokens_scored = self.tokens_scored
+        stats.scored_per_iter, stats.tokens_scored = list(self.scored), sum(self.scored)
         stats.time_forward, stats.time_verify, stats.time_draft = self.times
         return stats

@@ -1,0 +1,97 @@
+"""Count the engine's own operations per Jacobi iteration: every aten op that reaches a kernel (a
+TorchDispatchMode sees them after composite ops are decomposed, as a GPU would launch them), outside the
+model's forward. On a GPU each is at least one kernel launch of several microseconds, so this count, not
+the FLOPs, sets what the engine's step costs next to a forward pass.
+
+    python -m benchmarks.engine_ops --out benchmarks/results/engine_cost
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from collections import Counter
+from contextlib import contextmanager
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from sjdvp_core.engine.decode import decode
+from sjdvp_core.engine.settings import TreeSettings, method_settings
+from sjdvp_core.models.registry import load_model
+
+CASES = (  # name, method, window, tree
+    ("chain W=32, coupled SJD", "sjd", 32, TreeSettings()),
+    ("chain W=32, coupled SJD-VP", "sjd-vp", 32, TreeSettings()),
+    ("tree 6x1 W=32, coupled SJD-VP", "sjd-vp", 32, TreeSettings(width=6)),
+    ("chain W=4, coupled SJD-VP", "sjd-vp", 4, TreeSettings()),
+    ("AR", "ar", 1, TreeSettings()),
+)
+
+
+class OpCounter(TorchDispatchMode):
+    """Counts ops by name while `counting` is set."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops, self.counting = Counter(), True
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if self.counting:
+            self.ops[func.overloadpacket.__name__] += 1
+        return func(*args, **(kwargs or {}))
+
+
+@contextmanager
+def model_uncounted(adapter, counter: OpCounter):
+    """The adapter's forward passes run uncounted (they are the model's ops, not the engine's)."""
+    originals = {name: getattr(adapter, name) for name in ("forward", "forward_tree", "adopt")}
+
+    def quiet(fn):
+        def run(*args, **kwargs):
+            counter.counting = False
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                counter.counting = True
+        return run
+    for name, fn in originals.items():
+        setattr(adapter, name, quiet(fn))
+    try:
+        yield
+    finally:
+        for name in originals:
+            delattr(adapter, name)
+
+
+def count(adapter, settings, prompt: str) -> tuple[float, Counter, int]:
+    """-> (engine ops per iteration, the ops by name, iterations) for one decode."""
+    counter = OpCounter()
+    with model_uncounted(adapter, counter), counter:
+        result = decode(adapter, prompt, settings)
+    iterations = result.stats.forward_passes - 1
+    return sum(counter.ops.values()) / iterations, counter.ops, iterations
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--prompt", default="a red circle on grass")
+    ap.add_argument("--out", help="write <out>.json")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    adapter = load_model("demo")
+    rows = []
+    for name, method, window, tree in CASES:
+        settings = method_settings(method, window, adapter.default_sampling, 0, tree=tree)
+        per_it, ops, its = count(adapter, settings, args.prompt)
+        rows.append(dict(case=name, ops_per_iteration=round(per_it, 1), iterations=its,
+                         top=dict(ops.most_common(8))))
+        print(f"{name:<34} {per_it:7.1f} ops / iteration over {its} iterations;  top: "
+              + ", ".join(f"{k} {v / its:.1f}" for k, v in ops.most_common(6)))
+    if args.out:
+        with open(args.out + ".json", "w") as f:
+            json.dump(rows, f, indent=1)
+    return rows
+
+
+if __name__ == "__main__":
+    main()
