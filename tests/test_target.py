@@ -1,9 +1,14 @@
 import torch
 
 from sjdvp_core.engine.settings import SamplingSettings
-from sjdvp_core.engine.target import residual, target_probs, top_k_filter, top_p_filter
+from sjdvp_core.engine.target import residual, structure_mask, top_k_filter, top_p_filter
+from sjdvp_core.engine.target import target_probs as probs
 
 INF = float("inf")
+
+
+def target_probs(logits, forced, num_image, s):
+    return probs(logits, structure_mask(forced, num_image, logits.shape[-1]), s)
 
 
 def test_top_k_and_top_p_exact_values():

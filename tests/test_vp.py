@@ -6,7 +6,7 @@ import torch
 
 from sjdvp_core.engine.settings import AUTO_STRENGTHS, VPSettings
 from sjdvp_core.engine.vp import AutoStrength, fuse
-from sjdvp_core.engine.window import History, shift_slots
+from sjdvp_core.engine.window import History, Slide
 
 
 def test_history_ewa_and_growth_counter():
@@ -68,10 +68,18 @@ def test_negative_strength_shrinks_toward_the_history():
     assert torch.allclose(full[0, 0, :3], pbar[0, 0, :3] / pbar[0, 0, :3].sum(), atol=1e-6)
 
 
-def test_shift_slots_per_row():
+def test_slide_per_row_and_new_slots():
+    slide = Slide(torch.tensor([1, 3]), 4)
     t = torch.arange(8).view(2, 4)
-    out = shift_slots(t, torch.tensor([1, 3]), 3, fill=-1)
-    assert out.tolist() == [[1, 2, 3], [7, -1, -1]]
+    assert slide.take(t)[:, :1].tolist() == [[1], [7]] and slide.take(t)[0, :3].tolist() == [1, 2, 3]
+    assert slide.new(4).tolist() == [[False, False, False, True], [False, True, True, True]]
+    wide = torch.arange(16).view(2, 4, 2)                       # fields with a vocabulary axis slide the same way
+    assert slide.take(wide)[1, 0].tolist() == [14, 15]
+    many = torch.arange(16).view(2, 2, 4)                       # candidates: slots on the third axis
+    assert slide.take(many.transpose(0, 1).contiguous(), dim=2)[:, 1, 0].tolist() == [11, 15]
+    seen = History.empty(2, 4, 3, "cpu")
+    seen.seen += 5
+    assert seen.slide(slide).seen.tolist() == [[5, 5, 5, 0], [5, 0, 0, 0]]   # new slots start unseen
 
 
 def synthetic_logits(dynamics: str, steps=8, slots=400, vocab=16, seed=0):

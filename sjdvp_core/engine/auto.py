@@ -1,43 +1,67 @@
-"""The automatic window: before every iteration, how many tokens the forward scores.
+"""The automatic window: how many tokens each iteration's forward scores.
 
-It maximises expected committed tokens per second: expected tokens from this decode's running per-slot
-acceptance (slot j's rate among drafts verified there, i.e. all before it accepted), cost from the
-device's pass cost t(k) (cost.py). A window of w scores the last committed token and w - 1 drafts and
-commits 1 + sum_{i < w} prod_{j <= i} a_j tokens in expectation. The choice reads only counts of
-verifications already made, never the randomness of the drafts it is about to verify, so every committed
-token keeps its exact law (the tests check it with chi-square, chain and tree). A slot's rate starts at
-the pooled rate of all slots (PRIOR pseudo-verifications), so slots not verified yet are neither ignored
-nor trusted.
+It keeps the window that maximises committed tokens per second, tau(w) / t(w): t from the device's pass
+cost (cost.py), tau(w) the tokens this decode committed per pass while it used w. The windows are a
+ladder down from the largest worth allocating (`most_tokens`), each rung at most half the one above and
+cheaper per pass by CHEAPER (a wider window commits at least as many tokens per pass, so a narrower one
+that costs the same can only lose: on a GPU below its knee the ladder is a single rung); each choice
+holds for EVERY iterations. It starts widest (a wide window's drafts mature fastest) and steps down the ladder while
+each step gives more tokens per second, then keeps the best window measured (a decode is a few dozen
+choices long: a bandit that tries every window, UCB1 for one, spent a third of the demo's passes on
+windows that lose). The first EVERY iterations (random drafts, always rejected) are not counted. A
+per-slot acceptance model was tried first and dropped: acceptance in a wide window is correlated along
+the chain, and the product of per-slot rates under-predicted wide windows by a third on the demo.
+
+The choice reads only how many tokens past iterations committed, never the randomness of the drafts it
+is about to verify, so every committed token keeps its exact law (the tests check it with chi-square,
+chain and tree). At least one draft is scored (w >= 2): if plain AR is what the device favours, the method
+to pick is AR.
 """
 from __future__ import annotations
 
 from .cost import PassCost
 
-PRIOR = 2.0          # pseudo-verifications per slot at the pooled acceptance rate
-MOST_FACTOR = 3.0    # the state is sized for windows whose pass costs at most this many 1-token passes
+MOST_FACTOR = 3.0   # the state is sized for windows whose pass costs at most this many 1-token passes
+EVERY = 4           # iterations a choice holds
+CHEAPER = 1.05      # a narrower window is tried only where its pass costs this much less
 
 
 def most_tokens(cost: PassCost, cap: int) -> int:
-    """The largest window auto may pick (its state is allocated at this size): beyond MOST_FACTOR x t(1)
-    a pass would need more than that many tokens committed per pass to pay, which per-slot acceptance
-    rarely gives (benchmarks/results/latency.md)."""
+    """The largest window auto may pick (its state is allocated at this size): a pass costing more than
+    MOST_FACTOR x t(1) would need more than that many tokens per pass to pay, more than the demo's and
+    the published models' acceptance gives (benchmarks/results/latency.md)."""
     return max(2, cost.largest_within(MOST_FACTOR, cap)) if cap > 1 else 1
 
 
 class WindowChooser:
     def __init__(self, cost: PassCost, most: int):
-        self.most = most
-        self.seconds = [cost(k) for k in range(1, most + 1)]
+        self.cost, self.ladder = cost, [most]
+        for w in range(most // 2, 1, -1):
+            if 2 * w <= self.ladder[-1] and cost(w) * CHEAPER <= cost(self.ladder[-1]):
+                self.ladder.append(w)
+        self.passes = dict.fromkeys(self.ladder, 0)
+        self.tokens = dict.fromkeys(self.ladder, 0.0)
+        self.choice, self.descending = most, True
 
-    def expected(self, verified: list[int], accepted: list[int]) -> list[float]:
-        """Expected committed tokens of windows 1 .. most, from the per-slot counts."""
-        pooled = (sum(accepted) + 1) / (sum(verified) + 2)
-        out, run = [1.0], 1.0
-        for j in range(self.most - 1):
-            run *= (accepted[j] + PRIOR * pooled) / (verified[j] + PRIOR)
-            out.append(out[-1] + run)
-        return out
+    def rate(self, w: int) -> float:
+        """Measured tokens per second (per image) with window w."""
+        return self.tokens[w] / self.passes[w] / self.cost(w)
 
-    def choose(self, verified: list[int], accepted: list[int]) -> int:
-        rates = [e / t for e, t in zip(self.expected(verified, accepted), self.seconds)]
-        return 1 + max(range(self.most), key=rates.__getitem__)
+    def record(self, iteration: int, window: int, committed: float) -> None:
+        """An iteration with this window committed this many tokens per image."""
+        if iteration > EVERY and window in self.passes:
+            self.passes[window] += 1
+            self.tokens[window] += committed
+
+    def choose(self, iteration: int) -> int:
+        """The window for this iteration."""
+        if iteration <= EVERY or (iteration - 1) % EVERY or not self.passes[self.choice]:
+            return self.choice
+        i = self.ladder.index(self.choice)
+        if self.descending and i + 1 < len(self.ladder) and (i == 0 or self.rate(self.choice) > self.rate(
+                self.ladder[i - 1])):
+            self.choice = self.ladder[i + 1]
+            return self.choice
+        self.descending = False
+        self.choice = max((w for w in self.ladder if self.passes[w]), key=self.rate)
+        return self.choice

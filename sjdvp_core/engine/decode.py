@@ -70,14 +70,13 @@ class _Clock:
 class _Loop:
     """The loop's state between iterations."""
     canvas: Tensor          # [B, L + W + 1] committed tokens, then drafts
-    commit_iter: Tensor     # [B, L + W] the iteration each position was committed at
     n: Tensor               # [B] committed tokens
     n_host: list[int]       # their host copy
+    trace: list[list[int]]  # n_host after every iteration (the prefill's first), for DecodeStats.commit_iter
     row_passes: Tensor      # [B] forward passes until each image was complete
     window: Any             # the drafts (window.Window)
     rec: Recorder
     it: int = 1
-    counts: tuple[list[int], list[int]] = ([], [])   # auto: per-slot verified and accepted, host copies
 
 
 class JacobiDecoder:
@@ -97,12 +96,13 @@ class JacobiDecoder:
         self.tree = settings.window.tree if settings.window.tree.on and self.S > 0 else None
         self.same_noise = Drafter.follows_noise(settings.drafter)
         self.chooser = WindowChooser(cost, self.W) if settings.window.auto and cost is not None and self.S else None
+        self.steps = torch.arange(self.W + 1, device=self.device)   # slot offsets, made once
 
     def targets(self, logits: Tensor, at: Tensor) -> Tensor:
         """Model logits [R, N, V_model] predicting positions at [B, N] -> p [B, N, V]."""
         s, local = self.s.sampling, self.local
         mixed = cfg_mix(logits.index_select(-1, local.vocab), s.cfg_scale, s.uses_cfg)
-        return target_probs(mixed, local.forced_at(at.clamp(max=local.length + self.W)), local.num_image, s)
+        return target_probs(mixed, local.mask_at(at.clamp(max=local.length + self.W)), s)
 
     def rows(self, t: Tensor) -> Tensor:
         """Per-image tensor -> per model row (CFG runs cond and uncond rows)."""
@@ -112,51 +112,43 @@ class JacobiDecoder:
         """The first token of every image (from the prefill's logits) and the first window of drafts."""
         B, W, dev, L = self.B, self.W, self.device, self.local.length
         canvas = torch.zeros(B, L + W + 1, dtype=torch.long, device=dev)
-        commit_iter = torch.full((B, L + W), -1, dtype=torch.long, device=dev)
         at_zero = torch.zeros(B, 1, dtype=torch.long, device=dev)
         canvas[:, 0] = sample(self.targets(first_logits[:, None], at_zero)[:, 0], self.gen)
-        commit_iter[:, 0] = 0
         n = torch.ones(B, dtype=torch.long, device=dev)
         window = self.drafter.start(n, canvas, self.gen)
         canvas[:, 1:1 + self.S] = window.tokens
-        zeros = [0] * max(self.S, 1)
-        return _Loop(canvas, commit_iter, n, [1] * B, torch.ones(B, dtype=torch.long, device=dev), window,
-                     Recorder(max(self.S, 1), dev), counts=(zeros, zeros))
+        return _Loop(canvas, n, [1] * B, [[1] * B], torch.ones(B, dtype=torch.long, device=dev), window,
+                     Recorder(max(self.S, 1), dev))
 
     def done(self, loop: _Loop) -> bool:
         return all(c >= self.local.free_end for c in loop.n_host)
 
     def iterate(self, loop: _Loop) -> None:
         """forward -> targets -> accept (one step) -> commit -> redraft; one read back to the host."""
-        S, W, dev, local, rec = self.S, self.W, self.device, self.local, loop.rec
+        S, dev, local, rec = self.S, self.device, self.local, loop.rec
         end, (lo, hi) = local.free_end, local.span
         n, canvas, window = loop.n, loop.canvas, loop.window
-        most = S if self.chooser is None else self.chooser.choose(*loop.counts) - 1
+        most = S if self.chooser is None else self.chooser.choose(loop.it) - 1
         # how far each row may accept drafts: to the end of the image grid, nothing outside it
         limit_host = [min(most, max(hi - c, 0)) if lo <= c < end else 0 for c in loop.n_host]
         w = max(limit_host) + 1
-        limit = torch.tensor(limit_host, device=dev)
-        active = torch.tensor([c < end for c in loop.n_host], device=dev)
+        limit, active = torch.tensor([limit_host, [int(c < end) for c in loop.n_host]], device=dev)
+        active = active.bool()
         t0 = self.clock.now()
         step = (self._tree_step if self.tree is not None and w > 1 else self._chain_step)(window, canvas, n, w, limit)
         m = step.k + (active & (n + step.k < end)).long()                                  # committed now
         at = (n + step.k)[:, None]
         canvas.scatter_(1, at, torch.where((m > step.k)[:, None], step.next[:, None], canvas.gather(1, at)))
-        cols = n[:, None] + torch.arange(W, device=dev)
-        loop.commit_iter.scatter_(1, cols, torch.where(torch.arange(W, device=dev) < m[:, None], loop.it,
-                                                       loop.commit_iter.gather(1, cols)))
         self._observe(rec, window, step, limit, m)
         n, loop.row_passes, loop.it = n + m, loop.row_passes + active.long(), loop.it + 1
         t2 = self.clock.now()
         loop.window = self.drafter.redraft(window, step.p, m, n, active, canvas, self.gen)
-        canvas.scatter_(1, n[:, None] + torch.arange(S, device=dev), loop.window.tokens)
+        canvas.scatter_(1, n[:, None] + self.steps[:S], loop.window.tokens)
         loop.n = n
-        if self.chooser is None:
-            loop.n_host = n.tolist()                                                       # the one sync
-        else:       # the same single read, with the per-slot counts auto chooses from
-            host = torch.cat([n, rec.slot_verified, rec.slot_accepted]).tolist()
-            B = self.B
-            loop.n_host, loop.counts = host[:B], (host[B:B + S], host[B + S:])
+        before, loop.n_host = loop.n_host, n.tolist()                                      # the one sync
+        if self.chooser is not None:
+            self.chooser.record(loop.it - 1, w, sum(b - a for a, b in zip(before, loop.n_host)) / self.B)
+        loop.trace.append(loop.n_host)
         rec.phases(t0, step.forward_end, t2, self.clock.now())
 
     def run(self, first_logits: Tensor, progress: ProgressFn | None) -> DecodeResult:
@@ -169,11 +161,13 @@ class JacobiDecoder:
             self._progress(progress, loop.n_host, loop.canvas)
         local, L, end, B, it, canvas = self.local, self.local.length, self.local.free_end, self.B, loop.it, loop.canvas
         canvas[:, end:L] = local.forced[end:L]                          # the known tail, without a forward pass
-        loop.commit_iter[:, end:L] = it - 1
         if end < L:
             self._progress(progress, [L] * B, canvas)
+        # position t of row b was committed at the first iteration whose count passed t; the tail at the last
+        trace = torch.tensor(loop.trace).t().contiguous()                                  # [B, iterations]
+        commit_iter = torch.searchsorted(trace, torch.arange(L).expand(B, -1).contiguous(), right=True)
         stats = DecodeStats(length=L, window=self.W, forward_passes=it, ar_passes=end,
-                            row_forward_passes=loop.row_passes.cpu(), commit_iter=loop.commit_iter[:, :L].cpu())
+                            row_forward_passes=loop.row_passes.cpu(), commit_iter=commit_iter.clamp(max=it - 1))
         stats.vp_auto = self.drafter.auto.summary() if self.drafter.auto is not None else None
         loop.rec.into(stats)
         stats.time_total = time.perf_counter() - t_start
@@ -181,12 +175,12 @@ class JacobiDecoder:
 
     def _chain_step(self, window, canvas: Tensor, n: Tensor, w: int, limit: Tensor) -> Step:
         """One forward over the last committed token and w - 1 drafts, and their verification."""
-        dev = self.device
         inputs = torch.cat([canvas.gather(1, (n - 1)[:, None]), window.tokens[:, :w - 1]], 1)      # [B, w]
-        positions = ((n - 1)[:, None] + torch.arange(w, device=dev)).clamp(max=self.local.length - 1)
+        at = n[:, None] + self.steps[:w]                                                           # [B, w]
+        positions = (at - 1).clamp(max=self.local.length - 1)
         logits = self.adapter.forward(self.rows(self.local.vocab[inputs]), self.rows(positions))
         t1 = self.clock.now()
-        p = self.targets(logits, n[:, None] + torch.arange(w, device=dev))                       # [B, w, V]
+        p = self.targets(logits, at)                                                              # [B, w, V]
         k, nxt, accepted = accept(window.tokens[:, :w - 1], window.q[:, :w - 1], p, limit, self.verifier, self.gen)
         return Step(p, k, nxt, accepted, w, t1)
 
@@ -218,20 +212,19 @@ class JacobiDecoder:
         if step.tree is not None:
             rec.tree_outcome(*step.tree)
         rec.committed.append(m)
-        entropy = -(p * p.clamp_min(1e-30).log()).sum(-1)                                     # [B, w]
-        rec.entropy += (entropy * (torch.arange(p.shape[1], device=p.device) < m[:, None])).sum()
+        slots = torch.arange(p.shape[1], device=p.device)
+        rec.entropy += (torch.special.entr(p).sum(-1) * (slots < m[:, None])).sum()
         d = accepted.shape[1]
         if d == 0:
             return
-        verified = torch.arange(d, device=p.device)[None] < torch.minimum(k + 1, limit)[:, None]
-        rec.slots(verified, accepted)
+        verified = slots[:d] < torch.minimum(k + 1, limit)[:, None]
         carried = verified & ~window.fresh[:, :d]
-        rec.count_momentum(window.rose[:, :d], carried, accepted)
-        fused = carried & window.fused[:, :d]
+        rec.outcomes(verified, accepted, window.rose[:, :d], carried)
         if self.drafter.vp is not None:
+            fused = carried & window.fused[:, :d]
             rec.vp_effect(p[:, :d], window.q[:, :d], window.history.prev[:, :d], fused)
-        if self.drafter.auto is not None:
-            self.drafter.auto.observe(p[:, :d], window.candidates[:, :, :d], fused)
+            if self.drafter.auto is not None:
+                self.drafter.auto.observe(p[:, :d], window.candidates[:, :, :d], fused)
 
     def _progress(self, progress: ProgressFn | None, n_host: list[int], canvas: Tensor) -> None:
         if progress is None:

@@ -15,8 +15,6 @@ re-drafted position's old draft by maximal coupling (continue_draft), as SJD-PAC
 """
 from __future__ import annotations
 
-from dataclasses import replace
-
 import torch
 from torch import Tensor
 from torch.nn import functional as F
@@ -25,7 +23,7 @@ from .devices import wide_float
 from .settings import AUTO_STRENGTHS, DrafterSettings
 from .target import residual, sample
 from .vp import AutoStrength, fuse
-from .window import History, LocalLayout, Window, shift_slots
+from .window import History, LocalLayout, Slide, Window
 
 
 class FreshDrafts:
@@ -134,39 +132,44 @@ class Drafter:
         if S == 0:
             return window
         W, w = S + 1, p.shape[1]
-        before = window.history                                # pbar and prev before this observation
-        p = F.pad(p, (0, 0, 0, W - w))
-        history, growth = before.observe(p, (torch.arange(W, device=dev) < w)[None] & active[:, None],
-                                         self.vp.beta if self.vp else 0.5)
-        # this pass's observations, aligned with the next draft slots
-        p, pbar_prev, prev, had, growth = (shift_slots(t, m, S) for t in (p, before.pbar, before.prev,
-                                                                          before.seen > 0, growth))
-        slid = replace(window, history=history).slide(m)
-        old_slot = m[:, None] + torch.arange(S, device=dev)
-        redraw, kept = old_slot < w, (old_slot >= w) & (old_slot < S)
+        slide = Slide(m, W)
+        before = window.history.slide(slide)         # the history before this observation, in the new slots
+        p = slide.take(p, W)                         # this pass's targets in the new slots (stale past them)
+        history, growth = before.observe(p, (slide.old < w) & active[:, None], self.vp.beta if self.vp else 0.5)
+        p, growth, pbar_prev, prev = p[:, :S], growth[:, :S], before.pbar[:, :S], before.prev[:, :S]
+        had, old = before.seen[:, :S] > 0, slide.old[:, :S]
+        redraw, new = old < w, old >= S
+        kept = ~redraw & ~new
         positions = n[:, None] + torch.arange(S, device=dev)
         fused = redraw & had & (self.local.forced_at(positions) < 0) & (positions < self.local.length) & \
             (self.vp is not None)
+        candidates = None
         if self.auto is not None:
             candidates = self.auto.fuse(p, pbar_prev, growth, fused)
             dist = self.auto.chosen(candidates)
-            slid.candidates = torch.where(redraw[None, ..., None], candidates, slid.candidates)
+            candidates = torch.where(redraw[None, ..., None], candidates, slide.take(window.candidates, dim=2))
         else:
             dist = fuse(p, pbar_prev, growth, fused, self.vp) if self.vp is not None else p
         dist = dist.masked_fill(~redraw[..., None], 1.0)
+        noise = None
         if self.coupled:   # positions new to the draft slots get their noise now, the rest keep theirs
-            slid.noise = torch.where((old_slot >= S)[..., None], gumbel_noise(slid.noise.shape, gen, dev), slid.noise)
-        tok = coupled_draw(dist, slid.noise) if self.coupled else sample(dist, gen)
+            noise = torch.where(new[..., None], gumbel_noise(window.noise.shape, gen, dev), slide.take(window.noise))
+        tok = coupled_draw(dist, noise) if self.coupled else sample(dist, gen)
+        old_tokens, old_q = slide.take(window.tokens), slide.take(window.q)
         if self.continuation:   # where the slot held a draft (the window's last scored position held none)
-            tok = torch.where(old_slot < S, continue_draft(slid.tokens, slid.q, dist, gen), tok)
+            tok = torch.where(new, tok, continue_draft(old_tokens.masked_fill(new, 0),
+                                                       old_q.masked_fill(new[..., None], 0), dist, gen))
         rose = (p.gather(-1, tok[..., None]) > prev.gather(-1, tok[..., None]))[..., 0]
         q = dist if (self.vp is None or self.vp.lossless) else p
-        canvas.scatter_(1, positions, torch.where(redraw, tok, slid.tokens))   # sources for repeat inits
-        fresh_tok, fresh_q = self.fresh(positions, canvas, n + (redraw | kept).sum(1), gen)
+        canvas.scatter_(1, positions, torch.where(redraw, tok, old_tokens))   # sources for repeat inits
+        fresh_tok, fresh_q = self.fresh(positions, canvas, n + (~new).sum(1), gen)
         if self.coupled:
-            fresh_tok = coupled_draw(fresh_q, slid.noise)
-        redrawn = Window(tok, q, torch.zeros_like(redraw), fused, torch.where(had, rose.to(torch.int8), -1),
-                         slid.history, slid.noise, slid.candidates)
-        fresh = Window(fresh_tok, fresh_q, torch.ones_like(redraw), torch.zeros_like(redraw),
-                       torch.full_like(tok, -1, dtype=torch.int8), slid.history, slid.noise, slid.candidates)
-        return redrawn.where(redraw, slid.where(kept, fresh))
+            fresh_tok = coupled_draw(fresh_q, noise)
+        unknown = torch.full_like(window.rose, -1)
+        return Window(torch.where(redraw, tok, torch.where(kept, old_tokens, fresh_tok)),
+                      torch.where(redraw[..., None], q, torch.where(kept[..., None], old_q, fresh_q)),
+                      new | (kept & slide.take(window.fresh)),
+                      torch.where(redraw, fused, kept & slide.take(window.fused)),
+                      torch.where(redraw, torch.where(had, rose.to(torch.int8), unknown),
+                                  torch.where(kept, slide.take(window.rose), unknown)),
+                      history, noise, candidates)

@@ -121,8 +121,7 @@ class Recorder:
 
     def __init__(self, slots: int, device):
         acc = wide_float(device)
-        self.slot_verified = torch.zeros(slots, dtype=torch.long, device=device)
-        self.slot_accepted = torch.zeros(slots, dtype=torch.long, device=device)
+        self.slot_counts = torch.zeros(2, slots, dtype=torch.long, device=device)   # verified, accepted per slot
         self.momentum = torch.zeros(4, dtype=torch.long, device=device)   # rose: verified, accepted; flat: same
         self.vp = torch.zeros(3, dtype=acc, device=device)   # fused drafts, their sum min(p, q), the plain q's
         self.entropy = torch.zeros((), dtype=acc, device=device)
@@ -136,24 +135,21 @@ class Recorder:
         for i, dt in enumerate((t1 - t0, t2 - t1, t3 - t2)):
             self.times[i] += dt
 
-    def slots(self, verified: Tensor, accepted: Tensor) -> None:
-        """Verified drafts [B, w] per window slot, and which of them were accepted."""
-        w = verified.shape[1]
-        self.slot_verified[:w] += verified.sum(0)
-        self.slot_accepted[:w] += (verified & accepted).sum(0)
-
-    def count_momentum(self, rose: Tensor, carried: Tensor, accept: Tensor) -> None:
-        """Verified carried drafts [B, w]: rose (1 rose at its last observation, 0 not, -1 unknown)
-        and whether each was accepted."""
-        hits = torch.stack([carried & (rose == 1), carried & (rose == 0)])                # [2, B, w]
-        self.momentum += torch.stack([hits.sum((1, 2)), (hits & accept).sum((1, 2))], 1).flatten()
+    def outcomes(self, verified: Tensor, accepted: Tensor, rose: Tensor, carried: Tensor) -> None:
+        """Verified drafts [B, w] per window slot and which were accepted; for the momentum statistic, which
+        were carried from an earlier target (carried) and whether their probability rose at their last
+        observation (rose: 1 rose, 0 not, -1 unknown). One reduction for all the counts."""
+        w, ok = verified.shape[1], verified & accepted
+        rising, flat = carried & (rose == 1), carried & (rose == 0)
+        counts = torch.stack([verified, ok, rising, rising & accepted, flat, flat & accepted]).sum(1)   # [6, w]
+        self.slot_counts[:, :w] += counts[:2]
+        self.momentum += counts[2:].sum(1)
 
     def vp_effect(self, p: Tensor, q: Tensor, plain: Tensor, fused: Tensor) -> None:
         """Expected exact-verifier acceptance sum(min(p, q)) of verified fused drafts (fused [B, w]),
         with the fused q and with the plain distribution they replaced."""
-        self.vp += torch.stack([fused.sum().to(self.vp.dtype),
-                                (torch.minimum(p, q).sum(-1) * fused).sum().to(self.vp.dtype),
-                                (torch.minimum(p, plain).sum(-1) * fused).sum().to(self.vp.dtype)])
+        overlap = (torch.minimum(p, torch.stack([q, plain])).sum(-1) * fused).sum((1, 2))   # [2]
+        self.vp += torch.cat([fused.sum()[None], overlap]).to(self.vp.dtype)
 
     def tree_outcome(self, tried: Tensor, took: Tensor, guess: Tensor) -> None:
         """Per row [B]: whether the draft at a branching slot was rejected, so alternatives were tried, and
@@ -161,7 +157,7 @@ class Recorder:
         self.tree += torch.stack([tried.sum(), (took & guess).sum(), (took & ~guess).sum()])
 
     def into(self, stats: DecodeStats) -> DecodeStats:
-        stats.slot_verified, stats.slot_accepted = self.slot_verified.cpu(), self.slot_accepted.cpu()
+        stats.slot_verified, stats.slot_accepted = self.slot_counts.cpu().unbind()
         (stats.rose_verified, stats.rose_accepted, stats.flat_verified,
          stats.flat_accepted) = self.momentum.tolist()
         drafts, stats.vp_expected_accept, stats.plain_expected_accept = self.vp.tolist()

@@ -1,6 +1,7 @@
 """The target distribution p: logits -> probabilities, vectorised over [B, W, V], in fp32.
 
-Order: CFG mix -> structural forcing -> image-vocabulary restriction -> temperature -> top-k -> top-p.
+Order: CFG mix -> structural forcing and image-vocabulary restriction (one additive mask) -> temperature
+-> top-k -> top-p.
 Temperature comes before the truncations as in LlamaGen's sampler and transformers' warpers (top-k is
 unaffected by the order; top-p is not, and this is the order those models were tuned with).
 Each stage returns a new tensor. Greedy decoding turns p into a one-hot on the argmax.
@@ -24,18 +25,12 @@ def cfg_mix(logits: Tensor, scale: float, cfg: bool) -> Tensor:
     return uncond + scale * (cond - uncond)
 
 
-def force_tokens(logits: Tensor, forced: Tensor) -> Tensor:
-    """forced [B, W] local id or -1: a forced slot keeps only its token."""
-    vocab = torch.arange(logits.shape[-1], device=logits.device)
-    keep = (vocab == forced[..., None]) | (forced[..., None] < 0)
-    return logits.masked_fill(~keep, NEG_INF)
-
-
-def restrict_to_image(logits: Tensor, forced: Tensor, num_image: int) -> Tensor:
-    """Free slots may only produce image tokens (local ids < num_image)."""
-    vocab = torch.arange(logits.shape[-1], device=logits.device)
-    drop = (vocab >= num_image) & (forced[..., None] < 0)
-    return logits.masked_fill(drop, NEG_INF)
+def structure_mask(forced: Tensor, num_image: int, size: int) -> Tensor:
+    """forced [...] local id or -1 -> [..., size] additive mask (0 kept, -inf dropped): a forced slot keeps
+    only its token, a free slot only image tokens (local ids < num_image)."""
+    vocab = torch.arange(size, device=forced.device)
+    keep = torch.where(forced[..., None] >= 0, vocab == forced[..., None], vocab < num_image)
+    return torch.zeros(keep.shape, device=forced.device).masked_fill(~keep, NEG_INF)
 
 
 def top_k_filter(logits: Tensor, k: int) -> Tensor:
@@ -57,18 +52,19 @@ def top_p_filter(logits: Tensor, top_p: float) -> Tensor:
     return logits.masked_fill(drop, NEG_INF)
 
 
-def process_logits(logits: Tensor, forced: Tensor, num_image: int, s: SamplingSettings) -> Tensor:
-    """Mixed logits [B, W, V] -> filtered logits: forcing, image restriction, temperature, top-k, top-p."""
-    logits = restrict_to_image(force_tokens(logits, forced), forced, num_image)
+def process_logits(logits: Tensor, mask: Tensor, s: SamplingSettings) -> Tensor:
+    """Mixed logits [B, W, V] and their structure_mask -> filtered logits: forcing and image restriction,
+    temperature, top-k, top-p."""
+    logits = logits + mask
     if s.greedy:
         return logits
     logits = logits / s.temperature
     return top_p_filter(top_k_filter(logits, s.top_k), s.top_p)
 
 
-def target_probs(logits: Tensor, forced: Tensor, num_image: int, s: SamplingSettings) -> Tensor:
-    """Mixed logits [B, W, V] -> p [B, W, V] (fp32, rows sum to 1)."""
-    logits = process_logits(logits, forced, num_image, s)
+def target_probs(logits: Tensor, mask: Tensor, s: SamplingSettings) -> Tensor:
+    """Mixed logits [B, W, V] and their structure_mask -> p [B, W, V] (fp32, rows sum to 1)."""
+    logits = process_logits(logits, mask, s)
     if s.greedy:
         return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
     return logits.softmax(-1)

@@ -10,6 +10,7 @@ per window slot, aligned with the draft positions, and shifted as the window sli
 """
 from __future__ import annotations
 
+import functools
 from typing import Sequence
 
 import torch
@@ -50,13 +51,20 @@ def fuse_many(p: Tensor, pbar_prev: Tensor, growth: Tensor, eligible: Tensor, s:
     if any(c < 0 for c in strengths):
         pbar = s.beta * pbar_prev + (1 - s.beta) * p
         shrink = torch.where(fused, torch.log(pbar + EPS) - logp.clamp_min(-1e30), zero)
-    out = []
-    for c in strengths:
-        if c == 0:
-            out.append(p)
-        else:
-            out.append((logp + (c * boost if c > 0 else min(1.0, -c) * shrink)).softmax(-1))
-    return torch.stack(out)
+    # every strength at once: log p' = log p + c * boost (c > 0) or |c| (at most 1) * shrink (c < 0)
+    up, down = _coefficients(tuple(strengths), p.device)
+    shift = (up * boost if boost is not None else 0) + (down * shrink if shrink is not None else 0)
+    out = (logp + shift).softmax(-1)
+    if 0.0 in strengths:   # no fusion is p itself, not its round trip through log and softmax
+        out[strengths.index(0.0)] = p
+    return out
+
+
+@functools.lru_cache(maxsize=16)
+def _coefficients(strengths: tuple[float, ...], device: torch.device) -> tuple[Tensor, Tensor]:
+    """[C, 1, 1, 1] each: the boost's and the shrinkage's weight for every strength (made once per device)."""
+    up = torch.tensor([max(c, 0.0) for c in strengths], device=device).view(-1, 1, 1, 1)
+    return up, torch.tensor([min(1.0, max(-c, 0.0)) for c in strengths], device=device).view(-1, 1, 1, 1)
 
 
 class AutoStrength:

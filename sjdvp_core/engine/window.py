@@ -3,29 +3,43 @@
 Every quantity the loop keeps per undecided position lives in one `Window`: the draft tokens, the
 distribution each was drawn from, their flags, VP's probability history, auto's candidate
 distributions and coupled drafting's noise. Slot s of row b is position n_b + s. When row b commits m_b
-tokens every field slides by m_b at once (`slide`), so no quantity can fall out of step with its
-position; `where` picks per slot between two windows.
+tokens every field slides by m_b through one index (`Slide`), so no quantity can fall out of step with
+its position.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from .adapter import TokenLayout
+from .target import structure_mask
 
 
-def shift_slots(t: Tensor, shift: Tensor, width: int, fill=0) -> Tensor:
-    """Per row b, new slot s <- old slot shift[b] + s (fill where that runs past the old slots).
-    t [B, S_old, ...] -> [B, width, ...]."""
-    B, S_old = t.shape[:2]
-    idx = shift[:, None] + torch.arange(width, device=t.device)              # [B, width]
-    valid = idx < S_old
-    idx = idx.clamp(max=S_old - 1).view(B, width, *([1] * (t.dim() - 2))).expand(B, width, *t.shape[2:])
-    out = t.gather(1, idx)
-    mask = valid.view(B, width, *([1] * (t.dim() - 2)))
-    return torch.where(mask, out, torch.full_like(out, fill))
+class Slide:
+    """A window sliding by m[b] slots in row b: new slot s is old slot m[b] + s. The index is computed once
+    per field shape and applied to every per-slot field (`take`), without a fill: what lands in the slots
+    new to the window is stale, and every reader either overwrites it or masks it (History.seen, `new`)."""
+
+    def __init__(self, m: Tensor, width: int):
+        self.old = m[:, None] + torch.arange(width, device=m.device)           # [B, width] old slot of each
+        self._index: dict[tuple, Tensor] = {}
+
+    def take(self, t: Tensor, width: int | None = None, dim: int = 1) -> Tensor:
+        """t [..., B, S_t, ...] with slots at dim -> the slid field, `width` slots wide (default: as t)."""
+        have = t.shape[dim]
+        key = (have, width or have, dim, t.shape)
+        at = self._index.get(key)
+        if at is None:
+            at = self.old[:, :width or have].clamp(max=have - 1)
+            at = at.view(*([1] * (dim - 1)), *at.shape, *([1] * (t.dim() - dim - 1)))
+            at = self._index[key] = at.expand(*t.shape[:dim - 1], -1, -1, *t.shape[dim + 1:])
+        return t.gather(dim, at)
+
+    def new(self, width: int) -> Tensor:
+        """[B, width] slots that did not exist before the slide."""
+        return self.old[:, :width] >= width
 
 
 def gather_slot(t: Tensor, slot: Tensor) -> Tensor:
@@ -57,6 +71,10 @@ class LocalLayout:
         above[layout.grid[1:].flatten()] = layout.grid[:-1].flatten()
         left[layout.grid[:, 1:].flatten()] = layout.grid[:, :-1].flatten()
         self.above, self.left = above.to(device), left.to(device)
+        # the structure mask of every position, through a few distinct rows: free, or forced to one token
+        kinds = sorted(set(forced)) + [-1]
+        self.mask_rows = structure_mask(torch.tensor(kinds, device=device), self.num_image, self.size)
+        self.mask_kind = torch.tensor([kinds.index(t) for t in forced] + [kinds.index(-1)] * pad, device=device)
         # the forced tokens after the image (row end, end of image, ...) are known: a row is done at free_end
         self.free_end = L
         while self.free_end > self.span[1] and forced[self.free_end - 1] >= 0:
@@ -64,6 +82,10 @@ class LocalLayout:
 
     def forced_at(self, positions: Tensor) -> Tensor:
         return self.forced[positions]
+
+    def mask_at(self, positions: Tensor) -> Tensor:
+        """[..., V] target.structure_mask of the tokens at positions [...]."""
+        return self.mask_rows[self.mask_kind[positions]]
 
 
 class History:
@@ -93,8 +115,11 @@ class History:
         return History(torch.where(obs, pbar, self.pbar), torch.where(obs, p, self.prev),
                        torch.where(obs, growth, self.growth), self.seen + observed.long()), growth
 
-    def slide(self, m: Tensor) -> "History":
-        return History(*(shift_slots(t, m, t.shape[1]) for t in (self.pbar, self.prev, self.growth, self.seen)))
+    def slide(self, slide: Slide) -> "History":
+        """Slots new to the window start unseen (their other fields are stale and ignored until seen)."""
+        seen = slide.take(self.seen)
+        return History(slide.take(self.pbar), slide.take(self.prev), slide.take(self.growth),
+                       seen.masked_fill(slide.new(seen.shape[1]), 0))
 
 
 @dataclass
@@ -110,27 +135,3 @@ class Window:
     history: History               # VP's probability history, [B, S + 1, ...]
     noise: Tensor | None = None    # [B, S, V] coupled drafting's Gumbel noise (float64)
     candidates: Tensor | None = None  # [C, B, S, V] VP auto: each candidate strength's draft distribution
-
-    def slide(self, m: Tensor) -> "Window":
-        """Row b forgets its first m[b] slots (now committed); the rest move down, new slots are empty."""
-        def slid(name, t):
-            if t is None:
-                return None
-            if name == "history":
-                return t.slide(m)
-            if name == "candidates":        # slots are its third dimension
-                return torch.stack([shift_slots(c, m, c.shape[1]) for c in t])
-            return shift_slots(t, m, t.shape[1])
-        return Window(**{f.name: slid(f.name, getattr(self, f.name)) for f in fields(self)})
-
-    def where(self, mask: Tensor, other: "Window") -> "Window":
-        """Per draft slot (mask [B, S]): this window's state where mask, the other's elsewhere. Fields the
-        two windows share (the same object, as the history and noise usually are) are kept as they are."""
-        def pick(name, a, b):
-            if a is b:
-                return a
-            if name == "history":
-                raise ValueError("Window.where: the two windows must share their history")
-            m = mask[None] if name == "candidates" else mask
-            return torch.where(m.view(*m.shape, *([1] * (a.dim() - m.dim()))), a, b)
-        return Window(**{f.name: pick(f.name, getattr(self, f.name), getattr(other, f.name)) for f in fields(self)})
