@@ -8,7 +8,7 @@ from comfy_api.latest import io, ui
 
 from ..sjdvp_core.demo import DEMO_SAMPLING
 from ..sjdvp_core.engine.adapter import KEEP_SIZE, at_size
-from ..sjdvp_core.engine.decode import DecodeResult, decode, decode_bytes
+from ..sjdvp_core.engine.decode import DecodeResult, decode, decode_bytes, pass_cost
 from ..sjdvp_core.engine.report import commit_figure, report_data, report_text
 from ..sjdvp_core.engine.settings import DecodeSettings, SamplingSettings, decode_settings
 from . import runtime
@@ -90,8 +90,10 @@ class SpeculativeDecode(io.ComfyNode):
         settings = decode_settings(drafter, window, chosen, seed % 2**63, batch_size)
         runtime.prepare(model, decode_bytes(adapter, settings))
         progress = runtime.Progress(adapter)
-        try:
-            result = decode(adapter, prompt, settings, negatives=negative_prompt or None, progress=progress)
+        try:   # the device's pass cost (measured once per model, device and method, then cached): auto chooses
+            cost = None if drafter is None else pass_cost(adapter, settings)     # by it, the report prices by it
+            result = decode(adapter, prompt, settings, negatives=negative_prompt or None, progress=progress,
+                            cost=cost)
         except runtime.OOM as e:
             raise runtime.oom_message(e, settings.window.size, settings.window.tree.width) from e
         method = "AR" if drafter is None else drafter.name

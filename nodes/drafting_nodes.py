@@ -20,6 +20,7 @@ from .legacy import LEGACY
 
 DRAFTER_DEFAULTS, VP_DEFAULTS, WINDOW_DEFAULTS = DrafterSettings(), VPSettings(), WindowSettings()
 TREE_DEFAULTS = WINDOW_DEFAULTS.tree
+NODE_WINDOW = 64   # a new node's window: with window_auto (its default) the most a pass may score
 NO_LIMIT = 0.0   # GSD's max_distance widget: 0 stands for None (no codebook distance filter)
 
 WINDOW = io.Custom("SJDVP_WINDOW")
@@ -43,9 +44,10 @@ class JacobiWindow(io.ComfyNode):
             node_id="SJDVP_JacobiWindow", display_name="Jacobi Window", category="sjdvp",
             description="How many tokens one forward pass drafts and verifies, and how new drafts start.",
             inputs=[
-                io.Int.Input("window", default=WINDOW_DEFAULTS.size, min=1, max=MAX_WINDOW,
-                             tooltip="Tokens scored per forward pass. 1 is plain AR. 16-32 suit GPUs; on a CPU "
-                                     "a wide window is not free, prefer 4-8."),
+                io.Int.Input("window", default=NODE_WINDOW, min=1, max=MAX_WINDOW,
+                             tooltip="Tokens scored per forward pass; with window_auto on, the most a pass may "
+                                     "score. 1 is plain AR. Fixed: 16-64 suit GPUs; on a CPU a wide window is not "
+                                     "free, prefer 4-8."),
                 io.Combo.Input("init", options=list(DRAFT_INITS), default=WINDOW_DEFAULTS.init,
                                tooltip="How fresh drafts start: random image tokens, or a copy of the cell to "
                                        "the left / above. All are exact."),
@@ -56,15 +58,22 @@ class JacobiWindow(io.ComfyNode):
                                      "per pass: for large GPUs, slower on a CPU."),
                 io.Int.Input("tree_depth", default=TREE_DEFAULTS.depth, min=1, max=MAX_TREE_DEPTH, optional=True,
                              tooltip="How many of the first undecided slots get tree candidates."),
+                io.Boolean.Input("window_auto", default=True, optional=True,
+                                 tooltip="Choose the tokens per pass (up to window) that commit the most tokens per "
+                                         "second on this device: its pass cost is measured once (a few seconds, "
+                                         "then cached) and this run's acceptance decides. Exact. The same seed "
+                                         "gives the same image on the same device; for the same image on any "
+                                         "device, turn it off."),
             ],
             outputs=[WINDOW.Output(display_name="window")],
         )
 
     @classmethod
     def execute(cls, window, init, tree_width=LEGACY["SJDVP_JacobiWindow"]["tree_width"],
-                tree_depth=LEGACY["SJDVP_JacobiWindow"]["tree_depth"]) -> io.NodeOutput:
-        return io.NodeOutput(WindowSettings(size=window, init=init, tree=TreeSettings(width=tree_width,
-                                                                                       depth=tree_depth)))
+                tree_depth=LEGACY["SJDVP_JacobiWindow"]["tree_depth"],
+                window_auto=LEGACY["SJDVP_JacobiWindow"]["window_auto"]) -> io.NodeOutput:
+        return io.NodeOutput(WindowSettings(size=window, init=init, auto=window_auto,
+                                            tree=TreeSettings(width=tree_width, depth=tree_depth)))
 
 
 class DrafterSJD(io.ComfyNode):

@@ -1,12 +1,15 @@
 """Distribution exactness on a toy model whose sequence distribution is enumerable (64 sequences in
 the support: 6 image cells, top-2 of 4 codes, CFG 1.5, row-end and end-of-image tokens forced).
 200k samples: a Pearson chi-square test that rejects a 2%-TV deviation (checked below) accepts SJD and
-SJD-VP (any strength, with or without coupled drafting or continuation), and rejects VP drafts verified
-against the unfused q."""
+SJD-VP (any strength, with or without coupled drafting or continuation, with the automatic window, chain
+and tree), and rejects VP drafts verified against the unfused q."""
 import pytest
 import torch
 
 from sjdvp_core import DecodeSettings, DrafterSettings, SamplingSettings, VPSettings, WindowSettings, decode
+from sjdvp_core.engine import auto
+from sjdvp_core.engine.cost import PassCost
+from sjdvp_core.engine.settings import TreeSettings
 from sjdvp_core.models.toy import ToyGridAdapter
 from tests.toy_reference import chi2_pvalue, code_index, exact_distribution
 
@@ -97,3 +100,17 @@ def test_lantern_stays_within_its_budget(delta):
     measured = tv(counts)
     assert measured <= delta
     assert chi2_pvalue(counts, EXACT * N) < ALPHA
+
+
+@pytest.mark.parametrize("tree", [TreeSettings(), TreeSettings(width=3)], ids=["chain", "tree"])
+def test_window_auto_keeps_the_law(tree, monkeypatch):
+    """The window chosen from the past (here every iteration, on a cost that makes it move) changes no law."""
+    monkeypatch.setattr(auto, "EVERY", 1)
+    cost = PassCost((1, 2, 4, 8), (1.0, 1.1, 1.4, 2.4), "synthetic")
+    drafter = DrafterSettings(vp=VPSettings(**STRONG_VP, strength="auto"))
+    s = DecodeSettings(window=WindowSettings(6, tree=tree, auto=True), drafter=drafter, sampling=SAMPLING,
+                       batch_size=N)
+    res = decode(TOY, 1, s, cost=cost)
+    assert len(set(res.stats.scored_per_iter)) > 1
+    counts = torch.bincount(code_index(res.codes.flatten(1), 4), minlength=EXACT.numel()).float()
+    assert chi2_pvalue(counts, EXACT * N) > ALPHA and tv(counts) < 0.012

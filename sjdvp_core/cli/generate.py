@@ -15,7 +15,7 @@ import torch
 from ..engine.adapter import KEEP_SIZE, at_size
 from ..engine.decode import decode
 from ..engine.devices import default_device
-from ..engine.settings import METHODS, DecodeSettings, DrafterSettings, TreeSettings, WindowSettings, method_settings
+from ..engine.settings import METHODS, DecodeSettings, DrafterSettings, TreeSettings, method_settings
 from ..models.registry import load_model
 
 
@@ -25,13 +25,27 @@ def save_png(image: torch.Tensor, path: str, scale: int = 4) -> None:
     Image.fromarray(arr).resize((arr.shape[1] * scale, arr.shape[0] * scale), Image.NEAREST).save(path)
 
 
-def main(prompt: str, methods=("ar", "sjd-vp"), model: str = "demo", window: int = WindowSettings().size,
+AUTO_WINDOW = 64   # --window auto: the most a pass may score (auto allocates less where passes cost more)
+
+
+def window_arg(text: str) -> tuple[int, bool]:
+    """--window: 'auto' (the default), 'auto:N' (at most N tokens per pass) or N (a fixed window)."""
+    if text == "auto":
+        return AUTO_WINDOW, True
+    most = text[5:] if text.startswith("auto:") else text
+    if not most.isdigit():
+        raise ValueError(f"window={text!r}: give 'auto', 'auto:N' or a number N of tokens per pass")
+    return int(most), text.startswith("auto:")
+
+
+def main(prompt: str, methods=("ar", "sjd-vp"), model: str = "demo", window: int | str = "auto",
          seed: int = DecodeSettings().seed,
          cfg: float | None = None, top_k: int | None = None, top_p: float | None = None,
          temperature: float | None = None, out: str = "out", device: str = "cpu",
          coupled: bool = DrafterSettings().coupled, width: int = KEEP_SIZE, height: int = KEEP_SIZE,
          tree_width: int = TreeSettings().width, tree_depth: int = TreeSettings().depth,
          tree_branch: int = TreeSettings().branch) -> list[dict]:
+    size, auto = window_arg(window) if isinstance(window, str) else (window, False)
     adapter = at_size(load_model(model, device=device), width, height)
     defaults = adapter.default_sampling
     given = dict(cfg_scale=cfg, top_k=top_k, top_p=top_p, temperature=temperature)
@@ -39,7 +53,7 @@ def main(prompt: str, methods=("ar", "sjd-vp"), model: str = "demo", window: int
     os.makedirs(out, exist_ok=True)
     rows = []
     for name in methods:
-        settings = method_settings(name, window, sampling, seed, coupled=coupled,
+        settings = method_settings(name, size, sampling, seed, coupled=coupled, auto=auto,
                                    tree=TreeSettings(width=tree_width, depth=tree_depth, branch=tree_branch))
         t = time.perf_counter()
         result = decode(adapter, prompt, settings)
@@ -48,17 +62,20 @@ def main(prompt: str, methods=("ar", "sjd-vp"), model: str = "demo", window: int
         path = os.path.join(out, f"{name}_seed{seed}.png")
         save_png(image, path)
         st = result.stats
-        rows.append(dict(method=name, nfe=st.forward_passes, accepted=st.mean_accepted,
+        rows.append(dict(method=name, nfe=st.forward_passes, accepted=st.mean_accepted, scored=st.tokens_per_forward,
                          acceptance=st.acceptance_rate, seconds=decode_s, path=path, stats=st))
     base = rows[0]
     tree = f"  draft tree {tree_width}x{tree_depth}" if tree_width > 1 else ""
-    print(f'prompt: "{prompt}"  seed {seed}  window {window}{tree}  {"coupled" if coupled else "independent"} drafts  '
+    shown = f"auto (at most {size})" if auto else size
+    print(f'prompt: "{prompt}"  seed {seed}  window {shown}{tree}  {"coupled" if coupled else "independent"} drafts  '
           f'{sampling}  ({adapter.layout.length} tokens)')
-    print(f"{'method':<12}{'forward passes':>16}{'step compression':>18}{'tokens/pass':>13}"
+    print(f"{'method':<12}{'forward passes':>16}{'step compression':>18}{'tokens/pass':>13}{'scored/pass':>13}"
           f"{'acceptance':>12}{'decode s':>10}{'speed-up':>10}  image")
     for r in rows:
         print(f"{r['method']:<12}{r['nfe']:>16}{base['nfe'] / r['nfe']:>17.2f}x{r['accepted']:>13.2f}"
-              f"{r['acceptance']:>12.3f}{r['seconds']:>10.2f}{base['seconds'] / r['seconds']:>9.2f}x  {r['path']}")
+              f"{r['scored']:>13.1f}{r['acceptance']:>12.3f}{r['seconds']:>10.2f}"
+              f"{base['seconds'] / r['seconds']:>9.2f}x  {r['path']}")
+    print("speed-up: wall-clock against the first method; tokens/pass: committed, scored/pass: fed to the model")
     return rows
 
 
@@ -69,7 +86,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--methods", nargs="+", default=["ar", "sjd-vp"], choices=list(METHODS),
                     help="decoding methods, the first is the baseline of the speed-up columns")
     ap.add_argument("--model", default="demo", help="'demo', or a model folder / GPT file (e.g. a LlamaGen folder)")
-    ap.add_argument("--window", type=int, default=WindowSettings().size, help="Jacobi window W")
+    ap.add_argument("--window", default="auto",
+                    help=f"Jacobi window: 'auto' (tokens per pass chosen for this device, at most {AUTO_WINDOW}), "
+                         "'auto:N' (at most N) or N (fixed)")
     ap.add_argument("--seed", type=int, default=DecodeSettings().seed)
     ap.add_argument("--cfg", type=float, help="classifier-free guidance scale (default: the model's)")
     ap.add_argument("--top-k", dest="top_k", type=int, help="top-k (default: the model's)")

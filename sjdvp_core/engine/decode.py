@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from .adapter import ModelAdapter, TokenLayout
-from .auto import WindowChooser, most_tokens
+from .auto import MOST_FACTOR, WindowChooser, most_tokens
 from .cost import GRID, PassCost, device_name, load_cached, model_fingerprint, save_cached
 from .drafting import Drafter
 from .settings import AUTO_STRENGTHS, DecodeSettings
@@ -281,7 +281,9 @@ def decode(adapter: ModelAdapter, conditions: Sequence[Any] | Any, settings: Dec
     with torch.inference_mode():
         try:
             layout, first_logits = adapter.start(conditions, negatives, settings.sampling.uses_cfg, scratch)
-            return JacobiDecoder(adapter, settings, layout, timing, cost).run(first_logits, progress)
+            result = JacobiDecoder(adapter, settings, layout, timing, cost).run(first_logits, progress)
+            result.stats.pass_cost = cost
+            return result
         finally:
             adapter.finish()
 
@@ -290,7 +292,8 @@ def measure_cost(adapter: ModelAdapter, settings: DecodeSettings, grid: Sequence
                  iterations: int = 5) -> PassCost:
     """t(k) on the adapter's device: the median wall time of real iterations (the forward and the engine's
     step, after two to warm up) of decodes with these settings at a fixed window of k tokens, for every k
-    of grid up to the settings' window; the engine's share beside it. A few seconds."""
+    of grid up to the settings' window, stopping past the widest window auto would allocate
+    (auto.MOST_FACTOR x t(1)); the engine's share beside it. A few seconds."""
     ks = [k for k in grid if k <= settings.window.size] or [1]
     seconds, engine = [], []
     conditions = [adapter.example_condition] * settings.batch_size
@@ -314,6 +317,9 @@ def measure_cost(adapter: ModelAdapter, settings: DecodeSettings, grid: Sequence
                 adapter.finish()
             seconds.append(max(_median(walls[2:]), 1e-9))
             engine.append(_median(shares[2:]))
+            if seconds[-1] > MOST_FACTOR * seconds[0]:
+                break
+    ks = ks[:len(seconds)]
     return PassCost(tuple(ks), tuple(seconds), f"measured on {device_name(adapter.device)}", tuple(engine))
 
 

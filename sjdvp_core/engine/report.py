@@ -36,7 +36,10 @@ def report_data(result: DecodeResult, method: str) -> dict:
     return {"method": method, "tokens": int(st.length), "forward_passes": int(st.forward_passes),
             "ar_passes": int(st.ar_passes), "step_compression": round(st.step_compression, 4),
             "tokens_per_pass": round(st.mean_accepted, 4), "max_tokens_per_pass": int(per_iter.max()),
-            "acceptance": round(st.acceptance_rate, 4), "seconds": round(st.time_total, 3)}
+            "acceptance": round(st.acceptance_rate, 4), "seconds": round(st.time_total, 3),
+            "tokens_scored_per_pass": round(st.tokens_per_forward, 2)} | (
+        {"estimated_speedup": round(st.estimated_speedup(), 4)} if st.pass_cost is not None and st.scored_per_iter
+        else {})
 
 
 def commit_figure(result: DecodeResult, method: str, min_width: int = 256) -> Tensor:
@@ -97,6 +100,10 @@ def report_text(result: DecodeResult, method: str) -> str:
         f"time: {st.time_total:.2f} s" + (f" (forward {st.time_forward:.2f}, verify {st.time_verify:.2f}, "
                                          f"draft {st.time_draft:.2f})" if split else ""),
     ]
+    if st.pass_cost is not None and st.scored_per_iter:
+        lines.append(f"estimated wall-clock speed-up on this device: {st.estimated_speedup():.2f}x (an estimate: "
+                     f"{st.tokens_per_forward:.1f} tokens scored per pass, priced by the pass cost "
+                     f"{st.pass_cost.source})")
     if st.rose_verified and st.flat_verified:       # carried drafts are verified (never under AR)
         lines.append(f"carried drafts accepted: {m['accept_if_rose']:.1%} when their probability had just risen, "
                      f"{m['accept_if_not']:.1%} otherwise")

@@ -36,6 +36,7 @@ class DecodeStats:
     tokens_scored: int = 0             # tokens fed through the model per image, prefill excluded (a window
                                        # of w costs w of them: about one token's time past no knee, engine/cost.py)
     scored_per_iter: list = field(default_factory=list)  # tokens each iteration's forward scored per row
+    pass_cost: object = None           # the engine/cost.PassCost of this device, where the decode had one
     # draft trees: branching slots where the draft was rejected (so alternatives were tried), and how
     # often a spatial guess or a further draw from q was accepted there
     tree_tried: int = 0
@@ -66,10 +67,12 @@ class DecodeStats:
         """Tokens each forward pass scored per image, on average (1 for AR)."""
         return self.tokens_scored / max(1, self.forward_passes - 1)
 
-    def estimated_speedup(self, cost) -> float:
+    def estimated_speedup(self, cost=None) -> float:
         """Wall-clock speed-up over plain AR on the device whose pass cost is cost (engine/cost.py): AR's
         passes of one token against this decode's passes at what each scored (the prefill, the same for
-        both, left out). An estimate: it is the measured step count priced by the cost table."""
+        both, left out). An estimate: it is the measured step count priced by the cost table (default: the
+        decode's own)."""
+        cost = cost or self.pass_cost
         spent = sum(cost(k) for k in self.scored_per_iter)
         return (self.ar_passes - 1) * cost(1) / spent if spent else 1.0
 

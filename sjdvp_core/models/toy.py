@@ -22,6 +22,7 @@ ROW_END, END_OF_IMAGE = 0, 1
 
 class ToyGridAdapter(ModelAdapter):
     family = "toy"
+    example_condition = 0
     trees = True
 
     def __init__(self, height: int = 4, width: int = 4, levels: int = 4, *, row_end: bool = True,

@@ -11,8 +11,10 @@ const MESSAGE = JSON.parse(readFileSync(process.env.SJDVP_REPORT, "utf8"));
 test("the badge comes from the figures the node sends", () => {
   const r = reportOf(MESSAGE);
   assert.ok(r.step_compression > 1 && r.tokens_per_pass >= 1 && r.acceptance > 0 && r.acceptance <= 1);
-  assert.match(badgeText(r), /^\d+\.\d\d× fewer passes · \d+\.\d tok\/pass$/);
+  assert.match(badgeText(r), /^\d+\.\d\d× fewer passes · \d+\.\d tok\/pass · ~\d+\.\d\d× time \(est\.\)$/);
   assert.ok(badgeText(r).startsWith(r.step_compression.toFixed(2)));
+  assert.ok(badgeText(r).includes(r.estimated_speedup.toFixed(2)));
+  assert.match(badgeText({ step_compression: 2, tokens_per_pass: 2 }), /tok\/pass$/);   // no estimate: none shown
 });
 
 test("the report box shows the report text", () => {

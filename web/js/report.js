@@ -12,6 +12,8 @@ export function badgeText(report) {
   if (typeof figure !== "number" || !Number.isFinite(figure)) return null;
   const parts = [`${figure.toFixed(2)}× fewer passes`];
   if (typeof report.tokens_per_pass === "number") parts.push(`${report.tokens_per_pass.toFixed(1)} tok/pass`);
+  const estimate = report.estimated_speedup;     // wall-clock on this device, priced by its measured pass cost
+  if (typeof estimate === "number" && Number.isFinite(estimate)) parts.push(`~${estimate.toFixed(2)}× time (est.)`);
   return parts.join(" · ");
 }
 
