@@ -41,7 +41,9 @@ def run(pack, demo, drafter=None, window=None, **kw):
 
 def test_widget_defaults_come_from_the_engine_settings(pack):
     s, d = pack["settings"], pack["drafting"]
-    assert widgets(d.JacobiWindow)["window"].default == s.WindowSettings().size
+    # a new node chooses its window (window_auto), up to 64 tokens per pass; the library's default stays fixed
+    assert widgets(d.JacobiWindow)["window"].default == d.NODE_WINDOW == 64
+    assert widgets(d.JacobiWindow)["window_auto"].default is True and s.WindowSettings().auto is False
     assert widgets(d.JacobiWindow)["tree_width"].default == s.TreeSettings().width == 1
     assert widgets(d.DrafterSJD)["coupled"].default is s.DrafterSettings().coupled is True
     lantern = widgets(d.DrafterLANTERN)
