@@ -8,6 +8,7 @@ import subprocess
 import pytest
 
 from sjdvp_core import DecodeSettings, DrafterSettings, VPSettings, WindowSettings, decode
+from sjdvp_core.engine.decode import measure_cost
 from sjdvp_core.engine.report import report_data, report_text
 from sjdvp_core.models.toy import ToyGridAdapter
 from tests.comfy.server import REPO
@@ -17,7 +18,8 @@ from tests.comfy.server import REPO
 def test_badge_reads_the_figures_the_nodes_send(tmp_path):
     toy = ToyGridAdapter(height=6, width=6)
     drafter = DrafterSettings(vp=VPSettings(), coupled=True)
-    res = decode(toy, 1, DecodeSettings(window=WindowSettings(8), drafter=drafter))
+    cost = measure_cost(toy, DecodeSettings(window=WindowSettings(8), drafter=drafter), iterations=2)
+    res = decode(toy, 1, DecodeSettings(window=WindowSettings(8), drafter=drafter), cost=cost)   # as the node does
     sample = tmp_path / "report.txt"
     # what nodes/decode_nodes.py report_ui sends (that module needs ComfyUI to import)
     sample.write_text(json.dumps({"text": [report_text(res, "SJD-VP")], "sjdvp_report": [report_data(res, "SJD-VP")]}))
