@@ -1,0 +1,119 @@
+"""What the user gets in seconds: for every row (method, window or auto, tree, coupling) the step
+compression, the tokens each pass scored per row, the CPU wall-clock speed-up over AR (median of the
+repeats, every method interleaved in each repeat, one process, one thread pool), and the modelled latency
+speed-up on named GPUs for the shapes of Lumina-mGPT 7B, Janus-Pro-7B and LlamaGen-XL:
+
+    modelled speed-up = AR's passes x t(1) / sum over this decode's passes of t(tokens it scored)
+
+with t the roofline of engine/cost.py (weights read once per pass, 2 x params FLOPs per token scored,
+85% / 70% of peak bandwidth / FLOPs; the engine's own step is left out). The step counts are the demo's,
+priced as if each pass were that model's on that device. Automatic-window rows choose by the cost they
+are priced with: on the CPU the measured one, in each modelled column that device and model's roofline
+(what auto would choose on that card).
+
+    python -m benchmarks.latency --out benchmarks/results/latency
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+from sjdvp_core.engine.cost import roofline
+from sjdvp_core.engine.decode import decode, pass_cost
+from sjdvp_core.engine.settings import TreeSettings, method_settings
+from sjdvp_core.models.registry import load_model
+
+PROMPTS = ("a red circle on grass", "a blue square on snow", "a green diamond on sand")
+MODELLED = [(d, m) for d in ("H200", "RTX 4090") for m in ("Lumina-mGPT 7B", "Janus-Pro-7B", "LlamaGen-XL")]
+ROWS = (  # method, window, auto, tree width, coupled
+    ("ar", 1, False, 1, True),
+    ("sjd", 8, False, 1, True), ("sjd", 32, False, 1, True),
+    ("sjd-vp", 4, False, 1, True), ("sjd-vp", 8, False, 1, True), ("sjd-vp", 16, False, 1, True),
+    ("sjd-vp", 32, False, 1, True), ("sjd-vp", 64, False, 1, True), ("sjd-vp", 128, False, 1, True),
+    ("sjd-vp", 32, False, 6, True), ("sjd-vp", 32, False, 1, False),
+    ("sjd", 128, True, 1, True), ("sjd-vp", 128, True, 1, True),
+)
+
+
+def settings(adapter, row, seed):
+    method, window, auto, width, coupled = row
+    return method_settings(method, window, adapter.default_sampling, seed, coupled=coupled, auto=auto,
+                           tree=TreeSettings(width=width))
+
+
+def label(row) -> dict:
+    method, window, auto, width, coupled = row
+    return {"method": method, "window": f"auto<={window}" if auto else window, "tree": f"{width}x1" if width > 1
+            else "chain", "coupling": "coupled" if coupled else "independent"}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--out", help="write <out>.md and <out>.json")
+    args = ap.parse_args(argv)
+    adapter = load_model("demo")
+    costs = {f"{d}/{m}": roofline(m, d) for d, m in MODELLED}
+    cpu = {row: pass_cost(adapter, settings(adapter, row, 0)) for row in ROWS if row[2]}   # measured, cached
+    runs = [(p, s) for p in PROMPTS for s in range(args.seeds)]
+    seconds = {row: [] for row in ROWS}
+    stats = {row: [] for row in ROWS}
+    for repeat in range(args.repeats):                # every row in every repeat: drift hits them alike
+        for row in ROWS:
+            total = 0.0
+            for prompt, seed in runs:
+                t = time.perf_counter()
+                st = decode(adapter, prompt, settings(adapter, row, seed), cost=cpu.get(row)).stats
+                total += time.perf_counter() - t
+                if repeat == 0:
+                    stats[row].append(st)
+            seconds[row].append(total)
+    ar_seconds = statistics.median(seconds[ROWS[0]])
+    out = []
+    for row in ROWS:
+        sts = stats[row]
+        modelled = {}
+        for key, cost in costs.items():
+            priced = sts if not row[2] else [decode(adapter, p, settings(adapter, row, s), cost=cost).stats
+                                             for p, s in runs]
+            modelled[key] = round(statistics.mean(st.estimated_speedup(cost) for st in priced), 3)
+        out.append(label(row) | {
+            "step_compression": round(statistics.mean(st.step_compression for st in sts), 3),
+            "tokens_per_row": round(statistics.mean(st.tokens_per_forward for st in sts), 1),
+            "cpu_seconds": round(statistics.median(seconds[row]), 3),
+            "cpu_speedup": round(ar_seconds / statistics.median(seconds[row]), 3),
+            "modeled": modelled})
+        print(out[-1], flush=True)
+    if args.out:
+        write(out, args, cpu)
+    return out
+
+
+def write(rows, args, cpu):
+    with open(args.out + ".json", "w") as f:
+        json.dump({"rows": rows, "prompts": PROMPTS, "seeds": args.seeds, "repeats": args.repeats,
+                   "threads": torch.get_num_threads(), "torch": torch.__version__,
+                   "cpu_cost": {str(label(r)): c.to_json() for r, c in cpu.items()}}, f, indent=1)
+    keys = list(rows[0]["modeled"])
+    lines = [f"`python -m benchmarks.latency --out {args.out}` (demo model; {len(PROMPTS)} prompts x {args.seeds} "
+             f"seeds; CPU wall-clock: median of {args.repeats} repeats, rows interleaved, "
+             f"{torch.get_num_threads()} threads; modelled columns: the demo's steps priced by engine/cost.py's "
+             "roofline for that model on that device)", "",
+             "| method | window | tree | coupling | step compression | scored / pass / row | CPU s | CPU speed-up | "
+             + " | ".join(keys) + " |", "|" + "---|" * (8 + len(keys))]
+    for r in rows:
+        lines.append(f"| {r['method']} | {r['window']} | {r['tree']} | {r['coupling']} | "
+                     f"{r['step_compression']:.2f}x | {r['tokens_per_row']:.1f} | {r['cpu_seconds']:.2f} | "
+                     f"{r['cpu_speedup']:.2f}x | "
+                     + " | ".join(f"{r['modeled'][k]:.2f}x" for k in keys) + " |")
+    with open(args.out + ".md", "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
