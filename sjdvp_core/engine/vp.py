@@ -54,7 +54,7 @@ def fuse_many(p: Tensor, pbar_prev: Tensor, growth: Tensor, eligible: Tensor, s:
     # every strength at once: log p' = log p + c * boost (c > 0) or |c| (at most 1) * shrink (c < 0)
     up, down = _coefficients(tuple(strengths), p.device)
     shift = (up * boost if boost is not None else 0) + (down * shrink if shrink is not None else 0)
-    out = (logp + shift).softmax(-1)
+    out = (logp[None] + shift).expand(len(strengths), *p.shape).softmax(-1)
     if 0.0 in strengths:   # no fusion is p itself, not its round trip through log and softmax
         out[strengths.index(0.0)] = p
     return out
