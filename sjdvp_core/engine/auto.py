@@ -8,9 +8,11 @@ that costs the same can only lose: on a GPU below its knee the ladder is a singl
 holds for EVERY iterations. It starts widest (a wide window's drafts mature fastest) and steps down the ladder while
 each step gives more tokens per second, then keeps the best window measured (a decode is a few dozen
 choices long: a bandit that tries every window, UCB1 for one, spent a third of the demo's passes on
-windows that lose). The first EVERY iterations (random drafts, always rejected) are not counted. A
-per-slot acceptance model was tried first and dropped: acceptance in a wide window is correlated along
-the chain, and the product of per-slot rates under-predicted wide windows by a third on the demo.
+windows that lose). The first EVERY iterations (random drafts, always rejected) are not counted. Two
+acceptance models were tried first and dropped: per-slot rates priced for the next iteration alone fell to
+a window of 1 after the first (rejected) random drafts and never verified again, and a steady-state model
+from acceptance by draft age predicted about 2.4 tokens per pass for wide windows where the demo commits
+3.5 (acceptance is correlated along the chain).
 
 The choice reads only how many tokens past iterations committed, never the randomness of the drafts it
 is about to verify, so every committed token keeps its exact law (the tests check it with chi-square,
@@ -28,8 +30,8 @@ CHEAPER = 1.05      # a narrower window is tried only where its pass costs this 
 
 def most_tokens(cost: PassCost, cap: int) -> int:
     """The largest window auto may pick (its state is allocated at this size): a pass costing more than
-    MOST_FACTOR x t(1) would need more than that many tokens per pass to pay, more than the demo's and
-    the published models' acceptance gives (benchmarks/results/latency.md)."""
+    MOST_FACTOR x t(1) needs more than that many tokens per pass to pay; the demo commits at most about 3.5
+    (benchmarks/results/latency.md)."""
     return max(2, cost.largest_within(MOST_FACTOR, cap)) if cap > 1 else 1
 
 

@@ -13,6 +13,7 @@ torch.Generator. The loop reads one value back from the device per iteration: th
 """
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
@@ -315,8 +316,8 @@ def measure_cost(adapter: ModelAdapter, settings: DecodeSettings, grid: Sequence
                     shares.append(sum(loop.rec.times[1:]) - before)
             finally:
                 adapter.finish()
-            seconds.append(max(_median(walls[2:]), 1e-9))
-            engine.append(_median(shares[2:]))
+            seconds.append(max(statistics.median(walls[2:]), 1e-9))
+            engine.append(statistics.median(shares[2:]))
             if seconds[-1] > MOST_FACTOR * seconds[0]:
                 break
     ks = ks[:len(seconds)]
@@ -335,11 +336,6 @@ def pass_cost(adapter: ModelAdapter, settings: DecodeSettings) -> PassCost:
         cost = measure_cost(adapter, settings)
         save_cached(key, cost)
     return cost
-
-
-def _median(values: list[float]) -> float:
-    v = sorted(values)
-    return v[len(v) // 2]
 
 
 def _per_image(values, batch: int, name: str) -> list:

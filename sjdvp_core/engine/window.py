@@ -29,7 +29,7 @@ class Slide:
     def take(self, t: Tensor, width: int | None = None, dim: int = 1) -> Tensor:
         """t [..., B, S_t, ...] with slots at dim -> the slid field, `width` slots wide (default: as t)."""
         have = t.shape[dim]
-        key = (have, width or have, dim, t.shape)
+        key = (width, dim, t.shape)
         at = self._index.get(key)
         if at is None:
             at = self.old[:, :width or have].clamp(max=have - 1)
