@@ -1,4 +1,4 @@
-"""Golden numerics: our hand-written LlamaGen GPT, LlamaGen VQ and Chameleon VQGAN against outputs that the
+"""Golden numerics: our hand-written LlamaGen GPT, LlamaGen VQ, Chameleon VQGAN and MoVQGAN against outputs that the
 upstream reference code computed on the same tiny random weights and inputs.
 
 Each tests/golden/<name>.safetensors holds the state dict upstream ran (in upstream's key names, as
@@ -8,9 +8,9 @@ the tiny config, the seed, the call protocol and every adaptation needed to run 
 The weights go through our user-facing loaders in upstream's checkpoint layouts, so this also pins key names.
 
 The recorder is deliberately not in this repository (no upstream code is committed here); the metadata says
-what it ran. To re-record: copy upstream's gpt.py, vq_model.py (+ utils/drop_path.py) and Chameleon's
-vqgan.py at the recorded commits into a scratch folder, build the same configs with the same seeds, run the
-recorded protocol, and save the same tensor names.
+what it ran. To re-record: copy upstream's gpt.py, vq_model.py (+ utils/drop_path.py), Chameleon's vqgan.py
+and Lumina-mGPT 2.0's movqgan/ package at the recorded commits into a scratch folder, build the same configs
+with the same seeds, run the recorded protocol, and save the same tensor names.
 """
 from __future__ import annotations
 
@@ -24,14 +24,14 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from torch.testing import assert_close
 
-from sjdvp_core.models import chameleon_vqgan, llamagen_gpt
+from sjdvp_core.models import chameleon_vqgan, llamagen_gpt, movqgan
 from sjdvp_core.models.chameleon_vqgan import load_vqgan
 from sjdvp_core.models.llamagen import load_gpt, load_vq, vq_config_from_state
 from sjdvp_core.models.llamagen_gpt import GPTConfig
 from sjdvp_core.models.llamagen_vq import VQConfig
 
 GOLDEN = Path(__file__).parent / "golden"
-NAMES = ("llamagen_gpt_c2i", "llamagen_gpt_t2i", "llamagen_vq", "chameleon_vqgan")
+NAMES = ("llamagen_gpt_c2i", "llamagen_gpt_t2i", "llamagen_vq", "chameleon_vqgan", "movqgan")
 TOL = dict(atol=1e-5, rtol=1e-5)   # fp32 on CPU; the outputs are of order 1
 
 
@@ -54,7 +54,7 @@ def test_golden_files_name_their_upstream():
         assert up["repo"].startswith("github.com/") and len(up["commit"]) == 40 and up["path"].endswith(".py")
         assert outputs and "seed" in meta and meta["config"]
         total += (GOLDEN / f"{name}.safetensors").stat().st_size
-    assert total < 1.2e6
+    assert total < 1.6e6
 
 
 # --- LlamaGen GPT -----------------------------------------------------------------------------------
@@ -231,3 +231,32 @@ def test_golden_vqgan_codebook_agrees_with_transformers(tmp_path):
     assert_close(quant, outputs["quant"], **TOL)
     ours = load_vqgan(write_vqgan_folder(tmp_path / "tokenizer", state, meta))
     assert_close(ours.post_quant_conv(outputs["quant"]), hf.post_quant_conv(quant), **TOL)
+
+
+# --- MoVQGAN (Lumina-mGPT 2.0's image decoder) ---------------------------------------------------------
+def write_movqgan(folder: Path, state) -> str:
+    """The released layout: a plain state dict in movqgan_270M.ckpt, here in the model folder's movqgan/."""
+    (folder / "movqgan").mkdir(parents=True, exist_ok=True)
+    torch.save(state, folder / "movqgan" / "movqgan_270M.ckpt")
+    return movqgan.find_movqgan(str(folder), "movqgan_270M.ckpt")
+
+
+def test_golden_movqgan(tmp_path):
+    state, inputs, outputs, meta = read_golden("movqgan")
+    dd = meta["config"]["ddconfig"]
+    vq = movqgan.load_movqgan(write_movqgan(tmp_path, state))
+    assert vq.config.channels == tuple(dd["ch"] * m for m in dd["ch_mult"]) and vq.config.attn_levels == (3,)
+    assert vq.config.blocks == dd["num_res_blocks"] + 1 and vq.config.downsample == 8
+    with torch.inference_mode():
+        assert_close(vq.decode_code(inputs["codes"]), outputs["decoded"], **TOL)
+
+
+def test_golden_movqgan_catches_an_unmodulated_norm(tmp_path, monkeypatch):
+    """The spatial modulation is what MoVQ adds to taming's decoder: a plain GroupNorm in its place runs
+    without an error, and only the numbers tell."""
+    state, inputs, outputs, _ = read_golden("movqgan")
+    vq = movqgan.load_movqgan(write_movqgan(tmp_path, state))
+    monkeypatch.setattr(movqgan.SpatialNorm, "forward", lambda self, f, zq: self.norm_layer(f))
+    with torch.inference_mode():
+        wrong = vq.decode_code(inputs["codes"])
+    assert wrong.shape == outputs["decoded"].shape and (wrong - outputs["decoded"]).abs().max() > 1e-2

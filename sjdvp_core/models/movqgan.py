@@ -1,0 +1,209 @@
+"""MoVQGAN, decoding side (Zheng et al. 2022, "MoVQ: Modulating Quantized Vectors for High-Fidelity Image
+Generation"; Sber AI's release github.com/ai-forever/MoVQGAN, weights ai-forever/MoVQGAN). Lumina-mGPT 2.0
+draws its image tokens from the 270M model's codebook (16,384 codes, f8) and decodes them with it.
+
+The decoder is taming's VQGAN decoder with every GroupNorm modulated by the quantized codes (SpatialNorm:
+the norm's output scaled and shifted by 1x1 convolutions of the code map, resized to the feature map).
+Module names follow the released checkpoint (a plain state dict), and the architecture is read from its
+tensor shapes, so the 67M, 102M and 270M releases (and our tiny test fixtures) load through one path.
+The encoder is left out: generation only decodes. Our own code; checked against Lumina-mGPT 2.0's copy
+(lumina_mgpt/movqgan/modules/vqvae/movq_modules.py, models/vqgan.py: MOVQ.decode_code) by the golden
+numerics in tests/test_golden.py.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .checkpoint import CheckpointError, load_strict, read_state_dict
+from .llamagen_vq import Upsample, swish
+
+log = logging.getLogger(__name__)
+HINT = ("the MoVQGAN checkpoint Lumina-mGPT 2.0 decodes with (keys like decoder.conv_in.weight, "
+        "quantize.embedding.weight)")
+UNUSED_PREFIXES = ("encoder.", "quant_conv.", "loss.")   # encoding side and training losses
+GROUPS = 32
+
+
+@dataclass(frozen=True)
+class MoVQConfig:
+    """What the decoder's shapes say: codebook, per-level widths (level 0 = full resolution), blocks per
+    level (the decoder runs num_res_blocks + 1), the levels with attention, and whether each SpatialNorm
+    has its extra 3x3 convolution of the codes (add_conv)."""
+    n_embed: int = 16384
+    embed_dim: int = 4
+    z_channels: int = 4
+    channels: tuple = (256, 512, 512, 1024)     # ch 256 x ch_mult (1, 2, 2, 4): the 270M release
+    blocks: int = 3
+    attn_levels: tuple = (3,)                   # attn_resolutions [32] at resolution 256: the lowest level
+    add_conv: bool = False
+    out_ch: int = 3
+
+    @property
+    def downsample(self) -> int:
+        return 2 ** (len(self.channels) - 1)
+
+
+class SpatialNorm(nn.Module):
+    def __init__(self, ch: int, zq_ch: int, add_conv: bool):
+        super().__init__()
+        self.norm_layer = nn.GroupNorm(GROUPS, ch, eps=1e-6)
+        self.conv = nn.Conv2d(zq_ch, zq_ch, 3, padding=1) if add_conv else None
+        self.conv_y = nn.Conv2d(zq_ch, ch, 1)
+        self.conv_b = nn.Conv2d(zq_ch, ch, 1)
+
+    def forward(self, f: Tensor, zq: Tensor) -> Tensor:
+        zq = F.interpolate(zq, size=f.shape[-2:], mode="nearest")
+        if self.conv is not None:
+            zq = self.conv(zq)
+        return self.norm_layer(f) * self.conv_y(zq) + self.conv_b(zq)
+
+
+class ResnetBlock(nn.Module):
+    def __init__(self, cin: int, cout: int, c: MoVQConfig):
+        super().__init__()
+        self.norm1 = SpatialNorm(cin, c.embed_dim, c.add_conv)
+        self.conv1 = nn.Conv2d(cin, cout, 3, padding=1)
+        self.norm2 = SpatialNorm(cout, c.embed_dim, c.add_conv)
+        self.conv2 = nn.Conv2d(cout, cout, 3, padding=1)
+        self.nin_shortcut = nn.Conv2d(cin, cout, 1) if cin != cout else None
+
+    def forward(self, x: Tensor, zq: Tensor) -> Tensor:
+        h = self.conv1(swish(self.norm1(x, zq)))
+        h = self.conv2(swish(self.norm2(h, zq)))
+        return (x if self.nin_shortcut is None else self.nin_shortcut(x)) + h
+
+
+class AttnBlock(nn.Module):
+    def __init__(self, ch: int, c: MoVQConfig):
+        super().__init__()
+        self.norm = SpatialNorm(ch, c.embed_dim, c.add_conv)
+        self.q, self.k, self.v, self.proj_out = (nn.Conv2d(ch, ch, 1) for _ in range(4))
+
+    def forward(self, x: Tensor, zq: Tensor) -> Tensor:
+        B, C, H, W = x.shape
+        h = self.norm(x, zq)
+        q, k, v = (m(h).flatten(2).transpose(1, 2) for m in (self.q, self.k, self.v))  # [B, HW, C]
+        y = F.scaled_dot_product_attention(q[:, None], k[:, None], v[:, None])[:, 0]  # memory-efficient at 96 x 96
+        return x + self.proj_out(y.transpose(1, 2).reshape(B, C, H, W))
+
+
+class Mid(nn.Module):
+    def __init__(self, ch: int, c: MoVQConfig):
+        super().__init__()
+        self.block_1, self.attn_1, self.block_2 = ResnetBlock(ch, ch, c), AttnBlock(ch, c), ResnetBlock(ch, ch, c)
+
+    def forward(self, h: Tensor, zq: Tensor) -> Tensor:
+        return self.block_2(self.attn_1(self.block_1(h, zq), zq), zq)
+
+
+class UpLevel(nn.Module):
+    """Residual blocks (each followed by attention where the level has it), then 2x nearest upsampling."""
+    def __init__(self, cin: int, cout: int, c: MoVQConfig, attn: bool, upsample: bool):
+        super().__init__()
+        self.block = nn.ModuleList(ResnetBlock(cin if i == 0 else cout, cout, c) for i in range(c.blocks))
+        self.attn = nn.ModuleList(AttnBlock(cout, c) for _ in range(c.blocks if attn else 0))
+        self.upsample = Upsample(cout) if upsample else None
+
+    def forward(self, h: Tensor, zq: Tensor) -> Tensor:
+        for i, block in enumerate(self.block):
+            h = block(h, zq)
+            if len(self.attn):
+                h = self.attn[i](h, zq)
+        return h if self.upsample is None else self.upsample(h)
+
+
+class Decoder(nn.Module):
+    def __init__(self, c: MoVQConfig):
+        super().__init__()
+        n, chans = len(c.channels), c.channels
+        self.conv_in = nn.Conv2d(c.z_channels, chans[-1], 3, padding=1)
+        self.mid = Mid(chans[-1], c)
+        # `up` is indexed by level (0 = full resolution) as in the checkpoint, and run from the top level down
+        self.up = nn.ModuleList(UpLevel(chans[min(i + 1, n - 1)], chans[i], c, i in c.attn_levels, i > 0)
+                                for i in range(n))
+        self.norm_out = SpatialNorm(chans[0], c.embed_dim, c.add_conv)
+        self.conv_out = nn.Conv2d(chans[0], c.out_ch, 3, padding=1)
+
+    def forward(self, z: Tensor, zq: Tensor) -> Tensor:
+        h = self.mid(self.conv_in(z), zq)
+        for level in reversed(self.up):
+            h = level(h, zq)
+        return self.conv_out(swish(self.norm_out(h, zq)))
+
+
+class Codebook(nn.Module):
+    def __init__(self, c: MoVQConfig):
+        super().__init__()
+        self.embedding = nn.Embedding(c.n_embed, c.embed_dim)
+
+
+class MoVQGAN(nn.Module):
+    def __init__(self, c: MoVQConfig):
+        super().__init__()
+        self.config = c
+        self.quantize = Codebook(c)
+        self.post_quant_conv = nn.Conv2d(c.embed_dim, c.z_channels, 1)
+        self.decoder = Decoder(c)
+
+    def codebook(self) -> Tensor:
+        return self.quantize.embedding.weight
+
+    def decode_code(self, codes: Tensor) -> Tensor:
+        """codes [B, h, w] -> images [B, 3, f h, f w] (f8 for the releases), nominally in [-1, 1]. The
+        decoder sees the code vectors twice: through post_quant_conv as its input, and raw as the map
+        that modulates every norm."""
+        zq = self.quantize.embedding(codes).permute(0, 3, 1, 2)            # [B, D, h, w]
+        return self.decoder(self.post_quant_conv(zq), zq)
+
+
+def config_from_state(state: dict[str, Tensor], path: str) -> MoVQConfig:
+    """The architecture the checkpoint's decoder tensors spell out."""
+    try:
+        n_embed, embed_dim = state["quantize.embedding.weight"].shape
+        levels = sorted({int(m[1]) for k in state if (m := re.match(r"decoder\.up\.(\d+)\.", k))})
+        channels = tuple(int(state[f"decoder.up.{i}.block.0.conv1.weight"].shape[0]) for i in levels)
+        blocks = len({k.split(".")[4] for k in state if k.startswith("decoder.up.0.block.")})
+        attn = tuple(i for i in levels if f"decoder.up.{i}.attn.0.q.weight" in state)
+        return MoVQConfig(n_embed=int(n_embed), embed_dim=int(embed_dim),
+                          z_channels=int(state["post_quant_conv.weight"].shape[0]), channels=channels, blocks=blocks,
+                          attn_levels=attn, add_conv="decoder.norm_out.conv.weight" in state,
+                          out_ch=int(state["decoder.conv_out.weight"].shape[0]))
+    except (KeyError, ValueError) as e:
+        raise CheckpointError(f"{path}: not a MoVQGAN decoder ({type(e).__name__}: {e}); expected {HINT}") from e
+
+
+def load_movqgan(path: str) -> MoVQGAN:
+    """A MoVQGAN checkpoint (.ckpt as released, read with weights_only, or .safetensors), decoder side."""
+    state, _ = read_state_dict(path, HINT)
+    state = {k: v for k, v in state.items() if not k.startswith(UNUSED_PREFIXES)}
+    config = config_from_state(state, path)
+    if len(config.channels) < 2 or not config.blocks:
+        raise CheckpointError(f"{path}: its decoder has {len(config.channels)} levels; expected {HINT}")
+    with torch.device("meta"):
+        model = MoVQGAN(config)
+    extra = sorted(set(state) - set(model.state_dict()))
+    if extra:   # upstream loads non-strictly; what we do not decode with is listed, not fatal
+        log.warning("%s: ignoring %d tensors the decoder does not use: %s%s", path, len(extra), ", ".join(extra[:8]),
+                    " ..." if len(extra) > 8 else "")
+    load_strict(model, {k: v for k, v in state.items() if k not in extra}, path, HINT)
+    return model.eval()
+
+
+def find_movqgan(folder: str, name: str) -> str | None:
+    """`name` (.ckpt or a .safetensors conversion) in the model folder, its movqgan/ subfolder, or the place
+    upstream's README puts it (movqgan/270M/); None when absent."""
+    stem = os.path.splitext(name)[0]
+    size = stem.rsplit("_", 1)[-1]
+    for place in ("movqgan", os.path.join("movqgan", size), ""):
+        for ext in (".ckpt", ".safetensors"):
+            path = os.path.join(folder, place, stem + ext)
+            if os.path.isfile(path):
+                return path
+    return None
