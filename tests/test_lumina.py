@@ -196,11 +196,11 @@ def test_other_shape_mismatches_are_errors(folder, tmp_path):
         load_model(str(broken), **WIDE)
 
 
-def test_lumina_2_is_refused_with_a_reason(folder, tmp_path):
-    """Same architecture, but a Qwen-style vocabulary with MoVQGAN codes and no IMGIMG tokens."""
+def test_a_1_0_config_with_a_foreign_vocabulary_is_refused_with_a_reason(folder, tmp_path):
+    """1.0's config.json (IMGIMG names in its vocabulary map) beside a Qwen-style tokenizer without them."""
     v2 = shutil.copytree(folder, tmp_path / "Lumina-mGPT-2.0")
     byte_bpe_tokenizer(str(v2), ["<|endoftext|>", "<racm3:break>", "<eoss>", "<reserved08799>"])
-    with pytest.raises(CheckpointError, match="Only Lumina-mGPT 1.0 runs here; Lumina-mGPT 2.0"):
+    with pytest.raises(CheckpointError, match="so not Lumina-mGPT 1.0. A Lumina-mGPT 2.0 folder"):
         load_model(str(v2))
 
 

@@ -56,18 +56,21 @@ def read_json(path: str) -> dict:
 
 
 def load_pretrained(model_class, folder: str, repo: str, dtype: torch.dtype, optional: Sequence[str] = (),
-                    reshape: Callable[[str, Tensor, torch.Size], Tensor | None] | None = None):
+                    reshape: Callable[[str, Tensor, torch.Size], Tensor | None] | None = None, config=None):
     """model_class.from_pretrained on a local folder; weights that are missing from the files are an
     error here (transformers would initialise them randomly and only warn), except those under the
     `optional` prefixes (parts a family never runs, which its release may omit or shape otherwise).
     `reshape(key, stored, shape)` is a family's rule for tensors its release stores in another shape
-    than transformers' class: the stored tensor in `shape`, or None where the rule does not apply."""
+    than transformers' class: the stored tensor in `shape`, or None where the rule does not apply. `config`:
+    the folder's config as the family amended it (None: config.json as is)."""
     check_folder(folder, repo)
     try:
         with quiet_transformers():   # its load report would call parts we skip or reshape "newly initialized"
             model, info = model_class.from_pretrained(folder, local_files_only=True, attn_implementation="sdpa",
                                                       output_loading_info=True,
-                                                      ignore_mismatched_sizes=reshape is not None, **dtype_kwarg(dtype))
+                                                      ignore_mismatched_sizes=reshape is not None,
+                                                      **({"config": config} if config is not None else {}),
+                                                      **dtype_kwarg(dtype))
     except Exception as e:  # corrupt or truncated files, a config of another version, ...
         raise CheckpointError(f"{folder}: cannot be loaded as {model_class.__name__} ({type(e).__name__}: {e}). "
                               f"Re-download the files of {repo}") from e

@@ -70,7 +70,11 @@ def supported_sizes(trained: int, max_ratio: float = 4.0) -> list[tuple[int, int
 
 
 class LuminaAdapter(SizeChoice, HFAdapter):
+    """Lumina-mGPT's prompt, image prefix and image-only guidance branch around a Chameleon stack; the
+    image codes' vocabulary ids, the image decoder and the sizes allowed are the release's own (1.0 here;
+    2.0 in lumina2.py)."""
     family = "Lumina-mGPT"
+    patch = 16                 # pixels per image code: Meta's VQGAN is f16
 
     def facts(self):
         return [("trained size", f"{self.trained} px; default image {self.width} x {self.height}", True),
@@ -79,28 +83,37 @@ class LuminaAdapter(SizeChoice, HFAdapter):
 
     def __init__(self, model, tokenizer: TextTokenizer, vqgan: ChameleonVQGAN, *, width: int | None = None,
                  height: int | None = None, trained: int = DEFAULT_TRAINED, device="cpu"):
-        self.tokenizer, self.trained = tokenizer, trained
+        self.tokenizer, self.trained, self.bos = tokenizer, trained, tokenizer.id(BOS)
         self.image_tokens = image_token_ids(tokenizer, vqgan)
-        layout = self.size_to(width or trained, height or trained)
-        model.model.vqmodel = None   # transformers' VQ encoder: generation never encodes, and Lumina may not ship it
-        super().__init__(model, model.model, model.config, layout, tokenizer.id(PAD), device)
-        self.vqgan = vqgan.to(device, torch.float32)
-        self.module = torch.nn.ModuleDict({"model": model, "vqgan": self.vqgan})
-        self.image_decoder = self.vqgan
-        self._codebook: Tensor | None = None
+        self.vqgan = self.attach(model, vqgan, width or trained, height or trained, tokenizer.id(PAD), device)
 
-    def size_to(self, width: int, height: int) -> TokenLayout:
-        """Set the image size (and the prompt's resolution tokens); only sizes Lumina-mGPT trained on."""
+    def attach(self, model, decoder: torch.nn.Module, width: int, height: int, pad_id: int, device):
+        """Wrap the Chameleon stack at width x height; returns the image decoder, in fp32 on `device`.
+        transformers' VQ encoder (model.model.vqmodel) goes: generation never encodes, and Lumina may not ship it."""
+        layout = self.size_to(width, height)
+        model.model.vqmodel = None
+        HFAdapter.__init__(self, model, model.model, model.config, layout, pad_id, device)
+        self.image_decoder = decoder.to(device, torch.float32)
+        self.module = torch.nn.ModuleDict({"model": model, "vqgan": self.image_decoder})
+        self._codebook: Tensor | None = None
+        return self.image_decoder
+
+    def check_size(self, width: int, height: int) -> None:
+        """Only sizes Lumina-mGPT 1.0 trained on."""
         if (width, height) not in supported_sizes(self.trained):
             sizes = ", ".join(f"{w}x{h}" for w, h in supported_sizes(self.trained))
             raise ValueError(f"{width}x{height} px is not a size Lumina-mGPT trained at {self.trained} px "
                              f"generates; choose one of {sizes}")
+
+    def size_to(self, width: int, height: int) -> TokenLayout:
+        """Set the image size (and the prompt's resolution tokens, in 32 px grids)."""
+        self.check_size(width, height)
         self.width, self.height = width, height
         tok = self.tokenizer
         self.image_prefix = [tok.id(IMAGE_START), tok.id(resolution_token(height // GRID)),
                              tok.id(resolution_token(width // GRID))]
-        return TokenLayout.raster(self.image_tokens, height // 16, width // 16, row_end=tok.id(ROW_END),
-                                  suffix=[tok.id(IMAGE_END)])
+        return TokenLayout.raster(self.image_tokens, height // self.patch, width // self.patch,
+                                  row_end=tok.id(ROW_END), suffix=[tok.id(IMAGE_END)])
 
     @property
     def default_sampling(self) -> SamplingSettings:
@@ -108,34 +121,34 @@ class LuminaAdapter(SizeChoice, HFAdapter):
 
     def prompt_ids(self, conditions: Sequence, negatives: Sequence | None, cfg: bool) -> list[list[int]]:
         if negatives is not None:
-            raise ValueError("Lumina-mGPT's guidance branch sees only the image, never text (as upstream); "
+            raise ValueError(f"{self.family}'s guidance branch sees only the image, never text (as upstream); "
                              "leave the negative prompt empty")
         rows = [self._encode(c) for c in conditions]
         limit = self.text_config.max_position_embeddings - self.layout.length
         if max(map(len, rows)) > limit:
             raise ValueError(f"the prompt is {max(map(len, rows))} tokens; with a {self.width}x{self.height} image "
-                             f"Lumina-mGPT has room for {limit}. Shorten it")
+                             f"{self.family} has room for {limit}. Shorten it")
         return rows + [list(self.image_prefix)] * (len(conditions) if cfg else 0)
 
     def _encode(self, prompt) -> list[int]:
         if not isinstance(prompt, str):
-            raise ValueError(f"Lumina-mGPT needs a text prompt, got {prompt!r}")
+            raise ValueError(f"{self.family} needs a text prompt, got {prompt!r}")
         text = PROMPT.format(w=self.width, h=self.height, prompt=prompt) + END_OF_TURN
-        return [self.tokenizer.id(BOS)] + self.tokenizer.encode(text) + self.image_prefix
+        return [self.bos] + self.tokenizer.encode(text) + self.image_prefix
 
     def head(self, hidden: Tensor) -> Tensor:
         return self.model.lm_head(hidden)
 
     def codebook(self) -> Tensor:
-        """The VQGAN codebook [8192, 256] in code order (= the engine's local image ids), once per device."""
-        weight = self.vqgan.codebook()
+        """The image decoder's codebook [K, d] in code order (= the engine's local image ids), once per device."""
+        weight = self.image_decoder.codebook()
         if self._codebook is None or self._codebook.device != weight.device:
             self._codebook = weight.detach().float()
         return self._codebook
 
     @torch.no_grad()
     def decode_image(self, codes: Tensor) -> Tensor:
-        return to_image(self.vqgan.decode_code(codes.to(weights_device(self.vqgan))))
+        return to_image(self.image_decoder.decode_code(codes.to(weights_device(self.image_decoder))))
 
 
 def image_token_ids(tokenizer: TextTokenizer, vqgan: ChameleonVQGAN) -> Tensor:
@@ -184,8 +197,9 @@ def load_lumina(folder: str, device="cpu", dtype=torch.float32, width: int | Non
     check_folder(folder, REPO)                 # the cheap checks first: no 14 GB load before a missing file
     tokenizer = TextTokenizer(folder, REPO)
     if not any(name.startswith("IMGIMG") for name in tokenizer.tok.get_vocab()):
-        raise CheckpointError(f"{folder}: a Chameleon-architecture model without Chameleon's IMGIMG image tokens. Only "
-                              "Lumina-mGPT 1.0 runs here; Lumina-mGPT 2.0 (MoVQGAN image tokens) is not supported yet")
+        raise CheckpointError(f"{folder}: a Chameleon-architecture model without Chameleon's IMGIMG image tokens, "
+                              "so not Lumina-mGPT 1.0. A Lumina-mGPT 2.0 folder (config.json and tokenizer.json of "
+                              "Alpha-VLLM/Lumina-mGPT-2.0) is recognised by its vocabulary and loads as its own family")
     vqgan = load_vqgan(find_vqgan(folder))
     model = load_pretrained(ChameleonForConditionalGeneration, folder, REPO, dtype, optional=("model.vqmodel.",),
                             reshape=expand_qk_norm)

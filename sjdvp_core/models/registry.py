@@ -91,8 +91,14 @@ FAMILIES = {
                      "config.json, tokenizer.json, *.safetensors) with Meta's Chameleon vqgan.yaml and vqgan.ckpt in "
                      "its tokenizer/ folder", "lumina:load_lumina", ("chameleon",), options=True,
                      examples=(Example("sjdvp_lumina_mgpt", "Lumina-mGPT-7B-768", "Lumina-mGPT", size=(768, 768)),)),
+    "lumina2": Family("a Lumina-mGPT 2.0 folder (all files of Alpha-VLLM/Lumina-mGPT-2.0: config.json, tokenizer.json, "
+                      "tokenizer_config.json, *.safetensors) with movqgan_270M.ckpt of ai-forever/MoVQGAN in its "
+                      "movqgan/ folder", "lumina2:load_lumina2", ("chameleon",), options=True,
+                      examples=(Example("sjdvp_lumina_mgpt2", "Lumina-mGPT-2.0", "Lumina-mGPT 2.0",
+                                        size=(768, 768)),)),
 }
 LUMINA_ARCHITECTURE = "ChameleonXLLMXForConditionalGeneration"   # Lumina's own class; Chameleon/Anole use others
+IMAGE_START = "<racm3:break>"       # Lumina's image start token, in both releases' vocabularies
 
 
 def detect_family(path: str) -> str:
@@ -127,12 +133,36 @@ def hf_family(folder: str) -> str | None:
     except (OSError, ValueError, AttributeError) as e:
         raise ValueError(f"{path}: cannot be read ({e}); re-download the model's config.json") from e
     family = next((name for name, f in FAMILIES.items() if model_type in f.model_types), None)
-    if family == "lumina" and LUMINA_ARCHITECTURE not in architectures:
+    return chameleon_family(folder, config, architectures) if family == "lumina" else family
+
+
+def chameleon_family(folder: str, config: dict, architectures: list[str]) -> str:
+    """Lumina-mGPT 1.0 (Chameleon's IMGIMG image tokens, Lumina's own architecture class) or 2.0 (no
+    IMGIMG tokens, Lumina's image start token): told apart by the vocabulary (config.json's vocabulary_map,
+    else tokenizer.json), since 2.0's architecture may carry either class name."""
+    vocabulary = config.get("vocabulary_map") or _tokenizer_vocabulary(folder)
+    if not any(name.startswith("IMGIMG") for name in vocabulary) and IMAGE_START in vocabulary:
+        return "lumina2"
+    if LUMINA_ARCHITECTURE not in architectures:
         named = ", ".join(architectures) or "no architectures in its config.json"
         raise ValueError(f"{folder}: a Chameleon-type model ({named}) that is not Lumina-mGPT. Of this "
                          f"architecture only Lumina-mGPT 1.0 ({LUMINA_ARCHITECTURE}, Alpha-VLLM/Lumina-mGPT-7B-*) "
-                         "runs here; Chameleon and Anole were not trained with its image prompt")
-    return family
+                         "and 2.0 (Alpha-VLLM/Lumina-mGPT-2.0) run here; Chameleon and Anole were not trained "
+                         "with their image prompt")
+    return "lumina"
+
+
+def _tokenizer_vocabulary(folder: str) -> set[str]:
+    """Token names of the folder's tokenizer.json (its model's vocabulary and added tokens); empty if none."""
+    path = os.path.join(folder, "tokenizer.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            tok = json.load(f)
+        return set(tok.get("model", {}).get("vocab") or ()) | {t["content"] for t in tok.get("added_tokens", [])}
+    except OSError:
+        return set()
+    except (ValueError, AttributeError, KeyError, TypeError) as e:
+        raise ValueError(f"{path}: cannot be read ({e}); re-download the model's tokenizer.json") from e
 
 
 def describe_families() -> str:

@@ -1,0 +1,203 @@
+"""Lumina-mGPT 2.0 (Xin et al. 2025, "Lumina-mGPT 2.0: Stand-Alone AutoRegressive Image Modeling",
+github.com/Alpha-VLLM/Lumina-mGPT-2.0): a 7B Chameleon-architecture model trained from scratch, run through
+transformers' Chameleon classes from the released Alpha-VLLM/Lumina-mGPT-2.0 folder, with Sber AI's
+MoVQGAN-270M (movqgan.py) for the pixels.
+
+What differs from 1.0 (lumina.py, whose prompt and guidance branch it keeps), read from upstream's
+inference_solver.py, data/item_processor.py, generate_examples/generate.py and xllmx/:
+- The text tokenizer is Qwen's byte-level BPE with Lumina's special tokens added from id 151665 on
+  (<racm3:break> image start, <eoss> image end, <reserved08799> row end, <reserved088NN> resolutions). They
+  are looked up by name in tokenizer.json, read with the tokenizers library: transformers' AutoTokenizer
+  may rebuild a Qwen2 tokenizer and lose ids past the base vocabulary, and the tokenizers library itself
+  renumbers added tokens whose ids leave a gap, silently; the loader checks every added id survives.
+- Image code c is vocabulary id 155000 + c (16,384 codes), with no entry in the tokenizer.
+- MoVQGAN is f8: an image is h/8 rows of w/8 codes, each row closed by the row-end token; the two
+  resolution tokens still count 32 px grids. Any multiple of 32 px whose sequence fits the model's
+  positions (10,240 in the release: 768 x 768 px is 9,312 image tokens) is a size.
+- BOS is the tokenizer's bos_token, or its eos_token when it has none (xllmx's Tokenizer; Qwen has none).
+- Sampling as upstream's README and generate.py: CFG 4, image top-k 4096, temperature 1, the guidance
+  branch only the image start and resolution tokens (unbatched, as 1.0). Guidance is u + s (c - u) at a
+  constant s, as upstream's speculative Jacobi sampler applies it; its plain sampler's processor lifts
+  any s below 4 to 4 and lets larger ones decay towards 4 over the image, the same rule at the default 4.
+- Upstream lets the model write the image start and resolution tokens in text-to-image; we put them in
+  the prompt from the chosen size, as for 1.0.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import os
+from typing import Any
+
+import torch
+
+from ..engine.settings import SamplingSettings
+from .checkpoint import CheckpointError
+from .hf_adapter import TextTokenizer, check_folder, load_pretrained, read_json
+from .lumina import (
+    END_OF_TURN,
+    GRID,
+    IMAGE_END,
+    IMAGE_START,
+    PROMPT,
+    ROW_END,
+    LuminaAdapter,
+    expand_qk_norm,
+    resolution_token,
+)
+from .movqgan import MoVQGAN, find_movqgan, load_movqgan
+
+log = logging.getLogger(__name__)
+REPO = "Alpha-VLLM/Lumina-mGPT-2.0"
+MOVQGAN_FILE, MOVQGAN_REPO = "movqgan_270M.ckpt", "ai-forever/MoVQGAN"
+IMAGE_BASE = 155000              # vocabulary id of image code 0 (upstream's get_image_token)
+SAMPLING = SamplingSettings(cfg_scale=4.0, top_k=4096)
+DEFAULT_SIZE = 768               # the release's size (README, generate.py's examples)
+
+
+class Lumina2Adapter(LuminaAdapter):
+    family = "Lumina-mGPT 2.0"
+    patch = 8                    # MoVQGAN is f8
+
+    def __init__(self, model, tokenizer: TextTokenizer, movq: MoVQGAN, bos: int, *, width: int | None = None,
+                 height: int | None = None, device="cpu"):
+        self.tokenizer, self.bos = tokenizer, bos
+        self.image_tokens = torch.arange(IMAGE_BASE, IMAGE_BASE + movq.config.n_embed)
+        self.positions = model.config.max_position_embeddings
+        size = self.default_size()
+        self.movq = self.attach(model, movq, width or size, height or size, bos, device)
+
+    def default_size(self) -> int:
+        """768 px square (the release's), or the largest square below it that fits the model's positions."""
+        size = DEFAULT_SIZE
+        while size > GRID and self.needed(size, size) > self.positions:
+            size -= GRID
+        return size
+
+    def facts(self):
+        n = len(self.image_tokens)
+        return [("default image", f"{self.width} x {self.height} px: {self.layout.length} generated tokens per row "
+                                  f"of {self.positions} positions", True),
+                ("image start + resolution tokens", str(self.token_names(self.image_prefix)), True),
+                ("row end, image end", str(self.token_names([int(self.layout.forced[self.width // self.patch]),
+                                                              int(self.layout.forced[-1])])), True),
+                ("image ids", f"codes 0..{n - 1} are ids {IMAGE_BASE}..{IMAGE_BASE + n - 1}, none of them a "
+                              f"tokenizer entry; the model's vocabulary has {self.text_config.vocab_size}", True),
+                ("BOS", str(self.token_names([self.bos])), True)]
+
+    @property
+    def default_sampling(self) -> SamplingSettings:
+        return SAMPLING
+
+    def check_size(self, width: int, height: int) -> None:
+        """Multiples of 32 px whose sequence (prompt template, image prefix, image) fits the positions."""
+        if width < GRID or height < GRID or width % GRID or height % GRID:
+            raise ValueError(f"{width}x{height} px: Lumina-mGPT 2.0 generates multiples of {GRID} px "
+                             f"(its resolution tokens count {GRID} px grids)")
+        if self.needed(width, height) > self.positions:
+            raise ValueError(f"{width}x{height} px needs {self.image_length(width, height)} image tokens per row; "
+                             f"Lumina-mGPT 2.0 has {self.positions} positions for prompt and image. The largest that "
+                             f"fit: {self.largest(width, height)} at this aspect ratio, "
+                             f"{self.largest(GRID, GRID)} square")
+
+    def image_length(self, width: int, height: int) -> int:
+        rows, cols = height // self.patch, width // self.patch
+        return rows * (cols + 1) + 1
+
+    def needed(self, width: int, height: int) -> int:
+        """Positions per row at this size with an empty prompt: the template, the image prefix, the image."""
+        return len(self._encode_at("", width, height)) + 3 + self.image_length(width, height)
+
+    def largest(self, width: int, height: int) -> str:
+        """The largest size at width:height (in whole grids) whose sequence fits."""
+        g = math.gcd(width // GRID, height // GRID)
+        w, h = width // GRID // g, height // GRID // g
+        k = 1
+        while self.needed((k + 1) * w * GRID, (k + 1) * h * GRID) <= self.positions:
+            k += 1
+        fits = self.needed(k * w * GRID, k * h * GRID) <= self.positions
+        return f"{k * w * GRID}x{k * h * GRID}" if fits else "none"
+
+    def _encode(self, prompt) -> list[int]:
+        if not isinstance(prompt, str):
+            raise ValueError(f"{self.family} needs a text prompt, got {prompt!r}")
+        return self._encode_at(prompt, self.width, self.height) + self.image_prefix
+
+    def _encode_at(self, prompt: str, width: int, height: int) -> list[int]:
+        return [self.bos] + self.tokenizer.encode(PROMPT.format(w=width, h=height, prompt=prompt) + END_OF_TURN)
+
+
+def check_added_tokens(tokenizer: TextTokenizer) -> None:
+    """Every added token of tokenizer.json has the id the file gives it once read (the tokenizers library
+    renumbers added tokens that leave a gap after the base vocabulary, and says nothing)."""
+    moved = [(t["content"], t["id"], tokenizer.tok.token_to_id(t["content"]))
+             for t in read_json(tokenizer.path).get("added_tokens", [])]
+    moved = [m for m in moved if m[1] != m[2]]
+    if moved:
+        shown = ", ".join(f"{name} is {want} in the file, {got} as read" for name, want, got in moved[:3])
+        raise CheckpointError(f"{tokenizer.path}: its special tokens do not keep their ids when read ({shown}"
+                              f"{' ...' if len(moved) > 3 else ''}); the file is incomplete or not Lumina-mGPT "
+                              f"2.0's: download tokenizer.json again from {REPO}")
+
+
+def token_name(value: Any) -> str | None:
+    """A special-token entry of tokenizer_config.json: a string, an AddedToken dict, or null."""
+    return value.get("content") if isinstance(value, dict) else value
+
+
+def bos_id(folder: str, tokenizer: TextTokenizer) -> int:
+    """As xllmx's Tokenizer takes it: the tokenizer's bos_token, else its eos_token."""
+    path = os.path.join(folder, "tokenizer_config.json")
+    if not os.path.isfile(path):
+        raise CheckpointError(f"{path}: missing; download it from {REPO}")
+    config = read_json(path)
+    name = token_name(config.get("bos_token")) or token_name(config.get("eos_token"))
+    if not name:
+        raise CheckpointError(f"{path}: names neither a bos_token nor an eos_token; download it again from {REPO}")
+    return tokenizer.id(name)
+
+
+def check_image_ids(tokenizer: TextTokenizer, codes: int, vocab_size: int, folder: str) -> None:
+    if IMAGE_BASE + codes > vocab_size:
+        raise CheckpointError(f"{folder}: a vocabulary of {vocab_size} has no room for {codes} image codes from id "
+                              f"{IMAGE_BASE}; this is not Lumina-mGPT 2.0 with MoVQGAN-270M ({REPO})")
+    taken = [i for i in (IMAGE_BASE, IMAGE_BASE + codes - 1) if tokenizer.tok.id_to_token(i) is not None]
+    if taken:
+        raise CheckpointError(f"{tokenizer.path}: ids {taken} are text tokens here, image codes in Lumina-mGPT 2.0; "
+                              f"use the tokenizer.json of {REPO}")
+
+
+def find_decoder(folder: str) -> str:
+    path = find_movqgan(folder, MOVQGAN_FILE)
+    if path is None:
+        raise CheckpointError(f"{folder}: {MOVQGAN_FILE} missing. Lumina-mGPT 2.0 decodes images with MoVQGAN-270M: "
+                              f"download {MOVQGAN_FILE} from https://huggingface.co/{MOVQGAN_REPO} into "
+                              f"{os.path.join(folder, 'movqgan')}")
+    return path
+
+
+def load_lumina2(folder: str, device="cpu", dtype=torch.float32, width: int | None = None,
+                 height: int | None = None) -> Lumina2Adapter:
+    """width, height: the image size in pixels (default 768 x 768, the release's)."""
+    from transformers import ChameleonConfig, ChameleonForConditionalGeneration
+    check_folder(folder, REPO)                 # the cheap checks first: no 16 GB load before a bad file
+    tokenizer = TextTokenizer(folder, REPO)
+    check_added_tokens(tokenizer)
+    for name in (IMAGE_START, IMAGE_END, ROW_END, resolution_token(1)):
+        tokenizer.id(name)
+    bos = bos_id(folder, tokenizer)
+    decoder = find_decoder(folder)
+    movq = load_movqgan(decoder)
+    if movq.config.downsample != Lumina2Adapter.patch:
+        raise CheckpointError(f"{decoder}: an f{movq.config.downsample} MoVQGAN; Lumina-mGPT 2.0's (270M) is f8")
+    try:
+        config = ChameleonConfig.from_pretrained(folder, local_files_only=True)
+    except Exception as e:  # unreadable or of another version
+        raise CheckpointError(f"{folder}: config.json cannot be read as a Chameleon config ({type(e).__name__}: "
+                              f"{e}); download it again from {REPO}") from e
+    check_image_ids(tokenizer, movq.config.n_embed, config.vocab_size, folder)
+    if config.vocabulary_map is None:    # transformers' Chameleon reads 1.0's image-token names from it; 2.0 has none
+        config.vocabulary_map = {}
+    model = load_pretrained(ChameleonForConditionalGeneration, folder, REPO, dtype, optional=("model.vqmodel.",),
+                            reshape=expand_qk_norm, config=config)
+    return Lumina2Adapter(model, tokenizer, movq, bos, width=width, height=height, device=device)
