@@ -14,6 +14,7 @@ from tests.comfy.server import REPO
 from tests.test_janus import write_converted
 from tests.test_llamagen import random_gpt, random_vq
 from tests.tiny_lumina import write_lumina
+from tests.tiny_lumina2 import write_lumina2
 
 
 def run(path, **kw) -> tuple[int, str]:
@@ -62,6 +63,19 @@ def test_lumina_folder_and_a_missing_shard(tmp_path):
     problems, text = run(folder, run_forward=False)
     assert "PROBLEM  model-00002-of-00002.safetensors: listed in model.safetensors.index.json but missing" in text
     assert "PROBLEM  load" in text and problems == 2
+
+
+def test_lumina2_folder_and_a_missing_movqgan(tmp_path):
+    folder = write_lumina2(str(tmp_path / "Lumina-mGPT-2.0"))
+    problems, text = run(folder)
+    assert problems == 0, text
+    assert "detected: lumina2" in text and "movqgan/movqgan_270M.ckpt" in text
+    assert "(151665, '<racm3:break>'), (151673, '<reserved08802>'), (151673, '<reserved08802>')" in text
+    assert "row end, image end: [(151670, '<reserved08799>'), (151666, '<eoss>')]" in text
+    assert "codes 0..31 are ids 155000..155031, none of them a tokenizer entry" in text
+    shutil.rmtree(os.path.join(folder, "movqgan"))
+    problems, text = run(folder, run_forward=False)
+    assert "PROBLEM  load" in text and "movqgan_270M.ckpt missing" in text and problems == 1
 
 
 def test_a_chameleon_folder_is_named_for_what_it_is(tmp_path):
