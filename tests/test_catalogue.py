@@ -17,11 +17,15 @@ LISTINGS = json.load(open(os.path.join(os.path.dirname(__file__), "data", "hub_l
 UNITS = {"B": 1, "kB": 10 ** 3, "MB": 10 ** 6, "GB": 10 ** 9}
 
 
-def bounds(size: int | str) -> tuple[int, int]:
-    """A listed size -> (smallest, largest) byte count it can stand for: exact bytes, or the Hub's display
-    (three significant figures, trailing zeros dropped: "5 GB" is 4.995-5.005 GB)."""
+def bounds(size: int | str | dict) -> tuple[int, int]:
+    """A listed size -> (smallest, largest) byte count it can stand for: exact bytes, the Hub's display
+    (three significant figures, trailing zeros dropped: "5 GB" is 4.995-5.005 GB), or an estimate where no
+    page showed the size ({"estimated": bytes, "from": why}: -10% to +25%)."""
     if isinstance(size, int):
         return size, size
+    if isinstance(size, dict):
+        assert size["from"], "an estimate says what it rests on"
+        return int(size["estimated"] * 0.9), int(size["estimated"] * 1.25)
     value, unit = size.split()
     v, scale = Decimal(value), UNITS[unit]
     if unit == "B":
@@ -42,6 +46,7 @@ def test_bounds_of_the_hub_display():
     assert bounds(287_920_306) == (287_920_306, 287_920_306) and bounds("346 B") == (346, 346)
     assert bounds("4.18 GB") == (4_175_000_000, 4_185_000_000) and bounds("5 GB") == (4_995_000_000, 5_005_000_000)
     assert bounds("53 kB") == (52_950, 53_050) and bounds("444 MB") == (443_500_000, 444_500_000)
+    assert bounds({"estimated": 1000, "from": "parameters x 4 bytes"}) == (900, 1250)
 
 
 @pytest.mark.parametrize("entry", catalogue.ENTRIES, ids=lambda e: e.name)

@@ -102,7 +102,8 @@ def original_config(vocab_size: int) -> dict:
     return config
 
 
-def write_original(converted: str, d, sharded: bool) -> str:
+def write_original(converted: str, d, sharded: bool, safetensors: bool = False) -> str:
+    """Janus-Pro-1B's layout (one pytorch_model.bin), -7B's (sharded), or Janus-1.3B's (one model.safetensors)."""
     from transformers import JanusForConditionalGeneration
     d.mkdir()
     model = JanusForConditionalGeneration.from_pretrained(converted)
@@ -113,6 +114,11 @@ def write_original(converted: str, d, sharded: bool) -> str:
     (d / "processor_config.json").write_text(json.dumps({"image_tag": "<image_placeholder>", "num_image_tokens": 576}))
     (d / "preprocessor_config.json").write_text(json.dumps({"image_size": 384,
                                                             "image_processor_type": "VLMImageProcessor"}))
+    if safetensors:
+        from safetensors.torch import save_file
+        save_file({k: v.contiguous() for k, v in state.items()}, str(d / "model.safetensors"),
+                  metadata={"format": "pt"})
+        return str(d)
     if not sharded:
         torch.save(state, d / "pytorch_model.bin")
         return str(d)
@@ -154,6 +160,22 @@ def test_original_folders_are_detected_listed_and_loaded(folders, adapters):
             assert getattr(adapter.model.config.vq_config, field) == getattr(reference.model.config.vq_config, field)
         assert adapter.model.model.vision_model is None and adapter.model.lm_head is None   # never run, never read
         assert not any(p.is_meta for p in adapter.model.parameters())
+
+
+@torch.inference_mode()
+def test_janus_1b_single_safetensors_runs_as_janus_pro(folders, adapters, tmp_path):
+    """Janus-1.3B (deepseek-ai/Janus-1.3B, the original Janus: Janus-Pro's code path, one model.safetensors)."""
+    janus_1b = write_original(folders[0], tmp_path / "Janus-1.3B", sharded=False, safetensors=True)
+    assert detect_family(janus_1b) == "janus" and list_models([str(tmp_path)]) == ["demo", "Janus-1.3B"]
+    adapter = load_model(janus_1b)
+    assert isinstance(adapter, JanusAdapter) and adapter.model.model.vision_model is None
+    tokens, positions = torch.tensor([[3, 7, 1, 12]]).repeat(2, 1), torch.arange(1, 5).expand(2, -1)
+    outputs = []
+    for each in (adapter, adapters[0]):
+        _, first = each.start(PROMPTS[:1], None, True)
+        outputs.append((first, each.forward(tokens, positions)))
+        each.finish()
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(*outputs))
 
 
 @torch.inference_mode()

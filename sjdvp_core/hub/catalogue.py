@@ -102,8 +102,15 @@ FLAN_T5_XL = Source("google/flan-t5-xl", ("config.json", "model.safetensors.inde
 FLAN_T5_XL_BYTES = 11_402 * MB
 JANUS_1B_BYTES = 4_185 * MB
 JANUS_7B_BYTES = 14_845 * MB
+JANUS_1_3B_BYTES = 4_185 * MB
 EMU3_BYTES = 35_053 * MB          # BAAI/Emu3-Gen and BAAI/Emu3-VisionTokenizer
 LUMINA_BYTES = 14_040 * MB          # the model's files and the text tokenizer's (768 repository)
+LUMINA2_BYTES = 15_777 * MB         # Alpha-VLLM/Lumina-mGPT-2.0's files (below)
+# movqgan_270M.ckpt: no stored page showed its size; the 270M architecture's 270,669,103 parameters in float32
+MOVQGAN_270M_BYTES = 1_082_676_412
+LUMINA2_FILES = ("config.json", "generation_config.json", "model.safetensors.index.json", "model-*.safetensors",
+                 "tokenizer.json", "tokenizer_config.json")
+MOVQGAN_LICENCE = "no licence file in github.com/ai-forever/MoVQGAN; see the Hub page of ai-forever/MoVQGAN"
 JANUS_FILES = ("config.json", "preprocessor_config.json", "processor_config.json", "special_tokens_map.json",
                "tokenizer.json", "tokenizer_config.json")
 VQ_DS16_BYTES = 287_920_306        # vq_ds16_c2i.pt and vq_ds16_t2i.pt (the same size in both repositories)
@@ -132,6 +139,13 @@ def _janus(size: str, weights: tuple[str, ...], size_bytes: int) -> Entry:
     repo = f"deepseek-ai/Janus-Pro-{size}"
     return Entry(f"Janus-Pro-{size}", "janus", f"Janus-Pro-{size}", (Source(repo, JANUS_FILES + weights, licence=MIT),),
                  size_bytes, f"{MIT} (code), DeepSeek Model License (weights)", approx=True)
+
+
+def _janus_1_3b() -> Entry:
+    """The original Janus, on Janus-Pro's code path: one model.safetensors."""
+    return Entry("Janus-1.3B", "janus", "Janus-1.3B",
+                 (Source("deepseek-ai/Janus-1.3B", JANUS_FILES + ("model.safetensors",), licence=MIT),),
+                 JANUS_1_3B_BYTES, f"{MIT} (code), DeepSeek Model License (weights)", approx=True)
 
 
 def _lumina(px: int) -> Entry:
@@ -163,6 +177,12 @@ ENTRIES: tuple[Entry, ...] = (
           EMU3_BYTES, APACHE, approx=True,
           note="BAAI/Emu3-VisionTokenizer lands in vision_tokenizer/"),
     _lumina(512), _lumina(768), _lumina(1024),
+    Entry("Lumina-mGPT-2.0", "lumina2", "Lumina-mGPT-2.0",
+          (Source("Alpha-VLLM/Lumina-mGPT-2.0", LUMINA2_FILES, licence=APACHE),
+           Source("ai-forever/MoVQGAN", ("movqgan_270M.ckpt",), into="movqgan", licence=MOVQGAN_LICENCE)),
+          LUMINA2_BYTES + MOVQGAN_270M_BYTES, f"Lumina-mGPT 2.0: {APACHE}; MoVQGAN: {MOVQGAN_LICENCE}", approx=True,
+          note="ai-forever/MoVQGAN's movqgan_270M.ckpt (the image decoder) lands in movqgan/"),
+    _janus_1_3b(),
 )
 BY_NAME = {e.name: e for e in ENTRIES}
 
