@@ -1,17 +1,19 @@
 """The node pack inside a real ComfyUI server (0.3.75, from PyPI): registration and pinned schemas,
-every shipped workflow valid against the live node definitions, and the message for a missing model.
-test_comfyui_demo.py runs the demo workflows."""
+every shipped workflow valid against the live node definitions, the message for a missing model, and the
+Lumina-mGPT 2.0 workflow on a tiny model of that family. test_comfyui_demo.py runs the demo workflows."""
 from __future__ import annotations
 
 import glob
 import json
 import os
+import shutil
 import urllib.request
 
 import pytest
 
 from tests.comfy.server import NEEDS_COMFYUI, REPO
 from tests.comfy.workflow_format import to_api, validate, widget_slots
+from tests.tiny_lumina2 import write_lumina2
 
 pytestmark = NEEDS_COMFYUI
 
@@ -59,7 +61,8 @@ def test_shipped_workflows_match_the_node_definitions(path, object_info):
 
 @pytest.mark.parametrize("name,folder", [("sjdvp_llamagen_c2i", "llamagen-c2i"),
                                          ("sjdvp_lumina_mgpt", "Lumina-mGPT-7B-768"),
-                                         ("sjdvp_emu3", "Emu3-Gen"), ("sjdvp_janus_pro", "Janus-Pro-7B")])
+                                         ("sjdvp_emu3", "Emu3-Gen"), ("sjdvp_janus_pro", "Janus-Pro-7B"),
+                                         ("sjdvp_lumina_mgpt2", "Lumina-mGPT-2.0")])
 def test_missing_model_says_where_to_put_it(server, object_info, name, folder):
     """A shared family workflow names a catalogue entry; with the hub out of reach (the test server runs
     offline) the loader says so and where the files go by hand."""
@@ -69,6 +72,30 @@ def test_missing_model_says_where_to_put_it(server, object_info, name, folder):
     assert errors and errors[0]["node_type"] == "SJDVP_LoadModel"
     assert os.path.join("models", "sjdvp", folder) in errors[0]["exception_message"]
     assert "offline mode is on" in errors[0]["exception_message"] and "by hand" in errors[0]["exception_message"]
+
+
+def test_lumina2_workflow_runs_the_tiny_model(server, object_info):
+    """The family workflow as shipped, its catalogue entry's folder holding a tiny Lumina-mGPT 2.0 (so nothing is
+    downloaded); only the size changes, to one the tiny model's 160 positions hold."""
+    from PIL import Image
+    folder = os.path.join(server.models, "Lumina-mGPT-2.0")
+    write_lumina2(folder)
+    try:
+        workflow = load(os.path.join(REPO, "workflows", "sjdvp_lumina_mgpt2.json"))
+        prompt = to_api(workflow, object_info)
+        decode = next(k for k, v in prompt.items() if v["class_type"] == "SJDVP_SpeculativeDecode")
+        prompt[decode]["inputs"].update(width=64, height=32)
+        history, messages = server.run(prompt, workflow)
+        errors = [m["data"] for m in messages if m["type"] == "execution_error"]
+        assert history["status"]["status_str"] == "success", errors
+        save = next(k for k, v in prompt.items() if v["class_type"] == "SaveImage")
+        image = history["outputs"][save]["images"][0]
+        assert Image.open(os.path.join(server.output, image["subfolder"], image["filename"])).size == (64, 32)
+        report = next(v for k, v in history["outputs"].items() if prompt[k]["class_type"] == "SJDVP_Report")
+        figures = report["sjdvp_report"][0]
+        assert 4 * 8 <= figures["ar_passes"] <= 4 * 9 + 1 and figures["step_compression"] >= 1
+    finally:
+        shutil.rmtree(folder)
 
 
 def test_workflows_are_listed_as_templates(server):

@@ -168,11 +168,12 @@ def test_download_subfolders_and_pinned_checksums(hub, tmp_path):
         download(missing, str(tmp_path))
 
 
-def test_download_gated_missing_offline_and_unreachable_say_what_to_do(hub, tmp_path, monkeypatch):
+def test_download_gated_missing_offline_and_unreachable_say_what_to_do(hub, tmp_path, monkeypatch, tiny_llamagen):
     hub.gated.add(C2I)
     with pytest.raises(DownloadError, match=r"FoundationVision/LlamaGen is gated: .*accept its licence.*HF_TOKEN"):
         download(ENTRY, str(tmp_path))
-    assert incomplete(str(tmp_path / "llamagen-c2i"))                          # nothing half-listed
+    # nothing was fetched: no marker is left, so files put there by hand (as the messages say) are listed and load
+    assert not incomplete(str(tmp_path / "llamagen-c2i")) and list_models([str(tmp_path)]) == ["demo"]
     hub.gated.clear()
     del hub.repos[C2I]
     with pytest.raises(DownloadError, match="FoundationVision/LlamaGen was not found on http://127.0.0.1.*by hand"):
@@ -185,6 +186,9 @@ def test_download_gated_missing_offline_and_unreachable_say_what_to_do(hub, tmp_
     nobody = "http://127.0.0.1:1"                                              # nothing listens there
     with pytest.raises(DownloadError, match=f"cannot reach {nobody} .*resumes"):
         download(ENTRY, str(tmp_path), endpoint=nobody)
+    for name, data in tiny_llamagen.items():             # what the messages say: the files, put there by hand
+        (tmp_path / "llamagen-c2i" / name).write_bytes(data)
+    assert list_models([str(tmp_path)]) == ["demo", "llamagen-c2i"]
 
 
 def test_download_cli_lists_and_fetches(hub, tmp_path, capsys):

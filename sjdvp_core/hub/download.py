@@ -275,12 +275,27 @@ def download(entry: Entry | str, root: str, progress: Progress | None = None, en
         return path
     endpoint = _endpoint(endpoint)
     os.makedirs(folder, exist_ok=True)
+    fresh = not incomplete(folder)
     state = _State(folder, entry)                     # the marker: written before any file
+    try:
+        _fetch_all(entry, folder, state, progress or (lambda done, total: None), endpoint, token)
+    except DownloadError:
+        if fresh and not state.data["done"]:   # nothing fetched: unmarked, so files the message says to put there load
+            os.remove(state.path)
+        raise
+    if not os.path.exists(path):
+        raise DownloadError(f"{entry.name}: downloaded, but {path} is not among its files; update sjdvp")
+    os.remove(state.path)                             # the model is complete from here on
+    return path
+
+
+def _fetch_all(entry: Entry, folder: str, state: "_State", progress: Progress, endpoint: str,
+               token: str | bool | None) -> None:
+    """Every file of the entry into folder, each verified and marked done; files already there and right are kept."""
     items = plan(entry, endpoint, token, folder)
     check_space(entry, folder, items)
     total = sum(i.size for i in items)
     finished = 0
-    progress = progress or (lambda done, total: None)
     progress(0, total)
     for item in items:
         dest = os.path.join(folder, item.local)
@@ -301,10 +316,6 @@ def download(entry: Entry | str, root: str, progress: Progress | None = None, en
             raise _explain(e, item.source.repo, endpoint, folder) from e
         state.mark(item)
         finished += item.size
-    if not os.path.exists(path):
-        raise DownloadError(f"{entry.name}: downloaded, but {path} is not among its files; update sjdvp")
-    os.remove(state.path)                             # the model is complete from here on
-    return path
 
 
 class _TextBar:
