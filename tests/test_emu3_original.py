@@ -21,7 +21,7 @@ from sjdvp_core.models.checkpoint import CheckpointError
 from sjdvp_core.models.emu3 import BOI, BOS, EOF, EOI, EOL, EOS, PAD, WRAPPER, Emu3Adapter
 from sjdvp_core.models.registry import detect_family, list_models, load_model
 from tests.test_emu3 import tiny_config
-from tests.tiny_hf import CORPUS, assert_greedy_sjd_equals_ar, spread_weights
+from tests.tiny_hf import CORPUS, assert_greedy_sjd_equals_ar, spread_weights, write_shards
 
 CODES = 16
 SIZE = dict(image_area=128, ratio="2:1")          # 16 x 8 px at the tiny VQ's f2 -> 4 rows of 8 tokens
@@ -63,20 +63,6 @@ def original_key(key: str) -> str:
                      (r"\.out_proj\.", ".proj_out.")]:
         key = re.sub(new, old, key)
     return key
-
-
-def write_shards(folder, state, shards=2):
-    from safetensors.torch import save_file
-    names = sorted(state)
-    weight_map = {}
-    for i in range(shards):
-        file = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
-        part = {k: state[k].contiguous() for k in names[i::shards]}
-        save_file(part, os.path.join(folder, file), metadata={"format": "pt"})
-        weight_map |= {k: file for k in part}
-    total = sum(t.numel() * t.element_size() for t in state.values())
-    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": total},
-                                                                     "weight_map": weight_map}))
 
 
 def write_original(folder, model, ranks, text):

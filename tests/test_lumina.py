@@ -140,25 +140,26 @@ def test_greedy_sjd_equals_ar(adapter):
 
 
 @torch.inference_mode()
-def test_ar_equals_upstream_unbatched_cfg(adapter):
-    """Upstream's loop: the guidance branch is a separate sequence from <racm3:break> on (own positions
-    from 0), mixed as u + cfg (c - u), then the row-end / end-of-image / image-only constraint."""
-    model, cfg = adapter.model, 3.0
-    cond, uncond = (torch.tensor(r) for r in adapter.prompt_ids(PROMPTS[:1], None, cfg=True))
+def assert_ar_equals_upstream_unbatched_cfg(adapter, prompt: str, cfg: float) -> None:
+    """Upstream's loop (1.0 and 2.0 alike): the guidance branch is a separate sequence from <racm3:break> on
+    (own positions from 0), mixed as u + cfg (c - u), then the row-end / end-of-image / image-only constraint."""
+    model = adapter.model
+    cond, uncond = (torch.tensor(r) for r in adapter.prompt_ids([prompt], None, cfg=True))
     image_ids = sorted(adapter.layout.image_tokens.tolist())
-    allowed = upstream_allowed(adapter.tokenizer, image_ids, 2, 4, adapter.layout.length)
+    rows, cols = adapter.layout.grid.shape
+    allowed = upstream_allowed(adapter.tokenizer, image_ids, rows, cols, adapter.layout.length)
     logits = lambda ids: model.lm_head(model.model(input_ids=ids[None]).last_hidden_state[0, -1]).float()  # noqa: E731
     for step in allowed:
         c, u = logits(cond), logits(uncond)
         mixed = u + cfg * (c - u)
         token = torch.tensor(step)[mixed[step].argmax()]
         cond, uncond = torch.cat([cond, token[None]]), torch.cat([uncond, token[None]])
-    ours = decode(adapter, PROMPTS[:1], method_settings("sjd", 8, SamplingSettings(cfg_scale=cfg, greedy=True,
-                                                                                        temperature=0.0)))
+    ours = decode(adapter, [prompt], method_settings("sjd", 8, SamplingSettings(cfg_scale=cfg, greedy=True,
+                                                                                  temperature=0.0)))
     assert torch.equal(ours.tokens[0], uncond[3:])
 
 
-def test_windows_with_rollback_match_recompute(adapter):
+def assert_lumina_windows_match_recompute(adapter) -> None:
     model, rows = adapter.model, adapter.prompt_ids(PROMPTS, None, cfg=True)
 
     def reference(r, generated):
@@ -166,6 +167,14 @@ def test_windows_with_rollback_match_recompute(adapter):
         return model.lm_head(model.model(input_ids=ids[None]).last_hidden_state[0, len(rows[r]) - 1:]).float()
 
     assert_windows_match_recompute(adapter, PROMPTS, True, reference)
+
+
+def test_ar_equals_upstream_unbatched_cfg(adapter):
+    assert_ar_equals_upstream_unbatched_cfg(adapter, PROMPTS[0], 3.0)
+
+
+def test_windows_with_rollback_match_recompute(adapter):
+    assert_lumina_windows_match_recompute(adapter)
 
 
 def test_tree_forward_equals_its_chains(adapter):

@@ -17,8 +17,12 @@ from sjdvp_core.models.hf_adapter import read_tensor
 from sjdvp_core.models.lumina import IMAGE_START, resolution_token
 from sjdvp_core.models.lumina2 import IMAGE_BASE, REPO, Lumina2Adapter
 from sjdvp_core.models.registry import detect_family, list_models, load_model
-from tests.test_lumina import upstream_allowed
-from tests.tiny_hf import assert_greedy_sjd_equals_ar, assert_missing_files_are_named, assert_windows_match_recompute
+from tests.test_lumina import (
+    assert_ar_equals_upstream_unbatched_cfg,
+    assert_lumina_windows_match_recompute,
+    upstream_allowed,
+)
+from tests.tiny_hf import assert_greedy_sjd_equals_ar, assert_missing_files_are_named
 from tests.tiny_lumina2 import CODES, write_lumina2
 from tests.tree_check import assert_tree_matches_chains
 
@@ -85,34 +89,13 @@ def test_lumina2_greedy_sjd_equals_ar(adapter):
     assert_greedy_sjd_equals_ar(adapter, PROMPTS, windows=(4, 16), cfg_scales=(1.0, 4.0))
 
 
-@torch.inference_mode()
 def test_lumina2_ar_equals_upstream_unbatched_cfg(adapter):
-    """Upstream's loop: the guidance branch is a separate sequence from <racm3:break> on (own positions
-    from 0), mixed as u + cfg (c - u) at the default (constant) scale, then the row-end / end-of-image /
-    image-only constraint."""
-    model, cfg = adapter.model, 4.0
-    cond, uncond = (torch.tensor(r) for r in adapter.prompt_ids(PROMPTS[:1], None, cfg=True))
-    image_ids = list(range(IMAGE_BASE, IMAGE_BASE + CODES))
-    allowed = upstream_allowed(adapter.tokenizer, image_ids, 4, 8, adapter.layout.length)
-    logits = lambda ids: model.lm_head(model.model(input_ids=ids[None]).last_hidden_state[0, -1]).float()  # noqa: E731
-    for step in allowed:
-        c, u = logits(cond), logits(uncond)
-        mixed = u + cfg * (c - u)
-        token = torch.tensor(step)[mixed[step].argmax()]
-        cond, uncond = torch.cat([cond, token[None]]), torch.cat([uncond, token[None]])
-    ours = decode(adapter, PROMPTS[:1], method_settings("sjd", 8, SamplingSettings(cfg_scale=cfg, greedy=True,
-                                                                                        temperature=0.0)))
-    assert torch.equal(ours.tokens[0], uncond[3:])
+    """At upstream's default (constant) scale 4; the image ids are 155000 + code, the rows f8."""
+    assert_ar_equals_upstream_unbatched_cfg(adapter, PROMPTS[0], 4.0)
 
 
 def test_lumina2_windows_with_rollback_match_recompute(adapter):
-    model, rows = adapter.model, adapter.prompt_ids(PROMPTS, None, cfg=True)
-
-    def reference(r, generated):
-        ids = torch.cat([torch.tensor(rows[r]), generated])
-        return model.lm_head(model.model(input_ids=ids[None]).last_hidden_state[0, len(rows[r]) - 1:]).float()
-
-    assert_windows_match_recompute(adapter, PROMPTS, True, reference)
+    assert_lumina_windows_match_recompute(adapter)
 
 
 def test_lumina2_tree_forward_equals_its_chains(adapter):

@@ -33,6 +33,22 @@ def byte_bpe_tokenizer(folder: str, specials: list[str], vocab_size: int = 300, 
     return tok
 
 
+def write_shards(folder, state: dict, shards: int = 2) -> None:
+    """state as model-0000i-of-0000n.safetensors shards (keys dealt round-robin) and their index, as the
+    sharded releases are laid out."""
+    from safetensors.torch import save_file
+    names = sorted(state)
+    weight_map = {}
+    for i in range(shards):
+        file = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
+        part = {k: state[k].contiguous() for k in names[i::shards]}
+        save_file(part, os.path.join(folder, file), metadata={"format": "pt"})
+        weight_map |= {k: file for k in part}
+    total = sum(t.numel() * t.element_size() for t in state.values())
+    with open(os.path.join(folder, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f)
+
+
 def spread_weights(model: torch.nn.Module, std: float = 0.2, seed: int = 0) -> None:
     """Random weights far from the near-uniform init, so greedy argmaxes are not ties."""
     g = torch.Generator().manual_seed(seed)

@@ -9,9 +9,8 @@ import json
 import os
 
 import torch
-from safetensors.torch import save_file
 
-from tests.tiny_hf import byte_bpe_tokenizer, spread_weights
+from tests.tiny_hf import byte_bpe_tokenizer, spread_weights, write_shards
 
 CODES = 16                       # codebook size of the tiny VQGAN
 MAX_GRIDS = 8                    # resolution tokens <reserved08801> .. <reserved08808>
@@ -97,14 +96,7 @@ def write_lumina(folder: str, seed: int = 0, vqgan: bool = True) -> str:
     g = torch.Generator().manual_seed(seed)
     for k in [k for k in state if "_norm." in k and "self_attn" in k]:   # Lumina's layout: [model parallel 1, D]
         state[k] = 1 + 0.5 * torch.randn(1, state[k].shape[1], generator=g)
-    keys = sorted(state)
-    shards = {"model-00001-of-00002.safetensors": keys[: len(keys) // 2],
-              "model-00002-of-00002.safetensors": keys[len(keys) // 2:]}
-    for name, part in shards.items():
-        save_file({k: state[k] for k in part}, os.path.join(folder, name), metadata={"format": "pt"})
-    with open(os.path.join(folder, "model.safetensors.index.json"), "w") as f:
-        json.dump({"metadata": {"total_size": sum(v.numel() * v.element_size() for v in state.values())},
-                   "weight_map": {k: name for name, part in shards.items() for k in part}}, f)
+    write_shards(folder, state)
     if vqgan:
         write_vqgan(os.path.join(folder, "tokenizer"), seed)
     return folder

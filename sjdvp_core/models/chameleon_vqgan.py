@@ -7,18 +7,15 @@ The encoder is left out: generation only decodes.
 """
 from __future__ import annotations
 
-import logging
 import os
 from dataclasses import dataclass
 
-import torch
 import yaml
 from torch import Tensor, nn
 
-from .checkpoint import CheckpointError, load_strict, read_state_dict
+from .checkpoint import CheckpointError, load_decoder, read_state_dict
 from .llamagen_vq import AttnBlock, ResnetBlock, Upsample, swish
 
-log = logging.getLogger(__name__)
 CONFIG_FILE = "vqgan.yaml"
 WEIGHT_FILES = ("vqgan.ckpt", "vqgan.safetensors")        # Meta's file, or its state dict converted
 VQGAN_HINT = "Meta's Chameleon VQGAN checkpoint (keys like decoder.conv_in.weight, quantize.embedding.weight)"
@@ -117,12 +114,15 @@ class Codebook(nn.Module):
 
 
 class ChameleonVQGAN(nn.Module):
+    """taming's VQGAN, decoding side: codebook, post-quant convolution, decoder (MoVQGAN swaps the decoder)."""
+    decoder_class = Decoder
+
     def __init__(self, c: VQGANConfig):
         super().__init__()
         self.config = c
         self.quantize = Codebook(c)
         self.post_quant_conv = nn.Conv2d(c.embed_dim, c.z_channels, 1)
-        self.decoder = Decoder(c)
+        self.decoder = self.decoder_class(c)
 
     def codebook(self) -> Tensor:
         return self.quantize.embedding.weight
@@ -152,11 +152,4 @@ def load_vqgan(folder: str) -> ChameleonVQGAN:
     config = read_vqgan_yaml(config_path)
     state, _ = read_state_dict(path, VQGAN_HINT)
     state = {k: v for k, v in state.items() if not k.startswith(UNUSED_PREFIXES)}
-    with torch.device("meta"):
-        model = ChameleonVQGAN(config)
-    extra = sorted(set(state) - set(model.state_dict()))
-    if extra:   # upstream loads non-strictly; what we do not decode with is listed, not fatal
-        log.warning("%s: ignoring %d tensors the decoder does not use: %s%s", path, len(extra), ", ".join(extra[:8]),
-                    " ..." if len(extra) > 8 else "")
-    load_strict(model, {k: v for k, v in state.items() if k not in extra}, path, VQGAN_HINT)
-    return model.eval()
+    return load_decoder(lambda: ChameleonVQGAN(config), state, path, VQGAN_HINT)

@@ -4,6 +4,7 @@ message that says what is wrong and what to do."""
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import pickle
 import re
@@ -12,6 +13,7 @@ import zipfile
 import torch
 from torch import Tensor
 
+log = logging.getLogger(__name__)
 WEIGHT_EXT = (".pt", ".pth", ".bin", ".safetensors")
 # training buffers some releases carry beside their weights (LlamaGen's RoPE table and mask, its VQ's usage counter)
 DROPPED_KEYS = ("freqs_cis", "causal_mask", "quantize.codebook_used")
@@ -76,3 +78,17 @@ def load_strict(model: torch.nn.Module, state: dict[str, Tensor], path: str, exp
                                               ("wrong shape", wrong)) if keys)
         raise CheckpointError(f"{path}: does not match {expected} ({detail})")
     model.load_state_dict(state, strict=True, assign=True)
+
+
+def load_decoder(build, state: dict[str, Tensor], path: str, expected: str) -> torch.nn.Module:
+    """An image decoder built by `build()` (on the meta device) from a release's checkpoint: every tensor it
+    has must be there with its shape; tensors it has no place for (the encoding side's, a later version's
+    buffers) are listed in a warning and skipped, as upstream's non-strict loads skip them."""
+    with torch.device("meta"):
+        model = build()
+    extra = sorted(set(state) - set(model.state_dict()))
+    if extra:
+        log.warning("%s: ignoring %d tensors the decoder does not use: %s%s", path, len(extra), ", ".join(extra[:8]),
+                    " ..." if len(extra) > 8 else "")
+    load_strict(model, {k: v for k, v in state.items() if k not in extra}, path, expected)
+    return model.eval()

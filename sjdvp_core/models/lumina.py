@@ -133,8 +133,11 @@ class LuminaAdapter(SizeChoice, HFAdapter):
     def _encode(self, prompt) -> list[int]:
         if not isinstance(prompt, str):
             raise ValueError(f"{self.family} needs a text prompt, got {prompt!r}")
-        text = PROMPT.format(w=self.width, h=self.height, prompt=prompt) + END_OF_TURN
-        return [self.bos] + self.tokenizer.encode(text) + self.image_prefix
+        return self._encode_at(prompt, self.width, self.height) + self.image_prefix
+
+    def _encode_at(self, prompt: str, width: int, height: int) -> list[int]:
+        """BOS and upstream's text-to-image request at this size, closed by the end of turn."""
+        return [self.bos] + self.tokenizer.encode(PROMPT.format(w=width, h=height, prompt=prompt) + END_OF_TURN)
 
     def head(self, hidden: Tensor) -> Tensor:
         return self.model.lm_head(hidden)

@@ -34,17 +34,7 @@ import torch
 from ..engine.settings import SamplingSettings
 from .checkpoint import CheckpointError
 from .hf_adapter import TextTokenizer, check_folder, load_pretrained, read_json
-from .lumina import (
-    END_OF_TURN,
-    GRID,
-    IMAGE_END,
-    IMAGE_START,
-    PROMPT,
-    ROW_END,
-    LuminaAdapter,
-    expand_qk_norm,
-    resolution_token,
-)
+from .lumina import GRID, IMAGE_END, IMAGE_START, ROW_END, LuminaAdapter, expand_qk_norm, resolution_token
 from .movqgan import MoVQGAN, find_movqgan, load_movqgan
 
 log = logging.getLogger(__name__)
@@ -117,14 +107,6 @@ class Lumina2Adapter(LuminaAdapter):
             k += 1
         fits = self.needed(k * w * GRID, k * h * GRID) <= self.positions
         return f"{k * w * GRID}x{k * h * GRID}" if fits else "none"
-
-    def _encode(self, prompt) -> list[int]:
-        if not isinstance(prompt, str):
-            raise ValueError(f"{self.family} needs a text prompt, got {prompt!r}")
-        return self._encode_at(prompt, self.width, self.height) + self.image_prefix
-
-    def _encode_at(self, prompt: str, width: int, height: int) -> list[int]:
-        return [self.bos] + self.tokenizer.encode(PROMPT.format(w=width, h=height, prompt=prompt) + END_OF_TURN)
 
 
 def check_added_tokens(tokenizer: TextTokenizer) -> None:

@@ -12,19 +12,17 @@ numerics in tests/test_golden.py.
 """
 from __future__ import annotations
 
-import logging
 import os
 import re
 from dataclasses import dataclass
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .checkpoint import CheckpointError, load_strict, read_state_dict
+from .chameleon_vqgan import ChameleonVQGAN
+from .checkpoint import CheckpointError, load_decoder, read_state_dict
 from .llamagen_vq import Upsample, swish
 
-log = logging.getLogger(__name__)
 HINT = ("the MoVQGAN checkpoint Lumina-mGPT 2.0 decodes with (keys like decoder.conv_in.weight, "
         "quantize.embedding.weight)")
 UNUSED_PREFIXES = ("encoder.", "quant_conv.", "loss.")   # encoding side and training losses
@@ -138,22 +136,9 @@ class Decoder(nn.Module):
         return self.conv_out(swish(self.norm_out(h, zq)))
 
 
-class Codebook(nn.Module):
-    def __init__(self, c: MoVQConfig):
-        super().__init__()
-        self.embedding = nn.Embedding(c.n_embed, c.embed_dim)
-
-
-class MoVQGAN(nn.Module):
-    def __init__(self, c: MoVQConfig):
-        super().__init__()
-        self.config = c
-        self.quantize = Codebook(c)
-        self.post_quant_conv = nn.Conv2d(c.embed_dim, c.z_channels, 1)
-        self.decoder = Decoder(c)
-
-    def codebook(self) -> Tensor:
-        return self.quantize.embedding.weight
+class MoVQGAN(ChameleonVQGAN):
+    """Codebook and post-quant convolution as taming's VQGAN; the decoder modulated by the codes."""
+    decoder_class = Decoder
 
     def decode_code(self, codes: Tensor) -> Tensor:
         """codes [B, h, w] -> images [B, 3, f h, f w] (f8 for the releases), nominally in [-1, 1]. The
@@ -186,14 +171,7 @@ def load_movqgan(path: str) -> MoVQGAN:
     config = config_from_state(state, path)
     if len(config.channels) < 2 or not config.blocks:
         raise CheckpointError(f"{path}: its decoder has {len(config.channels)} levels; expected {HINT}")
-    with torch.device("meta"):
-        model = MoVQGAN(config)
-    extra = sorted(set(state) - set(model.state_dict()))
-    if extra:   # upstream loads non-strictly; what we do not decode with is listed, not fatal
-        log.warning("%s: ignoring %d tensors the decoder does not use: %s%s", path, len(extra), ", ".join(extra[:8]),
-                    " ..." if len(extra) > 8 else "")
-    load_strict(model, {k: v for k, v in state.items() if k not in extra}, path, HINT)
-    return model.eval()
+    return load_decoder(lambda: MoVQGAN(config), state, path, HINT)
 
 
 def find_movqgan(folder: str, name: str) -> str | None:
