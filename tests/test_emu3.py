@@ -56,9 +56,14 @@ def tiny_config(tok, attn_resolutions=()):
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
-    from transformers import Emu3ForConditionalGeneration
     d = tmp_path_factory.mktemp("models") / "Emu3-Gen-hf"
     d.mkdir()
+    return write_converted(d)
+
+
+def write_converted(d) -> str:
+    """The tiny random model, saved into the existing folder d in transformers' format."""
+    from transformers import Emu3ForConditionalGeneration
     visual = [f"<|visual token {c:06d}|>" for c in range(CODES)]
     random.Random(0).shuffle(visual)                    # vocabulary order != codebook order
     tok = byte_bpe_tokenizer(str(d), [PAD, BOS, EOS, EOL, EOF, BOI, EOI, WRAPPER, "<image>"] + visual,

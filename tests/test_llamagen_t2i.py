@@ -17,9 +17,13 @@ WORDS = ["<pad>", "</s>", "<unk>", "a", "red", "fox", "in", "the", "snow", "blue
 
 @pytest.fixture(scope="module")
 def t5_folder(tmp_path_factory):
+    return write_t5(tmp_path_factory.mktemp("flan-t5-xl"))
+
+
+def write_t5(d) -> str:
+    """A tiny FLAN-T5 encoder folder (config, safetensors, tokenizer.json) in the existing folder d."""
     from tokenizers import Tokenizer, models, pre_tokenizers, processors
     from transformers import T5Config, T5EncoderModel
-    d = tmp_path_factory.mktemp("flan-t5-xl")
     torch.manual_seed(0)
     T5EncoderModel(T5Config(vocab_size=len(WORDS), d_model=32, d_kv=8, num_heads=4, d_ff=64, num_layers=2,
                             pad_token_id=0, eos_token_id=1)).save_pretrained(d)

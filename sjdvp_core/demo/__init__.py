@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+import torch
+
 from ..engine.settings import SamplingSettings
 from ..models.llamagen import LlamaGenAdapter, load_gpt, load_vq
 from . import scenes
@@ -14,11 +16,11 @@ DEMO_SAMPLING = SamplingSettings(cfg_scale=3.0, temperature=1.0, top_k=0, top_p=
 WEIGHTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "weights")
 
 
-def load_demo(device="cpu") -> LlamaGenAdapter:
+def load_demo(device="cpu", dtype=torch.float32) -> LlamaGenAdapter:
     gpt = load_gpt(os.path.join(WEIGHTS, "demo_gpt.safetensors"))
     vq = load_vq(os.path.join(WEIGHTS, "demo_vq.safetensors"))
     return LlamaGenAdapter(gpt, vq, class_names=scenes.PROMPTS, class_parser=scenes.prompt_to_class,
-                           sampling=DEMO_SAMPLING, device=device)
+                           sampling=DEMO_SAMPLING, device=device, dtype=dtype)
 
 
 def load_judge():

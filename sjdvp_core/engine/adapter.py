@@ -114,6 +114,11 @@ class ModelAdapter:
         for draft trees), for memory managers."""
         return 0
 
+    def blocks(self) -> list[torch.nn.Module]:
+        """The transformer blocks, whose linear layers hold most of the weights: what int8 / NF4 quantisation
+        swaps (models.quantize) and what a device map places block by block (empty: none)."""
+        return []
+
     def codebook(self) -> Tensor | None:
         """[K, d] VQ embedding of each image token, in TokenLayout.image_tokens order (None: none known;
         the verifiers that need one say so)."""

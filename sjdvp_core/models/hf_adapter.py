@@ -273,6 +273,9 @@ class HFAdapter(ModelAdapter):
         """(id, token) pairs, for the check command's facts."""
         return [(int(i), self.tokenizer.tok.id_to_token(int(i))) for i in ids]
 
+    def blocks(self) -> list[torch.nn.Module]:
+        return list(self.lm.layers)
+
     def cache_bytes(self, rows: int, scratch: int = 0) -> int:
         c = self.text_config
         head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads

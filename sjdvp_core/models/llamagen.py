@@ -255,6 +255,11 @@ class LlamaGenAdapter(ModelAdapter):
         self.gpt.release_caches()
         self.branches = TreeBranches()
 
+    def blocks(self) -> list[torch.nn.Module]:
+        """The GPT's blocks, then the T5 caption encoder's (t2i), which stays where it was loaded."""
+        encoder = list(self.text_encoder.model.encoder.block) if self.text_encoder is not None else []
+        return list(self.gpt.layers) + encoder
+
     def cache_bytes(self, rows: int, scratch: int = 0) -> int:
         c = self.config
         itemsize = self.gpt.output.weight.element_size()

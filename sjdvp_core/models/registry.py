@@ -14,9 +14,11 @@ import torch
 
 from .folders import incomplete, incomplete_folder, incomplete_message
 from .llamagen import gpt_files, is_gpt_file
+from .quantize import QUANTISED, swap_linears
 
 DEMO = "demo"
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+PRECISIONS = ("auto", *DTYPES, *QUANTISED)
 
 
 FOX = "a photo of a red fox sitting in fresh snow, morning light"
@@ -170,10 +172,11 @@ def describe_families() -> str:
 
 
 def resolve_dtype(precision: str, device: torch.device) -> torch.dtype:
-    """auto: bf16 on a GPU that has it, else fp32 (bf16 is slower than fp32 on CPUs)."""
-    if precision != "auto":
-        if precision not in DTYPES:
-            raise ValueError(f"precision={precision!r} must be one of {['auto', *DTYPES]}")
+    """The compute dtype. auto: bf16 on a GPU that has it, else fp32 (bf16 is slower than fp32 on CPUs); the
+    quantised precisions compute in auto's dtype."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision={precision!r} must be one of {list(PRECISIONS)}")
+    if precision in DTYPES:
         return DTYPES[precision]
     if device.type == "cuda" and torch.cuda.is_bf16_supported():
         return torch.bfloat16
@@ -181,19 +184,39 @@ def resolve_dtype(precision: str, device: torch.device) -> torch.dtype:
 
 
 def load_model(path: str, device="cpu", precision: str = "auto", **options):
-    """-> an engine adapter for the model at path ('demo' for the built-in one). options are the
-    family's own (Emu3: ratio "W:H", image_area in pixels; Lumina-mGPT: width, height, trained)."""
+    """-> an engine adapter for the model at path ('demo' for the built-in one). precision: auto, bf16, fp16,
+    fp32, or int8 / nf4 (models.quantize: loaded and quantised on the CPU, then moved to device). options are the family's own (Emu3: ratio "W:H", image_area in pixels; Lumina-mGPT: width,
+    height, trained)."""
     device = torch.device(device)
+    dtype = resolve_dtype(precision, device)
+    if precision in QUANTISED:
+        adapter = _load(path, torch.device("cpu"), dtype, options)
+        quantize(adapter, precision, device, dtype)
+        return adapter
+    return _load(path, device, torch.float32 if precision == "auto" and path == DEMO else dtype, options)
+
+
+def _load(path: str, device: torch.device, dtype: torch.dtype, options: dict):
+    """The family's loader (the demo's auto precision is fp32: it is small, and its pins were made so)."""
     name = detect_family(path)
     if name == DEMO:
         if options:
             raise ValueError(f"the demo model takes no options, got {sorted(options)}")
         # by name, as every family is (the demo package sits above models and imports from it)
-        return importlib.import_module("..demo", __package__).load_demo(device)
+        return importlib.import_module("..demo", __package__).load_demo(device, dtype)
     family = FAMILIES[name]
     if options and not family.options:
         raise ValueError(f"{name} models take no options, got {sorted(options)}")
-    return family.load(path, device, resolve_dtype(precision, device), **options)
+    return family.load(path, device, dtype, **options)
+
+
+def quantize(adapter, precision: str, device: torch.device, dtype: torch.dtype) -> None:
+    """Swap the adapter's block linears for int8 / NF4 ones computing in dtype (models.quantize), then move
+    its weights to device; blocks outside adapter.module (LlamaGen's T5 encoder) stay where they are."""
+    if not swap_linears(adapter.blocks(), precision, dtype):
+        raise ValueError(f"{adapter.family}: nothing to quantise (no linear layers in its transformer blocks); "
+                         "choose bf16, fp16 or fp32")
+    adapter.module.to(device)
 
 
 def _listed_hf(folder: str) -> bool:

@@ -1,0 +1,154 @@
+"""int8 and NF4 weights (bitsandbytes, which runs both on the CPU): every family's tiny model loads quantised
+and decodes greedy SJD == its own AR (chain and tree, with CFG); the quantised layers' bytes shrink as
+promised while the head, embeddings and VQ decoder keep their dtype; the sampled law is the quantised
+model's (chi-square against its enumerated law, which the unquantised model's law fails); a machine
+without bitsandbytes gets a message with the fix."""
+from __future__ import annotations
+
+import builtins
+import dataclasses
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from sjdvp_core import SamplingSettings, decode
+from sjdvp_core.engine.settings import TreeSettings, method_settings
+from sjdvp_core.engine.target import cfg_mix
+from sjdvp_core.models.llamagen import LlamaGenAdapter
+from sjdvp_core.models.llamagen_gpt import GPTConfig, LlamaGenGPT
+from sjdvp_core.models.llamagen_vq import LlamaGenVQ
+from sjdvp_core.models.quantize import is_quantised, quantisable, weight_bytes
+from sjdvp_core.models.registry import load_model, quantize
+from tests.test_emu3 import SIZE as EMU3_SIZE
+from tests.test_emu3 import write_converted as write_emu3
+from tests.test_janus import write_converted as write_janus
+from tests.test_llamagen import VQ_TINY, random_gpt, random_vq
+from tests.test_llamagen_t2i import write_t5
+from tests.tiny_lumina import write_lumina
+from tests.tiny_lumina2 import write_lumina2
+from tests.toy_reference import chi2_pvalue, code_index
+
+PRECISIONS = ("int8", "nf4")
+PROMPTS = ["a red fox in the snow", "a blue sky"]
+
+
+def llamagen_c2i(d):
+    save_file({k: v.contiguous() for k, v in random_gpt().state_dict().items()}, str(d / "c2i_B_256.safetensors"))
+    save_file(random_vq().state_dict(), str(d / "vq_ds16_c2i.safetensors"))
+    return str(d), {}, [1, 7]
+
+
+def llamagen_t2i(d):
+    torch.manual_seed(1)
+    gpt = LlamaGenGPT(GPTConfig(dim=128, n_layer=2, n_head=2, vocab_size=64, block_size=16, model_type="t2i",
+                                caption_dim=32, cls_token_num=120))
+    for p in gpt.parameters():
+        torch.nn.init.normal_(p, std=0.3)
+    save_file({k: v.contiguous() for k, v in gpt.state_dict().items()}, str(d / "t2i_XL_stage1_256.safetensors"))
+    save_file(random_vq().state_dict(), str(d / "vq_ds16_t2i.safetensors"))
+    (d / "flan-t5-xl").mkdir()
+    write_t5(d / "flan-t5-xl")
+    return str(d / "t2i_XL_stage1_256.safetensors"), {}, PROMPTS
+
+
+FAMILIES = {
+    "demo": lambda d: ("demo", {}, ["a red circle on grass", "a blue square on snow"]),
+    "llamagen-c2i": lambda d: llamagen_c2i(d),
+    "llamagen-t2i": llamagen_t2i,
+    "janus": lambda d: (write_janus(d), {}, PROMPTS),
+    "emu3": lambda d: (write_emu3(d), EMU3_SIZE, PROMPTS),
+    "lumina": lambda d: (write_lumina(str(d / "Lumina-mGPT-tiny-64")), dict(width=64, height=32), PROMPTS),
+    "lumina2": lambda d: (write_lumina2(str(d / "Lumina-mGPT-2.0")), dict(width=64, height=32), PROMPTS),
+}
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_family_quantised_decodes_greedy_sjd_equal_to_its_own_ar(family, precision, tmp_path):
+    path, options, prompts = FAMILIES[family](tmp_path)
+    full = load_model(path, precision="fp32", **options)
+    adapter = load_model(path, precision=precision, **options)
+    blocks = torch.nn.ModuleList(adapter.blocks())
+    assert is_quantised(blocks) and not quantisable(blocks)          # every block linear was swapped
+    assert not is_quantised(adapter.image_decoder)                    # the VQ decoder keeps its dtype
+    assert weight_bytes(adapter.image_decoder) == weight_bytes(full.image_decoder)
+    assert weight_bytes(blocks) < weight_bytes(torch.nn.ModuleList(full.blocks()))   # ratios: on the demo, below
+    sampling = SamplingSettings(cfg_scale=3.0, greedy=True, temperature=0.0)
+    B = len(prompts)
+    ar = decode(adapter, prompts, method_settings("ar", 1, sampling, batch_size=B))
+    for s in (method_settings("sjd-vp", 8, sampling, batch_size=B),
+              method_settings("sjd", 4, sampling, batch_size=B, tree=TreeSettings(width=3, depth=2))):
+        res = decode(adapter, prompts, s)
+        assert torch.equal(res.tokens, ar.tokens), (family, precision, s.window)
+        assert res.stats.forward_passes < ar.stats.forward_passes
+
+
+def test_quantised_layers_take_at_most_055_int8_and_035_nf4_of_bf16():
+    bf16 = weight_bytes(torch.nn.ModuleList(load_model("demo", precision="bf16").blocks()))
+    for precision, most in (("int8", 0.55), ("nf4", 0.35)):
+        adapter = load_model("demo", precision=precision)
+        ratio = weight_bytes(torch.nn.ModuleList(adapter.blocks())) / bf16
+        assert ratio <= most, (precision, ratio)
+        # what stays unquantised (embeddings, the head, the VQ decoder) is as in bf16 -> fp32 on the CPU
+        assert adapter.gpt.output.weight.dtype == torch.float32
+
+
+def test_without_bitsandbytes_the_message_says_what_to_install(monkeypatch):
+    real_import = builtins.__import__
+
+    def no_bnb(name, *args, **kwargs):
+        if name.startswith("bitsandbytes"):
+            raise ImportError("No module named 'bitsandbytes'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_bnb)
+    with pytest.raises(ImportError, match="pip install bitsandbytes"):
+        load_model("demo", precision="nf4")
+
+
+def test_unknown_precisions_are_refused():
+    with pytest.raises(ValueError, match="int8"):
+        load_model("demo", precision="int4")
+
+
+# --- the sampled law of a tiny quantised model -------------------------------------------------------
+K, CELLS, N, ALPHA = 3, 4, 120_000, 1e-3
+LAW_SAMPLING = SamplingSettings(cfg_scale=2.0)
+
+
+def tiny_law_model(precision: str | None) -> LlamaGenAdapter:
+    torch.manual_seed(5)
+    gpt = LlamaGenGPT(GPTConfig(dim=64, n_layer=2, n_head=2, vocab_size=K, block_size=CELLS, num_classes=2))
+    for p in gpt.parameters():
+        torch.nn.init.normal_(p, std=0.4)
+    adapter = LlamaGenAdapter(gpt, LlamaGenVQ(dataclasses.replace(VQ_TINY, codebook_size=K)))
+    if precision:
+        quantize(adapter, precision, torch.device("cpu"), torch.float32)
+    return adapter
+
+
+@torch.inference_mode()
+def enumerated_law(adapter: LlamaGenAdapter) -> torch.Tensor:
+    """The exact probability of each of the K^CELLS sequences (class 0, CFG), by teacher forcing."""
+    import itertools
+    codes = torch.tensor(list(itertools.product(range(K), repeat=CELLS)))
+    M = codes.shape[0]
+    _, first = adapter.start([0] * M, None, cfg=True)
+    rest = adapter.forward(codes[:, :-1].repeat(2, 1), torch.arange(CELLS - 1).expand(2 * M, -1))
+    adapter.finish()
+    logits = torch.cat([first[:, None], rest], 1)                              # [2M, CELLS, K]
+    probs = cfg_mix(logits, LAW_SAMPLING.cfg_scale, True).softmax(-1)
+    return probs.gather(-1, codes[..., None]).squeeze(-1).prod(-1).double()
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_sjd_on_a_quantised_model_samples_the_quantised_models_law(precision):
+    adapter = tiny_law_model(precision)
+    exact, unquantised = enumerated_law(adapter), enumerated_law(tiny_law_model(None))
+    for method, W in (("sjd", 4), ("sjd-vp", 4)):
+        res = decode(adapter, 0, method_settings(method, W, LAW_SAMPLING, batch_size=N))
+        counts = torch.bincount(code_index(res.codes.flatten(1), K), minlength=exact.numel()).double()
+        assert chi2_pvalue(counts, exact * N) > ALPHA, method
+        assert chi2_pvalue(counts, unquantised * N) < ALPHA, method   # the test tells the two models apart
