@@ -88,7 +88,7 @@ class SpeculativeDecode(io.ComfyNode):
         chosen = adapter.default_sampling if sampling == MODEL_DEFAULTS else \
             SamplingSettings(cfg_scale=cfg, temperature=temperature, top_k=top_k, top_p=top_p)
         settings = decode_settings(drafter, window, chosen, seed % 2**63, batch_size)
-        runtime.prepare(model, decode_bytes(adapter, settings))
+        runtime.prepare(model, decode_bytes(adapter, settings, prompt, negative_prompt or None))
         progress = runtime.Progress(adapter)
         try:   # the device's pass cost (measured once per model, device and method, then cached): auto chooses
             cost = None if drafter is None else pass_cost(adapter, settings)     # by it, the report prices by it

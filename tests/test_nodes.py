@@ -156,7 +156,8 @@ def test_decoding_pixels_loads_only_the_image_decoder(pack, demo):
     need = mm.loads[-1][1]["memory_required"]
     scratch = scratch_nodes(8, window.tree)
     assert scratch > 0 and need == decode_bytes(demo.adapter, s)
-    assert need == demo.adapter.cache_bytes(4, scratch) + state_bytes(s, demo.adapter.layout)
+    assert need == demo.adapter.cache_bytes(4, scratch) + state_bytes(s, demo.adapter.layout) + \
+        demo.adapter.forward_bytes(4, 8 + scratch, scratch)
     image = pack["decode"].DecodeImage.execute(tokens).values[0]
     assert mm.loads[-1][0] == [demo.decoder_patcher] and image.shape == (1, 64, 64, 3)
 

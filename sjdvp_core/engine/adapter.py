@@ -109,9 +109,20 @@ class ModelAdapter:
     def finish(self) -> None:
         """The decode ended (or was aborted): free per-run state such as KV caches."""
 
-    def cache_bytes(self, rows: int, scratch: int = 0) -> int:
+    def prompt_length(self, conditions: Sequence[Any] | None, negatives: Sequence[Any] | None, cfg: bool) -> int | None:
+        """The longest prompt these conditions make, in tokens (None: not known, e.g. no conditions given)."""
+        return None
+
+    def cache_bytes(self, rows: int, scratch: int = 0, prompt: int | None = None, itemsize: int | None = None) -> int:
         """Memory a decode of `rows` rows needs beyond the weights (the KV cache, with `scratch` entries
-        for draft trees), for memory managers."""
+        for draft trees; prompt: its length where known; itemsize: of the compute dtype, default the
+        weights'), for memory managers."""
+        return 0
+
+    def forward_bytes(self, rows: int, tokens: int, scratch: int = 0, prompt: int | None = None,
+                      itemsize: int | None = None, scored: int | None = None) -> int:
+        """Transient memory of one forward of `tokens` per row, `scored` of them (default all) to logits
+        (attention scores, mask, activations, logits), for memory managers."""
         return 0
 
     def blocks(self) -> list[torch.nn.Module]:

@@ -251,13 +251,22 @@ def state_bytes(settings: DecodeSettings, layout: TokenLayout) -> int:
     return 2 * settings.batch_size * per_row * (layout.image_tokens.numel() + layout.special_tokens.numel())
 
 
-def decode_bytes(adapter: ModelAdapter, settings: DecodeSettings) -> int:
+def decode_bytes(adapter: ModelAdapter, settings: DecodeSettings, conditions: Sequence[Any] | Any = None,
+                 negatives: Sequence[Any] | Any | None = None, itemsize: int | None = None) -> int:
     """Memory a decode with these settings needs beyond the weights: the model's KV cache for its rows
-    (CFG doubles them; a draft tree adds scratch entries) and the loop's own state. What a memory manager
-    is told to keep free."""
-    rows = settings.batch_size * (2 if settings.sampling.uses_cfg else 1)
+    (CFG doubles them; a draft tree adds scratch entries; the prompt's length where conditions are given),
+    one forward's transients and the loop's own state. What a memory manager is told to keep free.
+    itemsize: of the compute dtype (default: the weights')."""
+    cfg = settings.sampling.uses_cfg
+    rows = settings.batch_size * (2 if cfg else 1)
     scratch = scratch_nodes(settings.window.size, settings.window.tree)
-    return adapter.cache_bytes(rows, scratch) + state_bytes(settings, adapter.layout)
+    prompt = adapter.prompt_length(
+        None if conditions is None else _per_image(conditions, settings.batch_size, "conditions"),
+        None if negatives is None else _per_image(negatives, settings.batch_size, "negatives"), cfg)
+    window = min(settings.window.size, adapter.layout.length) + scratch    # a window's forward, or the prefill's
+    forward = max(adapter.forward_bytes(rows, window, scratch, prompt, itemsize),
+                  adapter.forward_bytes(rows, prompt or 0, scratch, prompt, itemsize, scored=1))
+    return adapter.cache_bytes(rows, scratch, prompt, itemsize) + state_bytes(settings, adapter.layout) + forward
 
 
 def decode(adapter: ModelAdapter, conditions: Sequence[Any] | Any, settings: DecodeSettings,

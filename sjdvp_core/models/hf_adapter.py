@@ -26,7 +26,7 @@ from transformers.cache_utils import Cache
 
 from ..engine.adapter import ModelAdapter, TokenLayout
 from .checkpoint import CheckpointError
-from .kv_cache import StaticKVCache, TreeBranches, kv_bytes, tree_mask, window_mask
+from .kv_cache import ForwardShape, StaticKVCache, TreeBranches, forward_bytes, kv_bytes, tree_mask, window_mask
 
 INDEX = "model.safetensors.index.json"
 PROMPT_ALLOWANCE = 256   # prompt tokens cache_bytes assumes before a prompt is known
@@ -276,13 +276,36 @@ class HFAdapter(ModelAdapter):
     def blocks(self) -> list[torch.nn.Module]:
         return list(self.lm.layers)
 
-    def cache_bytes(self, rows: int, scratch: int = 0) -> int:
+    def prompt_length(self, conditions, negatives, cfg: bool) -> int | None:
+        return None if conditions is None else max(len(p) for p in self.prompt_ids(conditions, negatives, cfg))
+
+    def forward_bytes(self, rows: int, tokens: int, scratch: int = 0, prompt: int | None = None,
+                      itemsize: int | None = None, scored: int | None = None) -> int:
+        c = self.text_config
+        shape = ForwardShape(c.num_attention_heads, c.hidden_size, c.intermediate_size, self.logits_width, scores=False)
+        return forward_bytes(shape, rows, tokens, self._entries(scratch, prompt), itemsize or self._itemsize,
+                             tokens if scored is None else scored)
+
+    @property
+    def logits_width(self) -> int:
+        """Entries of the logits head() returns."""
+        return self.text_config.vocab_size
+
+    def cache_bytes(self, rows: int, scratch: int = 0, prompt: int | None = None, itemsize: int | None = None) -> int:
         c = self.text_config
         head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
         kv_heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
-        itemsize = self.lm.get_input_embeddings().weight.element_size()
-        return kv_bytes(c.num_hidden_layers, rows, kv_heads, PROMPT_ALLOWANCE + self.layout.length + scratch,
-                        head_dim, itemsize)
+        return kv_bytes(c.num_hidden_layers, rows, kv_heads, self._entries(scratch, prompt), head_dim,
+                        itemsize or self._itemsize)
+
+    @property
+    def _itemsize(self) -> int:
+        """Of the compute dtype: the embeddings' (kept unquantised)."""
+        return self.lm.get_input_embeddings().weight.element_size()
+
+    def _entries(self, scratch: int, prompt: int | None) -> int:
+        """Cache slots of a decode: the prompt (PROMPT_ALLOWANCE where not known), the image, the scratch."""
+        return (PROMPT_ALLOWANCE if prompt is None else prompt) + self.layout.length + scratch
 
 
 class SizeChoice:

@@ -64,6 +64,10 @@ class JanusAdapter(HFAdapter):
     def head(self, hidden: Tensor) -> Tensor:
         return self.model.model.generation_head(hidden)
 
+    @property
+    def logits_width(self) -> int:
+        return self.layout.image_tokens.numel()
+
     def facts(self):
         size = self.layout.grid.shape[0] * 16
         return [("BOS, pad, <begin_of_image>", str(self.token_names([self.bos, self.pad_id, self.boi])), True),

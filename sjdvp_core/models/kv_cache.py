@@ -7,6 +7,8 @@ each image in a batch accept its own number of tokens.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor, nn
 
@@ -59,6 +61,30 @@ def window_mask(slots: Tensor, max_len: int, key_valid: Tensor | None = None) ->
 def kv_bytes(layers: int, rows: int, kv_heads: int, entries: int, head_dim: int, itemsize: int) -> int:
     """Bytes of a K and V cache of `entries` slots per row in every layer."""
     return 2 * layers * rows * kv_heads * entries * head_dim * itemsize
+
+
+@dataclass(frozen=True)
+class ForwardShape:
+    """What one forward's transient memory depends on: heads, hidden and MLP widths, logits width, and
+    whether its attention materialises the scores (measured: our GPT's bool-masked attention does on the
+    CPU, transformers' additive-masked SDPA takes a fused kernel that does not)."""
+    heads: int
+    hidden: int
+    ffn: int
+    vocab: int
+    scores: bool = True
+
+
+def forward_bytes(shape: ForwardShape, rows: int, tokens: int, entries: int, itemsize: int, scored: int) -> int:
+    """Transient bytes of one forward of `tokens` per row over `entries` cache slots, with logits for
+    `scored` of them (a prefill scores its last token only): the attention scores [R, H, W, S] in the compute
+    dtype where materialised, the mask [R, 1, W, S] (bool and additive), a block's live
+    activations (two of hidden width, two of MLP width) and the logits [R, W, V] (the head's output, and its
+    fp32 copy where the compute dtype is narrower). Checked against measured peaks (tests/test_memory.py)."""
+    scores = shape.heads * entries if shape.scores else 0
+    per_token = (scores + 2 * shape.hidden + 2 * shape.ffn) * itemsize + entries * (1 + itemsize)
+    logits = shape.vocab * (itemsize + (4 if itemsize < 4 else 0))
+    return rows * (tokens * per_token + scored * logits)
 
 
 class TreeBranches:

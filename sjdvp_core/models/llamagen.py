@@ -21,7 +21,7 @@ from torch import Tensor
 from ..engine.adapter import ModelAdapter, TokenLayout, weights_device
 from ..engine.settings import SamplingSettings
 from .checkpoint import WEIGHT_EXT, CheckpointError, load_strict, read_state_dict
-from .kv_cache import TreeBranches, kv_bytes
+from .kv_cache import ForwardShape, TreeBranches, forward_bytes, kv_bytes
 from .llamagen_gpt import GPT_SIZES, GPTConfig, LlamaGenGPT, rope_table_2d
 from .llamagen_vq import LlamaGenVQ, VQConfig
 
@@ -260,9 +260,19 @@ class LlamaGenAdapter(ModelAdapter):
         encoder = list(self.text_encoder.model.encoder.block) if self.text_encoder is not None else []
         return list(self.gpt.layers) + encoder
 
-    def cache_bytes(self, rows: int, scratch: int = 0) -> int:
+    def prompt_length(self, conditions, negatives, cfg: bool) -> int:
+        return self.config.cls_token_num       # a fixed prefix: the class token, or the caption's 120 slots
+
+    def forward_bytes(self, rows: int, tokens: int, scratch: int = 0, prompt: int | None = None,
+                      itemsize: int | None = None, scored: int | None = None) -> int:
         c = self.config
-        itemsize = self.gpt.output.weight.element_size()
+        return forward_bytes(ForwardShape(c.n_head, c.dim, c.ffn_hidden, c.vocab_size), rows, tokens,
+                             self.gpt.max_len + scratch, itemsize or self.gpt.output.weight.element_size(),
+                             tokens if scored is None else scored)
+
+    def cache_bytes(self, rows: int, scratch: int = 0, prompt: int | None = None, itemsize: int | None = None) -> int:
+        c = self.config
+        itemsize = itemsize or self.gpt.output.weight.element_size()
         return kv_bytes(c.n_layer, rows, c.kv_heads, self.gpt.max_len + scratch, c.head_dim, itemsize)
 
     def codebook(self) -> Tensor:

@@ -20,7 +20,6 @@ Weights are quantised on the CPU copy the family loaded, so a GPU only ever hold
 """
 from __future__ import annotations
 
-import logging
 from typing import Iterable
 
 import torch
@@ -70,7 +69,8 @@ def swap_linears(blocks: Iterable[nn.Module], precision: str, compute_dtype: tor
         for parent in list(block.modules()):
             for name, child in list(parent.named_children()):
                 if type(child) is nn.Linear:
-                    new = _nf4(bnb, child, compute_dtype) if bnb else Int8Linear(child.weight, child.bias, compute_dtype)
+                    new = _nf4(bnb, child, compute_dtype) if bnb else \
+                        Int8Linear(child.weight, child.bias, compute_dtype)
                     setattr(parent, name, new.eval())
                     swapped.append(new)
     return swapped

@@ -185,8 +185,8 @@ def resolve_dtype(precision: str, device: torch.device) -> torch.dtype:
 
 def load_model(path: str, device="cpu", precision: str = "auto", **options):
     """-> an engine adapter for the model at path ('demo' for the built-in one). precision: auto, bf16, fp16,
-    fp32, or int8 / nf4 (models.quantize: loaded and quantised on the CPU, then moved to device). options are the family's own (Emu3: ratio "W:H", image_area in pixels; Lumina-mGPT: width,
-    height, trained)."""
+    fp32, or int8 / nf4 (models.quantize: loaded and quantised on the CPU, then moved to device). options
+    are the family's own (Emu3: ratio "W:H", image_area in pixels; Lumina-mGPT: width, height, trained)."""
     device = torch.device(device)
     dtype = resolve_dtype(precision, device)
     if precision in QUANTISED:

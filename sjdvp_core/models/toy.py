@@ -117,7 +117,7 @@ class ToyGridAdapter(ModelAdapter):
     def finish(self) -> None:
         self._tree = None
 
-    def cache_bytes(self, rows: int, scratch: int = 0) -> int:
+    def cache_bytes(self, rows: int, scratch: int = 0, prompt: int | None = None, itemsize: int | None = None) -> int:
         return rows * (self.layout.length + 1) * 8
 
     def codebook(self) -> Tensor:
