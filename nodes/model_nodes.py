@@ -23,8 +23,13 @@ class LoadModel(io.ComfyNode):
                                        "then releases not downloaded yet, with their size: choosing one downloads "
                                        "it into models/sjdvp on the first run (a workflow naming it keeps working "
                                        "after). See the README's Models section."),
-                io.Combo.Input("precision", options=["auto", "bf16", "fp16", "fp32"], default="auto",
-                               tooltip="Weight precision. auto: bf16 on GPUs that support it, fp32 on CPU."),
+                io.Combo.Input("precision", options=["auto", "bf16", "fp16", "fp32", "int8", "nf4"], default="auto",
+                               tooltip="Weight precision. auto: on a GPU, bf16 (fp32 where the GPU has no bf16) if "
+                                       "the model and a default decode fit the card, else int8, else nf4 (the "
+                                       "report says what it took and why); fp32 on the CPU. int8: weight-only "
+                                       "int8 (about half of bf16's memory). nf4: 4-bit NormalFloat (about a "
+                                       "quarter; needs bitsandbytes). Embeddings, output head and VQ decoder keep "
+                                       "their precision; exact SJD stays exact for the quantised model."),
                 io.Combo.Input("device", options=["auto", "cpu"], default="auto",
                                tooltip="auto: ComfyUI's device (GPU when there is one); cpu forces the CPU."),
             ],

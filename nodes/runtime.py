@@ -15,7 +15,8 @@ import torch
 from ..sjdvp_core.engine.adapter import ModelAdapter
 from ..sjdvp_core.hub import catalogue
 from ..sjdvp_core.hub.download import download, on_disk
-from ..sjdvp_core.models.registry import DEMO, list_models, load_model
+from ..sjdvp_core.models.quantize import QUANTISED
+from ..sjdvp_core.models.registry import DEMO, DTYPES, fit_precision, list_models, load_model, quantize
 
 FOLDER = "sjdvp"
 folder_paths.add_model_folder_path(FOLDER, os.path.join(folder_paths.models_dir, FOLDER))
@@ -76,8 +77,21 @@ class LoadedModel:
 
 
 def load(name: str, precision: str, device: str) -> LoadedModel:
+    """Loaded on the CPU (ComfyUI moves it). Quantised precisions compute in auto's dtype for the device;
+    auto on a GPU keeps that dtype where a default decode fits the card (its memory less ComfyUI's inference
+    reserve: other models can be evicted), else int8, else NF4, and says why (log and report)."""
     load_device = torch.device("cpu") if device == "cpu" else mm.get_torch_device()
-    adapter = load_model(model_path(name), device="cpu", precision=_precision(precision, load_device))
+    path, compute = model_path(name), _precision("auto", load_device)
+    if precision in QUANTISED:
+        adapter = load_model(path, device="cpu", precision=compute)
+        quantize(adapter, precision, torch.device("cpu"), DTYPES[compute])
+        adapter.precision = precision
+    elif precision == "auto" and load_device.type != "cpu" and path != DEMO:
+        adapter = load_model(path, device="cpu", precision=compute)
+        budget = mm.get_total_memory(load_device) - mm.minimum_inference_memory()
+        fit_precision(adapter, compute, budget, torch.device("cpu"))
+    else:
+        adapter = load_model(path, device="cpu", precision=_precision(precision, load_device))
     generator, decoder = without(adapter.module, adapter.image_decoder), adapter.image_decoder
     return LoadedModel(name, adapter, _patcher(generator, load_device), _patcher(decoder, load_device))
 
@@ -168,7 +182,8 @@ class Progress:
 def oom_message(error: Exception, window: int, tree_width: int = 1) -> RuntimeError:
     tree = f" or tree width (now {tree_width})" if tree_width > 1 else ""
     return RuntimeError(f"out of memory while decoding ({error}). Try a smaller Jacobi window (now {window}){tree}, "
-                        "a lower precision (bf16/fp16) in the loader, a smaller batch, or free other models")
+                        "a lower precision in the loader (bf16 / fp16, int8, or nf4, the smallest), a smaller batch, "
+                        "or free other models")
 
 
 OOM = mm.OOM_EXCEPTION

@@ -241,3 +241,23 @@ def test_download_stops_on_interrupt_and_resumes(pack, fake_hub, monkeypatch):
 def test_download_missing_folder_names_the_catalogue_entry(pack):
     with pytest.raises(FileNotFoundError, match=r"choose 'Janus-Pro-7B \(download, ~14.8 GB\)'"):
         pack["runtime"].model_path("Janus-Pro-7B")
+
+
+def test_quantised_precisions_and_auto_on_a_card_too_small_for_bf16(pack, monkeypatch, tmp_path):
+    from tests.test_quantize import llamagen_c2i
+    is_quantised = importlib.import_module(f"{stubs.PACKAGE}.sjdvp_core.models.quantize").is_quantised
+    runtime, mm = pack["runtime"], pack["mm"]
+    loader = importlib.import_module(f"{stubs.PACKAGE}.nodes.model_nodes").LoadModel
+    assert widgets(loader)["precision"].options == ["auto", "bf16", "fp16", "fp32", "int8", "nf4"]  # appended
+    int8 = runtime.load("demo", "int8", "auto")
+    assert int8.adapter.precision == "int8" and is_quantised(int8.adapter.module)
+    assert run(pack, int8).values[0].result.tokens.shape[1] == int8.adapter.layout.length
+    folder, _, _ = llamagen_c2i(tmp_path)
+    monkeypatch.setattr(runtime, "model_path", lambda name: folder)
+    monkeypatch.setattr(mm, "get_torch_device", lambda: torch.device("cuda"))   # a GPU ComfyUI would use
+    roomy = runtime.load("tiny", "auto", "auto")
+    assert roomy.adapter.precision.startswith("fp32 (auto:") and not is_quantised(roomy.adapter.module)
+    monkeypatch.setattr(mm, "total_memory", (1 << 30) + 9_000_000)   # ~9 MB past ComfyUI's reserve
+    small = runtime.load("tiny", "auto", "auto")
+    assert small.adapter.precision.startswith(("int8 (auto:", "nf4 (auto:")) and "GB free" in small.adapter.precision
+    assert is_quantised(small.adapter.module)

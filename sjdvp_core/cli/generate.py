@@ -16,7 +16,7 @@ from ..engine.adapter import KEEP_SIZE, at_size
 from ..engine.decode import decode
 from ..engine.devices import default_device
 from ..engine.settings import METHODS, DecodeSettings, DrafterSettings, TreeSettings, method_settings
-from ..models.registry import load_model
+from ..models.registry import PRECISIONS, load_model
 
 
 def save_png(image: torch.Tensor, path: str, scale: int = 4) -> None:
@@ -44,9 +44,9 @@ def main(prompt: str, methods=("ar", "sjd-vp"), model: str = "demo", window: int
          temperature: float | None = None, out: str = "out", device: str = "cpu",
          coupled: bool = DrafterSettings().coupled, width: int = KEEP_SIZE, height: int = KEEP_SIZE,
          tree_width: int = TreeSettings().width, tree_depth: int = TreeSettings().depth,
-         tree_branch: int = TreeSettings().branch) -> list[dict]:
+         tree_branch: int = TreeSettings().branch, precision: str = "auto") -> list[dict]:
     size, auto = window_arg(window) if isinstance(window, str) else (window, False)
-    adapter = at_size(load_model(model, device=device), width, height)
+    adapter = at_size(load_model(model, device=device, precision=precision), width, height)
     defaults = adapter.default_sampling
     given = dict(cfg_scale=cfg, top_k=top_k, top_p=top_p, temperature=temperature)
     sampling = dataclasses.replace(defaults, **{k: v for k, v in given.items() if v is not None})
@@ -90,6 +90,9 @@ def parser() -> argparse.ArgumentParser:
                     help=f"Jacobi window: 'auto' (tokens per pass chosen for this device, at most {AUTO_WINDOW}), "
                          "'auto:N' (at most N) or N (fixed)")
     ap.add_argument("--seed", type=int, default=DecodeSettings().seed)
+    ap.add_argument("--precision", default="auto", choices=PRECISIONS,
+                    help="weights: auto (on a GPU bf16 if the model fits its free memory, else int8, else nf4; fp32 "
+                         "on the CPU), bf16, fp16, fp32, int8 (weight-only) or nf4 (bitsandbytes)")
     ap.add_argument("--cfg", type=float, help="classifier-free guidance scale (default: the model's)")
     ap.add_argument("--top-k", dest="top_k", type=int, help="top-k (default: the model's)")
     ap.add_argument("--top-p", dest="top_p", type=float, help="top-p (default: the model's)")

@@ -73,6 +73,7 @@ class ModelAdapter:
     image_decoder: torch.nn.Module  # the part of module that decode_image needs (the VQ decoder)
     trees: bool = False      # forward_tree and adopt are implemented (draft trees can be scored)
     example_condition: Any = "a red fox in the snow"   # what the check command's test forward uses
+    precision: str = ""      # how the weights were loaded where a loader chose it (auto: its reasons)
 
     def start(self, conditions: Sequence[Any], negatives: Sequence[Any] | None,
               cfg: bool, scratch: int = 0) -> tuple[TokenLayout, Tensor]:

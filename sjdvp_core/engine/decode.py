@@ -292,7 +292,7 @@ def decode(adapter: ModelAdapter, conditions: Sequence[Any] | Any, settings: Dec
         try:
             layout, first_logits = adapter.start(conditions, negatives, settings.sampling.uses_cfg, scratch)
             result = JacobiDecoder(adapter, settings, layout, timing, cost).run(first_logits, progress)
-            result.stats.pass_cost = cost
+            result.stats.pass_cost, result.stats.precision = cost, adapter.precision
             return result
         finally:
             adapter.finish()

@@ -104,6 +104,8 @@ def report_text(result: DecodeResult, method: str) -> str:
         lines.append(f"estimated wall-clock speed-up on this device: {st.estimated_speedup():.2f}x (an estimate: "
                      f"{st.tokens_per_forward:.1f} tokens scored per pass, priced by the pass cost "
                      f"{st.pass_cost.source})")
+    if st.precision:
+        lines.append(f"weights: {st.precision}")
     if st.rose_verified and st.flat_verified:       # carried drafts are verified (never under AR)
         lines.append(f"carried drafts accepted: {m['accept_if_rose']:.1%} when their probability had just risen, "
                      f"{m['accept_if_not']:.1%} otherwise")

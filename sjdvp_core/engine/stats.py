@@ -37,6 +37,7 @@ class DecodeStats:
                                        # of w costs w of them: about one token's time past no knee, engine/cost.py)
     scored_per_iter: list = field(default_factory=list)  # tokens each iteration's forward scored per row
     pass_cost: object = None           # the engine/cost.PassCost of this device, where the decode had one
+    precision: str = ""                # the weights' precision where a loader chose it (ModelAdapter.precision)
     # draft trees: branching slots where the draft was rejected (so alternatives were tried), and how
     # often a spatial guess or a further draw from q was accepted there
     tree_tried: int = 0

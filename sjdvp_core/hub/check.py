@@ -19,7 +19,7 @@ import zipfile
 import torch
 
 from ..engine.devices import default_device
-from ..models.registry import detect_family, load_model, resolve_dtype
+from ..models.registry import PRECISIONS, detect_family, load_model, resolve_dtype
 
 WEIGHT_FILES = (".safetensors", ".pt", ".pth", ".bin", ".ckpt")
 GiB = 2 ** 30
@@ -166,7 +166,7 @@ def check(path: str, device: str = "cpu", precision: str = "auto", run_forward: 
     try:
         t = time.perf_counter()
         adapter = load_model(path, device=device, precision=precision, **options)
-    except (OSError, ValueError, RuntimeError) as e:
+    except (OSError, ValueError, RuntimeError, ImportError) as e:
         rep.problem("load", str(e))
         return rep.problems
     rep.ok("loaded", f"{adapter.family} in {time.perf_counter() - t:.1f} s, {dtype}, every "
@@ -189,8 +189,8 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default=default_device(),
                     help="where to load and run the model (default: the GPU when there is one; "
                          f"here {default_device()})")
-    ap.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16", "fp16"],
-                    help="weight precision (auto: bf16 on GPUs that have it, else fp32)")
+    ap.add_argument("--precision", default="auto", choices=PRECISIONS,
+                    help="weight precision (auto: on a GPU bf16 if it fits, else int8, else nf4; fp32 on the CPU)")
     ap.add_argument("--no-forward", dest="run_forward", action="store_false",
                     help="check files and loading only (a 7B model needs about 30 GB of RAM in fp32 on a CPU)")
     ap.add_argument("--prompt", help="the prompt of the test forward (default: a short caption, or class 0)")

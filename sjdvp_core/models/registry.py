@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import logging
 import os
 from dataclasses import dataclass
 
@@ -17,7 +18,9 @@ from .llamagen import gpt_files, is_gpt_file
 from .quantize import QUANTISED, swap_linears
 
 DEMO = "demo"
+log = logging.getLogger(__name__)
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+NAMES = {dtype: name for name, dtype in DTYPES.items()}
 PRECISIONS = ("auto", *DTYPES, *QUANTISED)
 
 
@@ -192,8 +195,29 @@ def load_model(path: str, device="cpu", precision: str = "auto", **options):
     if precision in QUANTISED:
         adapter = _load(path, torch.device("cpu"), dtype, options)
         quantize(adapter, precision, device, dtype)
+        adapter.precision = precision
+        return adapter
+    if precision == "auto" and device.type == "cuda" and path != DEMO:
+        from .memory import free_memory
+        adapter = _load(path, torch.device("cpu"), dtype, options)
+        fit_precision(adapter, NAMES[dtype], free_memory(device), device)
         return adapter
     return _load(path, device, torch.float32 if precision == "auto" and path == DEMO else dtype, options)
+
+
+def fit_precision(adapter, compute: str, memory: int, device: torch.device) -> str:
+    """auto on a GPU, for an adapter loaded on the CPU in compute's dtype: keep it if a default decode fits
+    `memory` bytes, else quantise it to int8, else NF4 (models.memory.choose_precision), and move it to device.
+    The choice and its figures are logged and kept as adapter.precision. -> the precision taken."""
+    from .memory import choose_precision
+    chosen, why = choose_precision(adapter, compute, memory)
+    log.info("sjdvp: precision %s", why)
+    if chosen in QUANTISED:
+        quantize(adapter, chosen, device, DTYPES[compute])
+    else:
+        adapter.module.to(device)
+    adapter.precision = f"{chosen} (auto: {why})"
+    return chosen
 
 
 def _load(path: str, device: torch.device, dtype: torch.dtype, options: dict):

@@ -73,6 +73,14 @@ class MemoryManager(types.ModuleType):
     def should_use_bf16(self, device):
         return False
 
+    total_memory = 24 << 30
+
+    def get_total_memory(self, dev=None, torch_total_too=False):
+        return self.total_memory
+
+    def minimum_inference_memory(self):
+        return 1 << 30
+
     def processing_interrupted(self):
         return False
 
