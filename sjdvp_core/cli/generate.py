@@ -15,7 +15,7 @@ import torch
 from ..engine.adapter import KEEP_SIZE, at_size
 from ..engine.decode import decode
 from ..engine.devices import default_device
-from ..engine.settings import METHODS, DecodeSettings, DrafterSettings, TreeSettings, method_settings
+from ..engine.settings import METHODS, DecodeSettings, DrafterSettings, SamplingSettings, TreeSettings, method_settings
 from ..models.registry import PRECISIONS, load_model
 
 
@@ -47,9 +47,7 @@ def main(prompt: str, methods=("ar", "sjd-vp"), model: str = "demo", window: int
          tree_branch: int = TreeSettings().branch, precision: str = "auto") -> list[dict]:
     size, auto = window_arg(window) if isinstance(window, str) else (window, False)
     adapter = at_size(load_model(model, device=device, precision=precision), width, height)
-    defaults = adapter.default_sampling
-    given = dict(cfg_scale=cfg, top_k=top_k, top_p=top_p, temperature=temperature)
-    sampling = dataclasses.replace(defaults, **{k: v for k, v in given.items() if v is not None})
+    sampling = chosen_sampling(adapter, cfg, top_k, top_p, temperature)
     os.makedirs(out, exist_ok=True)
     rows = []
     for name in methods:
@@ -79,25 +77,37 @@ def main(prompt: str, methods=("ar", "sjd-vp"), model: str = "demo", window: int
     return rows
 
 
+def chosen_sampling(adapter, cfg=None, top_k=None, top_p=None, temperature=None) -> SamplingSettings:
+    """The model's sampling defaults with what the command line gave instead."""
+    given = dict(cfg_scale=cfg, top_k=top_k, top_p=top_p, temperature=temperature)
+    return dataclasses.replace(adapter.default_sampling, **{k: v for k, v in given.items() if v is not None})
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m sjdvp_core", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--prompt", default="a red circle on grass", help="what to draw (demo: colour, shape, background)")
     ap.add_argument("--methods", nargs="+", default=["ar", "sjd-vp"], choices=list(METHODS),
                     help="decoding methods, the first is the baseline of the speed-up columns")
-    ap.add_argument("--model", default="demo", help="'demo', or a model folder / GPT file (e.g. a LlamaGen folder)")
-    ap.add_argument("--window", default="auto",
-                    help=f"Jacobi window: 'auto' (tokens per pass chosen for this device, at most {AUTO_WINDOW}), "
-                         "'auto:N' (at most N) or N (fixed)")
     ap.add_argument("--seed", type=int, default=DecodeSettings().seed)
+    ap.add_argument("--out", default="out", help="folder for the PNGs")
+    decoding_arguments(ap)
+    return ap
+
+
+def decoding_arguments(ap: argparse.ArgumentParser) -> None:
+    """The model, its precision and device, and how to decode: shared with python -m sjdvp_core.batch."""
+    ap.add_argument("--model", default="demo", help="'demo', or a model folder / GPT file (e.g. a LlamaGen folder)")
     ap.add_argument("--precision", default="auto", choices=PRECISIONS,
                     help="weights: auto (on a GPU bf16 if the model fits its free memory, else int8, else nf4; fp32 "
                          "on the CPU), bf16, fp16, fp32, int8 (weight-only) or nf4 (bitsandbytes)")
+    ap.add_argument("--window", default="auto",
+                    help=f"Jacobi window: 'auto' (tokens per pass chosen for this device, at most {AUTO_WINDOW}), "
+                         "'auto:N' (at most N) or N (fixed)")
     ap.add_argument("--cfg", type=float, help="classifier-free guidance scale (default: the model's)")
     ap.add_argument("--top-k", dest="top_k", type=int, help="top-k (default: the model's)")
     ap.add_argument("--top-p", dest="top_p", type=float, help="top-p (default: the model's)")
     ap.add_argument("--temperature", type=float, help="temperature (default: the model's)")
-    ap.add_argument("--out", default="out", help="folder for the PNGs")
     ap.add_argument("--device", default=default_device(),
                     help=f"where to decode (default: the GPU when there is one; here {default_device()})")
     ap.add_argument("--width", type=int, default=KEEP_SIZE,
@@ -111,4 +121,3 @@ def parser() -> argparse.ArgumentParser:
                     help="draft tree: drafts after each alternative (0 = to the window's end; fewer tokens per pass)")
     ap.add_argument("--no-coupling", dest="coupled", action="store_false",
                     help="draw each draft with fresh randomness (classic SJD) instead of coupled drafting")
-    return ap

@@ -1,0 +1,105 @@
+"""python -m sjdvp_core.batch: prompts (text or JSONL) x seeds x methods, every image written once with
+its JSONL line; sharded over 2 processes by torchrun (gloo, CPU); a run killed mid-way, started again,
+redoes only what it had not finished."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from sjdvp_core.batch import jobs, parse_seeds, read_prompts, run
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROMPTS = ["a red circle on grass", "a blue square on snow", "a green triangle on sand"]
+
+
+def env():
+    return dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")   # two processes share two cores
+
+
+def prompt_file(tmp_path, jsonl=False):
+    path = tmp_path / ("prompts.jsonl" if jsonl else "prompts.txt")
+    if jsonl:
+        path.write_text("\n".join(json.dumps({"prompt": p}) for p in PROMPTS) + "\n")
+    else:
+        path.write_text("# demo scenes\n" + "\n".join(PROMPTS) + "\n\n")
+    return str(path)
+
+
+def finished(out) -> list[dict]:
+    return [json.loads(line) for line in open(os.path.join(out, "images.jsonl"))]
+
+
+def test_prompts_seeds_and_jobs(tmp_path):
+    assert read_prompts(prompt_file(tmp_path)) == [(p, None) for p in PROMPTS]
+    assert read_prompts(prompt_file(tmp_path, jsonl=True)) == [(p, None) for p in PROMPTS]
+    assert parse_seeds(["0-2", "7"]) == [0, 1, 2, 7]
+    with pytest.raises(ValueError, match="ranges like 0-99"):
+        parse_seeds(["x"])
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "a"}\n{"text": "b"}\n')
+    with pytest.raises(ValueError, match="bad.jsonl:2"):
+        read_prompts(str(bad))
+    listed = jobs(read_prompts(prompt_file(tmp_path)), [0, 1], ["ar", "sjd-vp"])
+    assert len(listed) == 12 and len({j.name for j in listed}) == 12
+
+
+def test_one_process_writes_every_image_once_and_a_rerun_does_nothing(tmp_path):
+    out = str(tmp_path / "run")
+    assert run(prompt_file(tmp_path, jsonl=True), ["0", "1"], ["ar", "sjd-vp"], out, window="8", device="cpu") == 12
+    records = finished(out)
+    assert [r["index"] for r in records] == list(range(12))
+    assert all(os.path.isfile(os.path.join(out, r["image"])) for r in records)
+    r = records[1]
+    assert (r["prompt"], r["seed"], r["method"]) == (PROMPTS[0], 0, "sjd-vp") and r["settings"]["window"] == 8
+    assert r["stats"]["forward_passes"] < records[0]["stats"]["forward_passes"]   # SJD-VP beats AR's steps
+    assert run(prompt_file(tmp_path, jsonl=True), ["0", "1"], ["ar", "sjd-vp"], out, window="8", device="cpu") == 0
+    assert len(finished(out)) == 12
+    # a line cut short by a kill: its image is redone, and the next record does not stick to it
+    log = os.path.join(out, "images.rank0.jsonl")
+    text = open(log).read().splitlines(keepends=True)
+    open(log, "w").write("".join(text[:-1]) + text[-1][:20])
+    assert run(prompt_file(tmp_path, jsonl=True), ["0", "1"], ["ar", "sjd-vp"], out, window="8", device="cpu") == 1
+    assert [r["index"] for r in finished(out)] == list(range(12))
+
+
+def test_torchrun_two_processes_share_the_jobs_and_a_killed_run_resumes(tmp_path):
+    out = str(tmp_path / "run")
+    args = ["--prompts", prompt_file(tmp_path), "--seeds", "0-1", "--methods", "ar", "sjd", "--out", out,
+            "--window", "8"]
+    # a single process, killed once its first images are on disk
+    first = subprocess.Popen([sys.executable, "-m", "sjdvp_core.batch", *args], env=env(), cwd=ROOT,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while time.time() < deadline and len([f for f in os.listdir(out) if f.endswith(".png")] if os.path.isdir(out)
+                                          else []) < 2:
+        time.sleep(0.05)
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    killed_log = os.path.join(out, "images.rank0.jsonl")
+    kept = {}
+    for line in open(killed_log):
+        if line.endswith("\n"):
+            name = json.loads(line)["image"]
+            kept[name] = os.stat(os.path.join(out, name)).st_mtime_ns
+    assert 1 <= len(kept) < 12
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                           "-m", "sjdvp_core.batch", *args], env=env(), cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert [r["index"] for r in finished(out)] == list(range(12))     # every image, once, in job order
+    lines = [json.loads(line) for rank in (0, 1) for line in open(os.path.join(out, f"images.rank{rank}.jsonl"))]
+    assert len(lines) == 12 == len({x["image"] for x in lines})      # nothing decoded twice
+    assert {x["index"] % 2 for x in open_lines(out, 1)} == {1}        # rank 1 took the odd jobs left
+    for name, mtime in kept.items():                                  # what was finished was kept
+        assert os.stat(os.path.join(out, name)).st_mtime_ns == mtime
+    assert not [f for f in os.listdir(out) if f.endswith(".tmp.png")]
+
+
+def open_lines(out, rank) -> list[dict]:
+    return [json.loads(line) for line in open(os.path.join(out, f"images.rank{rank}.jsonl"))]
