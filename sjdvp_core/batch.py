@@ -138,6 +138,9 @@ def run(prompts: str, seeds: list[str], methods: list[str], out: str, model: str
     os.makedirs(out, exist_ok=True)
     done = done_names(out)
     mine = [j for j in all_jobs if j.index % world == rank and j.name + ".png" not in done]
+    for job in mine:     # a kill's half-written PNGs of this rank's jobs
+        for tmp in glob.glob(os.path.join(out, f".{job.name}.png.*.tmp.png")):
+            os.remove(tmp)
     written = 0
     if mine:
         written = _decode_jobs(mine, out, rank, world, model, precision, device, window, width, height,
