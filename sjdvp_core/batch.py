@@ -82,38 +82,41 @@ def jobs(prompts: list[tuple[str, str | None]], seeds: list[int], methods: list[
     return [Job(i, p, n, s, m) for i, (p, n, s, m) in enumerate(combos)]
 
 
-def done_names(out: str) -> set[str]:
-    """Images whose PNG and JSONL line both exist."""
-    lines = set()
-    for path in glob.glob(os.path.join(out, "images.rank*.jsonl")):
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                try:
-                    lines.add(json.loads(line)["image"])
-                except (ValueError, KeyError):
-                    pass   # a line cut short by a kill: its image is redone
-    return {name for name in lines if os.path.isfile(os.path.join(out, name))}
-
-
-def merge(out: str, all_jobs: list[Job]) -> int:
-    """<out>/images.jsonl: one line per finished image, in job order. -> lines written."""
-    by_image = {}
+def records(out: str) -> dict[str, dict]:
+    """Image name -> its JSONL record, for the images whose PNG and line both exist."""
+    found = {}
     for path in sorted(glob.glob(os.path.join(out, "images.rank*.jsonl"))):
         with open(path, encoding="utf-8") as f:
             for line in f:
                 try:
                     record = json.loads(line)
-                    by_image[record["image"]] = record
-                except (ValueError, KeyError):
-                    pass
+                    found[record["image"]] = record
+                except (ValueError, KeyError, TypeError):
+                    pass   # a line cut short by a kill: its image is redone
+    return {name: r for name, r in found.items() if os.path.isfile(os.path.join(out, name))}
+
+
+def finished(out: str, all_jobs: list[Job]) -> dict[str, dict]:
+    """The jobs' images already done in out; a ValueError if out holds another run's images."""
+    done = records(out)
+    for job in all_jobs:
+        r = done.get(job.name + ".png")
+        if r is not None and (r.get("prompt"), r.get("seed"), r.get("method")) != (job.prompt, job.seed, job.method):
+            raise ValueError(f"{out} holds another run's images ({r['image']} is {r.get('prompt')!r}, seed "
+                             f"{r.get('seed')}, not {job.prompt!r}, seed {job.seed}): give a new --out, or the "
+                             "same prompts, seeds and methods to resume that run")
+    return done
+
+
+def merge(out: str, all_jobs: list[Job]) -> int:
+    """<out>/images.jsonl: one line per finished image, in job order. -> lines written."""
+    done = records(out)
+    lines = [json.dumps(done[job.name + ".png"]) + "\n" for job in all_jobs if job.name + ".png" in done]
     tmp = os.path.join(out, f"images.jsonl.{os.getpid()}.tmp")
     with open(tmp, "w", encoding="utf-8") as f:
-        for job in all_jobs:
-            record = by_image.get(job.name + ".png")
-            if record is not None and os.path.isfile(os.path.join(out, record["image"])):
-                f.write(json.dumps(record) + "\n")
+        f.writelines(lines)
     os.replace(tmp, os.path.join(out, "images.jsonl"))
-    return sum(1 for _ in open(os.path.join(out, "images.jsonl"), encoding="utf-8"))
+    return len(lines)
 
 
 def ranks() -> tuple[int, int, int]:
@@ -129,14 +132,14 @@ def run(prompts: str, seeds: list[str], methods: list[str], out: str, model: str
     """Decode this rank's share of the jobs not done yet; -> images this rank wrote."""
     rank, world, local = ranks()
     all_jobs = jobs(read_prompts(prompts), parse_seeds(seeds), methods)
+    os.makedirs(out, exist_ok=True)
+    done = finished(out, all_jobs)
     distributed = world > 1
     if distributed:
         import torch.distributed as dist
         dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
     if device is None or (distributed and device.startswith("cuda")):
         device = f"cuda:{local}" if torch.cuda.is_available() else "cpu"
-    os.makedirs(out, exist_ok=True)
-    done = done_names(out)
     mine = [j for j in all_jobs if j.index % world == rank and j.name + ".png" not in done]
     for job in mine:     # a kill's half-written PNGs of this rank's jobs
         for tmp in glob.glob(os.path.join(out, f".{job.name}.png.*.tmp.png")):

@@ -66,6 +66,10 @@ def test_one_process_writes_every_image_once_and_a_rerun_does_nothing(tmp_path):
     open(log, "w").write("".join(text[:-1]) + text[-1][:20])
     assert run(prompt_file(tmp_path, jsonl=True), ["0", "1"], ["ar", "sjd-vp"], out, window="8", device="cpu") == 1
     assert [r["index"] for r in finished(out)] == list(range(12))
+    other = tmp_path / "other.txt"
+    other.write_text("a purple diamond on night\n")
+    with pytest.raises(ValueError, match="another run's images"):      # other prompts into the same folder
+        run(str(other), ["0"], ["ar"], out, window="8", device="cpu")
 
 
 def test_torchrun_two_processes_share_the_jobs_and_a_killed_run_resumes(tmp_path):
