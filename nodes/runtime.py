@@ -15,8 +15,7 @@ import torch
 from ..sjdvp_core.engine.adapter import ModelAdapter
 from ..sjdvp_core.hub import catalogue
 from ..sjdvp_core.hub.download import download, on_disk
-from ..sjdvp_core.models.quantize import QUANTISED
-from ..sjdvp_core.models.registry import DEMO, DTYPES, fit_precision, list_models, load_model, quantize
+from ..sjdvp_core.models.registry import DEMO, list_models, load_model
 
 FOLDER = "sjdvp"
 folder_paths.add_model_folder_path(FOLDER, os.path.join(folder_paths.models_dir, FOLDER))
@@ -81,17 +80,11 @@ def load(name: str, precision: str, device: str) -> LoadedModel:
     auto on a GPU keeps that dtype where a default decode fits the card (its memory less ComfyUI's inference
     reserve: other models can be evicted), else int8, else NF4, and says why (log and report)."""
     load_device = torch.device("cpu") if device == "cpu" else mm.get_torch_device()
-    path, compute = model_path(name), _precision("auto", load_device)
-    if precision in QUANTISED:
-        adapter = load_model(path, device="cpu", precision=compute)
-        quantize(adapter, precision, torch.device("cpu"), DTYPES[compute])
-        adapter.precision = precision
-    elif precision == "auto" and load_device.type != "cpu" and path != DEMO:
-        adapter = load_model(path, device="cpu", precision=compute)
+    budget = None
+    if precision == "auto" and load_device.type != "cpu":
         budget = mm.get_total_memory(load_device) - mm.minimum_inference_memory()
-        fit_precision(adapter, compute, budget, torch.device("cpu"))
-    else:
-        adapter = load_model(path, device="cpu", precision=_precision(precision, load_device))
+    adapter = load_model(model_path(name), device="cpu", precision=precision,
+                         compute=_compute(load_device), memory=budget)
     generator, decoder = without(adapter.module, adapter.image_decoder), adapter.image_decoder
     return LoadedModel(name, adapter, _patcher(generator, load_device), _patcher(decoder, load_device))
 
@@ -121,9 +114,8 @@ def without(module: torch.nn.Module, part: torch.nn.Module) -> torch.nn.Module:
     return kept
 
 
-def _precision(precision: str, device: torch.device) -> str:
-    if precision != "auto":
-        return precision
+def _compute(device: torch.device) -> str:
+    """The dtype auto and the quantised precisions compute in on device, as ComfyUI judges it."""
     if device.type != "cpu" and mm.should_use_bf16(device):
         return "bf16"
     return "fp32"

@@ -15,7 +15,7 @@ from torch import nn
 
 from ..engine.decode import decode_bytes
 from ..engine.settings import DecodeSettings, WindowSettings
-from .quantize import QUANTISED, quantisable
+from .quantize import QUANTISED, bitsandbytes, quantisable
 
 ITEMSIZE = {"fp32": 4, "bf16": 2, "fp16": 2}
 FALLBACK = ("int8", "nf4")         # what auto tries, in order, when the compute dtype does not fit
@@ -94,7 +94,7 @@ def choose_precision(adapter, compute: str, free: int, settings: DecodeSettings 
 
 def _has_bitsandbytes() -> bool:
     try:
-        import bitsandbytes  # noqa: F401
+        bitsandbytes("nf4")
     except ImportError:
         return False
     return True

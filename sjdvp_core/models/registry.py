@@ -186,23 +186,32 @@ def resolve_dtype(precision: str, device: torch.device) -> torch.dtype:
     return torch.float32
 
 
-def load_model(path: str, device="cpu", precision: str = "auto", **options):
-    """-> an engine adapter for the model at path ('demo' for the built-in one). precision: auto, bf16, fp16,
-    fp32, or int8 / nf4 (models.quantize: loaded and quantised on the CPU, then moved to device). options
-    are the family's own (Emu3: ratio "W:H", image_area in pixels; Lumina-mGPT: width, height, trained)."""
+def load_model(path: str, device="cpu", precision: str = "auto", compute: str | None = None,
+               memory: int | None = None, **options):
+    """-> an engine adapter for the model at path ('demo' for the built-in one). precision: bf16, fp16, fp32,
+    int8 / nf4 (models.quantize: loaded and quantised on the CPU, then moved to device), or auto: compute's
+    dtype, quantised where a default decode would not fit `memory` bytes (fit_precision; the demo model's
+    auto is fp32). compute: the dtype auto and the quantised precisions compute in (default: bf16 on a GPU
+    that has it, else fp32). memory: default a CUDA device's free memory; elsewhere auto does not fit.
+    options are the family's own (Emu3: ratio "W:H", image_area in pixels; Lumina-mGPT: width, height,
+    trained)."""
     device = torch.device(device)
-    dtype = resolve_dtype(precision, device)
+    dtype = resolve_dtype(precision, device) if compute is None or precision in DTYPES else DTYPES[compute]
+    if precision in DTYPES:
+        return _load(path, device, dtype, options)
     if precision in QUANTISED:
         adapter = _load(path, torch.device("cpu"), dtype, options)
         quantize(adapter, precision, device, dtype)
         adapter.precision = precision
         return adapter
-    if precision == "auto" and device.type == "cuda" and path != DEMO:
+    if memory is None and device.type == "cuda":
         from .memory import free_memory
-        adapter = _load(path, torch.device("cpu"), dtype, options)
-        fit_precision(adapter, NAMES[dtype], free_memory(device), device)
-        return adapter
-    return _load(path, device, torch.float32 if precision == "auto" and path == DEMO else dtype, options)
+        memory = free_memory(device)
+    if path == DEMO or memory is None:
+        return _load(path, device, torch.float32 if path == DEMO else dtype, options)
+    adapter = _load(path, torch.device("cpu"), dtype, options)
+    fit_precision(adapter, NAMES[dtype], memory, device)
+    return adapter
 
 
 def fit_precision(adapter, compute: str, memory: int, device: torch.device) -> str:
