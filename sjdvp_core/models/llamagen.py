@@ -162,7 +162,8 @@ class LlamaGenAdapter(ModelAdapter):
         self.gpt = gpt.to(device, dtype)
         self.gpt.rope = self.gpt.rope.float()
         self.vq = vq.to(device, torch.float32)
-        self.module = torch.nn.ModuleDict({"gpt": self.gpt, "vq": self.vq})  # all weights, for memory managers
+        parts = {"gpt": self.gpt, "vq": self.vq} | ({"text": text_encoder.model} if text_encoder is not None else {})
+        self.module = torch.nn.ModuleDict(parts)    # all weights (T5's too), for memory managers
         self.image_decoder = self.vq
         self._codebook: Tensor | None = None
         self.branches = TreeBranches()
@@ -256,7 +257,7 @@ class LlamaGenAdapter(ModelAdapter):
         self.branches = TreeBranches()
 
     def blocks(self) -> list[torch.nn.Module]:
-        """The GPT's blocks, then the T5 caption encoder's (t2i), which stays where it was loaded."""
+        """The GPT's blocks, then the T5 caption encoder's (t2i)."""
         encoder = list(self.text_encoder.model.encoder.block) if self.text_encoder is not None else []
         return list(self.gpt.layers) + encoder
 

@@ -245,7 +245,7 @@ def _load(path: str, device: torch.device, dtype: torch.dtype, options: dict):
 
 def quantize(adapter, precision: str, device: torch.device, dtype: torch.dtype) -> None:
     """Swap the adapter's block linears for int8 / NF4 ones computing in dtype (models.quantize), then move
-    its weights to device; blocks outside adapter.module (LlamaGen's T5 encoder) stay where they are."""
+    its weights to device."""
     if not swap_linears(adapter.blocks(), precision, dtype):
         raise ValueError(f"{adapter.family}: nothing to quantise (no linear layers in its transformer blocks); "
                          "choose bf16, fp16 or fp32")

@@ -26,7 +26,12 @@ class T5CaptionEncoder:
         self.tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
         self.model = T5EncoderModel.from_pretrained(folder, local_files_only=True, **dtype_kwarg(dtype))
         self.model = self.model.to(device).eval()
-        self.max_length, self.device = max_length, torch.device(device)
+        self.max_length = max_length
+
+    @property
+    def device(self) -> torch.device:
+        """Where the encoder is now (it moves with the adapter's module)."""
+        return self.model.get_input_embeddings().weight.device
 
     @torch.no_grad()
     def __call__(self, prompts: list[str]) -> tuple[Tensor, Tensor]:
