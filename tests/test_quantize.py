@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
+import sys
 
 import pytest
 import torch
@@ -18,14 +19,14 @@ from sjdvp_core.engine.target import cfg_mix
 from sjdvp_core.models.llamagen import LlamaGenAdapter
 from sjdvp_core.models.llamagen_gpt import GPTConfig, LlamaGenGPT
 from sjdvp_core.models.llamagen_vq import LlamaGenVQ
-from sjdvp_core.models.quantize import is_quantised, quantisable, weight_bytes
-from sjdvp_core.models.registry import load_model, quantize
+from sjdvp_core.models.quantize import is_quantised, quantisable, stored_quantisation, weight_bytes
+from sjdvp_core.models.registry import detect_family, load_model, quantize
 from tests.test_emu3 import SIZE as EMU3_SIZE
 from tests.test_emu3 import write_converted as write_emu3
 from tests.test_janus import write_converted as write_janus
 from tests.test_llamagen import VQ_TINY, random_gpt, random_vq
 from tests.test_llamagen_t2i import write_t5
-from tests.tiny_lumina import write_lumina
+from tests.tiny_lumina import write_lumina, write_lumina_4bit
 from tests.tiny_lumina2 import write_lumina2
 from tests.toy_reference import chi2_pvalue, code_index
 
@@ -110,6 +111,47 @@ def test_without_bitsandbytes_the_message_says_what_to_install(monkeypatch):
 def test_unknown_precisions_are_refused():
     with pytest.raises(ValueError, match="int8"):
         load_model("demo", precision="int4")
+
+
+# --- a release stored 4-bit: Alpha-VLLM/Lumina-mGPT-7B-768-bnb-int4 ------------------------------------
+@pytest.fixture(scope="module")
+def lumina_4bit(tmp_path_factory):
+    return write_lumina_4bit(str(tmp_path_factory.mktemp("models") / "Lumina-mGPT-tiny-64-bnb-int4"))
+
+
+def test_a_4bit_release_loads_as_stored_and_decodes_greedy_sjd_equal_to_ar(lumina_4bit):
+    import bitsandbytes.functional as bnbf
+    from transformers import ChameleonForConditionalGeneration
+    assert detect_family(lumina_4bit) == "lumina"
+    assert stored_quantisation(lumina_4bit) == "bitsandbytes 4-bit fp4"
+    adapter = load_model(lumina_4bit, width=64, height=32)
+    assert adapter.precision == "bitsandbytes 4-bit fp4, as stored (computes in fp32)"
+    layer = adapter.model.model.layers[0].mlp.down_proj
+    assert layer.weight.quant_state.quant_type == "fp4" and layer.compute_dtype == torch.float32
+    # the packed weights are the file's, byte for byte, and dequantise to the float model's within FP4's error
+    hf = ChameleonForConditionalGeneration.from_pretrained(lumina_4bit, ignore_mismatched_sizes=True)
+    assert torch.equal(layer.weight.data, hf.model.layers[0].mlp.down_proj.weight.data)
+    float_weight = load_model(write_lumina(str(lumina_4bit) + "-float"), width=64, height=32,
+                              precision="fp32").model.model.layers[0].mlp.down_proj.weight
+    dequantised = bnbf.dequantize_4bit(layer.weight.data, layer.weight.quant_state).float()
+    assert (dequantised - float_weight).norm() / float_weight.norm() < 0.2
+    sampling = SamplingSettings(cfg_scale=3.0, greedy=True, temperature=0.0)
+    ar = decode(adapter, PROMPTS, method_settings("ar", 1, sampling, batch_size=2))
+    for s in (method_settings("sjd-vp", 8, sampling, batch_size=2),
+              method_settings("sjd", 4, sampling, batch_size=2, tree=TreeSettings(width=3, depth=2))):
+        res = decode(adapter, PROMPTS, s)
+        assert torch.equal(res.tokens, ar.tokens) and res.stats.forward_passes < ar.stats.forward_passes
+        assert res.stats.precision == adapter.precision
+
+
+def test_a_4bit_release_refuses_requantising_and_without_bitsandbytes_says_what_to_install(lumina_4bit,
+                                                                                          monkeypatch):
+    for precision in PRECISIONS:
+        with pytest.raises(ValueError, match="stored quantised already"):
+            load_model(lumina_4bit, precision=precision, width=64, height=32)
+    monkeypatch.setitem(sys.modules, "bitsandbytes", None)       # import bitsandbytes -> ImportError
+    with pytest.raises(ImportError, match="pip install bitsandbytes.*float release"):
+        load_model(lumina_4bit, width=64, height=32)
 
 
 # --- the sampled law of a tiny quantised model -------------------------------------------------------

@@ -100,3 +100,41 @@ def write_lumina(folder: str, seed: int = 0, vqgan: bool = True) -> str:
     if vqgan:
         write_vqgan(os.path.join(folder, "tokenizer"), seed)
     return folder
+
+
+def write_lumina_4bit(folder: str, seed: int = 0) -> str:
+    """Lumina-mGPT-7B-768-bnb-int4's layout, written by bitsandbytes itself: write_lumina's model loaded
+    through transformers with load_in_4bit (its defaults, as the release's config.json keeps them: FP4,
+    blocks of 64, no double quantisation) and saved: one model.safetensors of packed uint8 weights with their
+    quant-state keys (absmax, quant_map, quant_state.bitsandbytes__fp4) and float norms and embeddings;
+    config.json is Lumina's own plus the quantization_config; q/k norms stay per model-parallel shard."""
+    import shutil
+    import tempfile
+
+    from safetensors.torch import load_file, save_file
+    from transformers import BitsAndBytesConfig, ChameleonForConditionalGeneration
+    with tempfile.TemporaryDirectory() as tmp:
+        source = write_lumina(os.path.join(tmp, "float"), seed)
+        model = ChameleonForConditionalGeneration.from_pretrained(
+            source, quantization_config=BitsAndBytesConfig(load_in_4bit=True), dtype=torch.bfloat16,
+            ignore_mismatched_sizes=True)          # the [1, D] q/k norms: put back as stored below
+        model.save_pretrained(folder)
+        with open(os.path.join(folder, "config.json")) as f:
+            quantization = json.load(f)["quantization_config"]
+        with open(os.path.join(source, "config.json")) as f:
+            config = json.load(f) | {"quantization_config": quantization, "torch_dtype": "bfloat16"}
+        with open(os.path.join(folder, "config.json"), "w") as f:
+            json.dump(config, f)
+        float_state = {}
+        for name in os.listdir(source):
+            if name.endswith(".safetensors"):
+                float_state |= load_file(os.path.join(source, name))
+        path = os.path.join(folder, "model.safetensors")
+        state = load_file(path)
+        state |= {k: v.to(torch.bfloat16) for k, v in float_state.items() if "_norm." in k and "self_attn" in k}
+        save_file(state, path, metadata={"format": "pt"})
+        for name in os.listdir(source):
+            if name.startswith(("tokenizer", "special_tokens")):
+                copy = shutil.copytree if os.path.isdir(os.path.join(source, name)) else shutil.copy
+                copy(os.path.join(source, name), os.path.join(folder, name))
+    return folder

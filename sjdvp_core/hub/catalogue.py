@@ -105,6 +105,7 @@ JANUS_7B_BYTES = 14_845 * MB
 JANUS_1_3B_BYTES = 4_185 * MB
 EMU3_BYTES = 35_053 * MB          # BAAI/Emu3-Gen and BAAI/Emu3-VisionTokenizer
 LUMINA_BYTES = 14_040 * MB          # the model's files and the text tokenizer's (768 repository)
+LUMINA_4BIT_BYTES = 4_780 * MB + 10_260_000   # model.safetensors (4.78 GB) and its config and tokenizer files
 LUMINA2_BYTES = 15_777 * MB         # Alpha-VLLM/Lumina-mGPT-2.0's files (below)
 # movqgan_270M.ckpt: no stored page showed its size; the 270M architecture's 270,669,103 parameters in float32
 MOVQGAN_270M_BYTES = 1_082_676_412
@@ -163,6 +164,17 @@ def _lumina(px: int) -> Entry:
                       f"or use {CHAMELEON_MANUAL}")
 
 
+def _lumina_4bit() -> Entry:
+    """Alpha-VLLM's own 4-bit copy of the 768 model (bitsandbytes, quantization_config in its config.json)."""
+    repo = "Alpha-VLLM/Lumina-mGPT-7B-768-bnb-int4"
+    return Entry("Lumina-mGPT-7B-768-bnb-int4", "lumina", "Lumina-mGPT-7B-768-bnb-int4",
+                 (Source(repo, ("config.json", "generation_config.json", "model.safetensors") + LUMINA_TOKENIZER_FILES,
+                         licence=APACHE), CHAMELEON_TOKENIZER),
+                 LUMINA_4BIT_BYTES + CHAMELEON_BYTES, approx=True,
+                 licence=f"Lumina-mGPT int4: {APACHE}; VQGAN: {CHAMELEON_LICENCE}",
+                 note="4-bit weights as released (needs bitsandbytes); the VQGAN as for Lumina-mGPT-7B-768")
+
+
 ENTRIES: tuple[Entry, ...] = (
     _c2i("B", 256, 444 * MB, approx=True), _c2i("B", 384, 443_736_709), _c2i("L", 256, 1_371_712_314),
     _c2i("L", 384, 1_371_860_346), _c2i("XL", 384, 3_099_048_319),
@@ -176,7 +188,7 @@ ENTRIES: tuple[Entry, ...] = (
                   into="vision_tokenizer")),
           EMU3_BYTES, APACHE, approx=True,
           note="BAAI/Emu3-VisionTokenizer lands in vision_tokenizer/"),
-    _lumina(512), _lumina(768), _lumina(1024),
+    _lumina(512), _lumina(768), _lumina(1024), _lumina_4bit(),
     Entry("Lumina-mGPT-2.0", "lumina2", "Lumina-mGPT-2.0",
           (Source("Alpha-VLLM/Lumina-mGPT-2.0", LUMINA2_FILES, licence=APACHE),
            Source("ai-forever/MoVQGAN", ("movqgan_270M.ckpt",), into="movqgan", licence=MOVQGAN_LICENCE)),

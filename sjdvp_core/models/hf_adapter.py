@@ -27,6 +27,7 @@ from transformers.cache_utils import Cache
 from ..engine.adapter import ModelAdapter, TokenLayout
 from .checkpoint import CheckpointError
 from .kv_cache import ForwardShape, StaticKVCache, TreeBranches, forward_bytes, kv_bytes, tree_mask, window_mask
+from .quantize import adopt_stored, bitsandbytes, stored_quantisation
 
 INDEX = "model.safetensors.index.json"
 PROMPT_ALLOWANCE = 256   # prompt tokens cache_bytes assumes before a prompt is known
@@ -64,6 +65,12 @@ def load_pretrained(model_class, folder: str, repo: str, dtype: torch.dtype, opt
     than transformers' class: the stored tensor in `shape`, or None where the rule does not apply. `config`:
     the folder's config as the family amended it (None: config.json as is)."""
     check_folder(folder, repo)
+    quantised = stored_quantisation(folder)
+    if quantised and not quantised.startswith("bitsandbytes 4-bit"):
+        raise CheckpointError(f"{folder}: its weights are stored quantised ({quantised}), which this loader does not "
+                              f"read; use the float release of {repo} (the loader's int8 / nf4 quantise it)")
+    if quantised:
+        bitsandbytes(f"{folder} (weights stored {quantised})", "or use the float release of " + repo)
     try:
         with quiet_transformers():   # its load report would call parts we skip or reshape "newly initialized"
             model, info = model_class.from_pretrained(folder, local_files_only=True, attn_implementation="sdpa",
@@ -89,6 +96,8 @@ def load_pretrained(model_class, folder: str, repo: str, dtype: torch.dtype, opt
                                   f"needs {tuple(shape)}; download the complete {repo}")
         with torch.no_grad():
             params[key].copy_(fixed)
+    if quantised:
+        adopt_stored(model, dtype)
     return model.eval()
 
 

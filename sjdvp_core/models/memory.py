@@ -94,7 +94,7 @@ def choose_precision(adapter, compute: str, free: int, settings: DecodeSettings 
 
 def _has_bitsandbytes() -> bool:
     try:
-        bitsandbytes("nf4")
+        bitsandbytes("precision nf4")
     except ImportError:
         return False
     return True

@@ -17,9 +17,16 @@ schemes here are weight-only, so they keep that property exactly as the float mo
 - nf4: QLoRA's 4-bit NormalFloat (Dettmers et al. 2023) from bitsandbytes, blocks of 64 with double-quantised
   block scales; bitsandbytes dequantises the weight to the compute dtype for a multi-token forward.
 Weights are quantised on the CPU copy the family loaded, so a GPU only ever holds the quantised ones.
+
+A release whose files are bitsandbytes-quantised already (Alpha-VLLM/Lumina-mGPT-7B-768-bnb-int4: 4-bit
+with transformers' defaults, FP4 blocks of 64) is read as stored, through transformers' bitsandbytes path
+(its config.json's quantization_config), then adopted like our NF4 layers: it computes in the loader's
+dtype, and the AVX512-BF16 CPU kernel is off.
 """
 from __future__ import annotations
 
+import json
+import os
 from typing import Iterable
 
 import torch
@@ -47,14 +54,14 @@ class Int8Linear(nn.Module):
         return y if self.bias is None else y + self.bias.to(x.dtype)
 
 
-def bitsandbytes(precision: str):
-    """The bitsandbytes module, or an ImportError that says what to install."""
+def bitsandbytes(needed_by: str, otherwise: str = "or choose int8, bf16, fp16 or fp32"):
+    """The bitsandbytes module, or an ImportError that says what to install (needed_by: what needs it;
+    otherwise: the way around it)."""
     try:
         import bitsandbytes as bnb
     except ImportError as e:
-        raise ImportError(f"precision {precision} needs bitsandbytes, which is not installed: run "
-                          "`pip install bitsandbytes` (0.48 or newer also runs NF4 on the CPU) in ComfyUI's "
-                          "Python, or choose int8, bf16, fp16 or fp32") from e
+        raise ImportError(f"{needed_by} needs bitsandbytes, which is not installed: run `pip install bitsandbytes` "
+                          f"(0.48 or newer also runs 4-bit weights on the CPU) in ComfyUI's Python, {otherwise}") from e
     return bnb
 
 
@@ -63,7 +70,7 @@ def swap_linears(blocks: Iterable[nn.Module], precision: str, compute_dtype: tor
     quantised on the CPU; -> the new modules."""
     if precision not in QUANTISED:
         raise ValueError(f"precision {precision!r} is not a quantised one ({', '.join(QUANTISED)})")
-    bnb = bitsandbytes(precision) if precision == "nf4" else None
+    bnb = bitsandbytes(f"precision {precision}") if precision == "nf4" else None
     swapped = []
     for block in blocks:
         for parent in list(block.modules()):
@@ -90,9 +97,47 @@ def _nf4(bnb, linear: nn.Linear, compute_dtype: torch.dtype) -> nn.Module:
     return new.to("cpu")   # bitsandbytes quantises on a move
 
 
+def stored_quantisation(folder: str) -> str | None:
+    """How a transformers folder's weights are stored quantised ("bitsandbytes 4-bit fp4", ...), from its
+    config.json's quantization_config; None for float weights (or no readable config.json)."""
+    try:
+        with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
+            q = json.load(f).get("quantization_config")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(q, dict):
+        return None
+    method = q.get("quant_method", "unknown")
+    if method != "bitsandbytes":
+        return method
+    if q.get("load_in_4bit") or q.get("_load_in_4bit"):
+        return f"bitsandbytes 4-bit {q.get('bnb_4bit_quant_type', 'fp4')}"
+    return "bitsandbytes 8-bit"
+
+
+def adopt_stored(model: nn.Module, compute_dtype: torch.dtype) -> int:
+    """A model loaded pre-quantised, made to compute in compute_dtype as our NF4 layers do: its 4-bit layers
+    (with the token-count independent kernel, as _nf4's) and its float parameters, which transformers'
+    bitsandbytes path leaves in the dtypes the files hold. Buffers keep theirs (RoPE tables are fp32 by
+    design). -> how many 4-bit layers."""
+    layers = 0
+    for m in model.modules():
+        if _from_bitsandbytes(m) and hasattr(m, "compute_dtype"):
+            m.compute_dtype, m.support_avx512bf16_for_cpu = compute_dtype, False
+            layers += 1
+        for name, p in m.named_parameters(recurse=False):
+            if p.is_floating_point() and p.dtype != compute_dtype:
+                setattr(m, name, nn.Parameter(p.data.to(compute_dtype), requires_grad=False))
+    return layers
+
+
 def is_quantised(module: nn.Module) -> bool:
     """module holds quantised layers (int8 here, or bitsandbytes', swapped here or loaded pre-quantised)."""
-    return any(isinstance(m, Int8Linear) or type(m).__module__.startswith("bitsandbytes") for m in module.modules())
+    return any(isinstance(m, Int8Linear) or _from_bitsandbytes(m) for m in module.modules())
+
+
+def _from_bitsandbytes(module: nn.Module) -> bool:
+    return type(module).__module__.startswith("bitsandbytes")
 
 
 def weight_bytes(module: nn.Module) -> int:

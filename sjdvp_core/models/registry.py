@@ -15,7 +15,7 @@ import torch
 
 from .folders import incomplete, incomplete_folder, incomplete_message
 from .llamagen import gpt_files, is_gpt_file
-from .quantize import QUANTISED, swap_linears
+from .quantize import QUANTISED, stored_quantisation, swap_linears
 
 DEMO = "demo"
 log = logging.getLogger(__name__)
@@ -191,12 +191,21 @@ def load_model(path: str, device="cpu", precision: str = "auto", compute: str | 
     """-> an engine adapter for the model at path ('demo' for the built-in one). precision: bf16, fp16, fp32,
     int8 / nf4 (models.quantize: loaded and quantised on the CPU, then moved to device), or auto: compute's
     dtype, quantised where a default decode would not fit `memory` bytes (fit_precision; the demo model's
-    auto is fp32). compute: the dtype auto and the quantised precisions compute in (default: bf16 on a GPU
-    that has it, else fp32). memory: default a CUDA device's free memory; elsewhere auto does not fit.
-    options are the family's own (Emu3: ratio "W:H", image_area in pixels; Lumina-mGPT: width, height,
-    trained)."""
+    auto is fp32). A folder stored quantised (a bitsandbytes 4-bit release) loads as stored, computing in the
+    dtype precision names (auto: compute's); int8 / nf4 are refused for it. compute: the dtype auto and the
+    quantised precisions compute in (default: bf16 on a GPU that has it, else fp32). memory: default a CUDA
+    device's free memory; elsewhere auto does not fit. options are the family's own (Emu3: ratio "W:H",
+    image_area in pixels; Lumina-mGPT: width, height, trained)."""
     device = torch.device(device)
     dtype = resolve_dtype(precision, device) if compute is None or precision in DTYPES else DTYPES[compute]
+    stored = os.path.isdir(path) and stored_quantisation(path)
+    if stored:
+        if precision in QUANTISED:
+            raise ValueError(f"{path}: its weights are stored quantised already ({stored}); choose auto, bf16, "
+                             "fp16 or fp32 (the dtype they compute in)")
+        adapter = _load(path, device, dtype, options)
+        adapter.precision = f"{stored}, as stored (computes in {NAMES[dtype]})"
+        return adapter
     if precision in DTYPES:
         return _load(path, device, dtype, options)
     if precision in QUANTISED:
