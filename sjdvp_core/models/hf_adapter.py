@@ -24,7 +24,7 @@ from torch import Tensor
 from transformers import __version__ as TRANSFORMERS_VERSION
 from transformers.cache_utils import Cache
 
-from ..engine.adapter import ModelAdapter, TokenLayout
+from ..engine.adapter import ModelAdapter, TokenLayout, weights_device
 from .checkpoint import CheckpointError
 from .kv_cache import ForwardShape, StaticKVCache, TreeBranches, forward_bytes, kv_bytes, tree_mask, window_mask
 from .quantize import adopt_stored, bitsandbytes, stored_quantisation
@@ -218,8 +218,8 @@ class HFAdapter(ModelAdapter):
 
     @property
     def device(self) -> torch.device:
-        """Where the weights are now (a memory manager may move them between runs)."""
-        return self.lm.get_input_embeddings().weight.device
+        """Where the embeddings compute (engine.adapter.weights_device): the engine's tensors live there."""
+        return weights_device(self.lm.get_input_embeddings())
 
     # --- family hooks ------------------------------------------------------------------------------
     def prompt_ids(self, conditions: Sequence, negatives: Sequence | None, cfg: bool) -> list[list[int]]:
@@ -243,13 +243,13 @@ class HFAdapter(ModelAdapter):
         self.cache = PositionCache(R, S)
         slots = torch.arange(P, device=self.device).expand(R, -1)
         hidden = self._run(self.lm.get_input_embeddings()(ids), slots, (valid.cumsum(1) - 1).clamp(min=0))
-        return self.layout, self.head(hidden[:, -1]).float()
+        return self.layout, self.head(hidden[:, -1]).float().to(self.device)
 
     def forward(self, tokens: Tensor, positions: Tensor) -> Tensor:
         if self.cache is None:
             raise RuntimeError(f"{self.family}: forward() before start()")
         hidden = self._run(self.embed(tokens), self.prefix_len + positions, self.prompt_len[:, None] + positions)
-        return self.head(hidden).float()
+        return self.head(hidden).float().to(self.device)   # a split model's head may sit elsewhere
 
     def forward_tree(self, tokens: Tensor, positions: Tensor, ancestors: Tensor, chain: int) -> Tensor:
         if self.cache is None:
@@ -257,7 +257,7 @@ class HFAdapter(ModelAdapter):
         slots = self.branches.place(self.prefix_len + positions, chain, self.prefix_len + self.layout.length)
         mask = tree_mask(slots, ancestors, self.cache.max_len, self.key_valid)
         hidden = self._run(self.embed(tokens), slots, self.prompt_len[:, None] + positions, mask)
-        return self.head(hidden).float()
+        return self.head(hidden).float().to(self.device)   # a split model's head may sit elsewhere
 
     def adopt(self, nodes: Tensor) -> None:
         self.branches.adopt(self.cache.kv.values(), nodes)

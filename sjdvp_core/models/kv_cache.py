@@ -28,6 +28,7 @@ class StaticKVCache(nn.Module):
         """positions [R, W] (each < max_len; not checked here, which would wait for the device in every
         layer: the engine keeps positions inside the layout); k, v [R, H, W, D] -> the whole cache
         [R, H, S, D] after the write."""
+        positions = positions.to(self.k.device)       # a no-op unless a device map put this layer elsewhere
         rows = torch.arange(positions.shape[0], device=positions.device)[:, None]
         self.k[rows, :, positions] = k.transpose(1, 2).to(self.k.dtype)
         self.v[rows, :, positions] = v.transpose(1, 2).to(self.v.dtype)
@@ -36,6 +37,7 @@ class StaticKVCache(nn.Module):
     def copy_slots(self, src: Tensor, dst: Tensor) -> None:
         """Per row, the entries at slots src [R, M] are copied to slots dst [R, M] (a draft tree's accepted
         branch moving from its scratch slots to its positions)."""
+        src, dst = src.to(self.k.device), dst.to(self.k.device)
         rows = torch.arange(src.shape[0], device=src.device)[:, None]
         self.k[rows, :, dst] = self.k[rows, :, src]
         self.v[rows, :, dst] = self.v[rows, :, src]

@@ -180,8 +180,8 @@ class LlamaGenAdapter(ModelAdapter):
 
     @property
     def device(self) -> torch.device:
-        """Where the weights are now (a memory manager may move them between runs)."""
-        return self.gpt.output.weight.device
+        """Where the output head computes (engine.adapter.weights_device): the engine's tensors live there."""
+        return weights_device(self.gpt.output)
 
     @property
     def family(self) -> str:

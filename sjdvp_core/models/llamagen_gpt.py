@@ -18,6 +18,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from ..engine.adapter import weights_device
 from .kv_cache import StaticKVCache, tree_mask, window_mask
 
 
@@ -237,11 +238,12 @@ class LlamaGenGPT(nn.Module):
         draft-tree branches; prefix_valid [R, cls_token_num] masks condition padding (a t2i caption is
         left-padded)."""
         dtype = dtype or self.output.weight.dtype
-        device = self.output.weight.device
+        device = weights_device(self.output)
         c = self.config
         self.cache_len = self.max_len + scratch
-        for layer in self.layers:
-            layer.attention.kv_cache = StaticKVCache(rows, c.kv_heads, self.cache_len, c.head_dim, dtype, device)
+        for layer in self.layers:       # each where its layer computes (a device map may split them)
+            layer.attention.kv_cache = StaticKVCache(rows, c.kv_heads, self.cache_len, c.head_dim, dtype,
+                                                     weights_device(layer))
         self.prefix_valid = None
         if prefix_valid is not None:
             self.prefix_valid = torch.ones(rows, self.cache_len, dtype=torch.bool, device=device)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..engine.decode import decode_bytes
 from .folders import incomplete, incomplete_folder, incomplete_message
 from .llamagen import gpt_files, is_gpt_file
 from .quantize import QUANTISED, stored_quantisation, swap_linears
@@ -187,7 +188,8 @@ def resolve_dtype(precision: str, device: torch.device) -> torch.dtype:
 
 
 def load_model(path: str, device="cpu", precision: str = "auto", compute: str | None = None,
-               memory: int | None = None, **options):
+               memory: int | None = None, placement: str | dict | None = None, offload_dir: str | None = None,
+               **options):
     """-> an engine adapter for the model at path ('demo' for the built-in one). precision: bf16, fp16, fp32,
     int8 / nf4 (models.quantize: loaded and quantised on the CPU, then moved to device), or auto: compute's
     dtype, quantised where a default decode would not fit `memory` bytes (fit_precision; the demo model's
@@ -195,9 +197,13 @@ def load_model(path: str, device="cpu", precision: str = "auto", compute: str | 
     dtype precision names (auto: compute's); int8 / nf4 are refused for it. compute: the dtype auto and the
     quantised precisions compute in (default: bf16 on a GPU that has it, else fp32). memory: default a CUDA
     device's free memory; elsewhere auto does not fit. options are the family's own (Emu3: ratio "W:H",
-    image_area in pixels; Lumina-mGPT: width, height, trained)."""
+    image_area in pixels; Lumina-mGPT: width, height, trained). placement: "split" over the CUDA devices,
+    "offload" what does not fit `device` to CPU memory, or an explicit device map (models.placement; auto's
+    precision is then the compute dtype: the placement makes it fit); offload_dir: for a map's "disk" entries."""
     device = torch.device(device)
     dtype = resolve_dtype(precision, device) if compute is None or precision in DTYPES else DTYPES[compute]
+    if placement is not None:
+        return _placed(path, device, precision, NAMES[dtype], placement, offload_dir, options)
     stored = os.path.isdir(path) and stored_quantisation(path)
     if stored:
         if precision in QUANTISED:
@@ -220,6 +226,18 @@ def load_model(path: str, device="cpu", precision: str = "auto", compute: str | 
         return _load(path, device, torch.float32 if path == DEMO else dtype, options)
     adapter = _load(path, torch.device("cpu"), dtype, options)
     fit_precision(adapter, NAMES[dtype], memory, device)
+    return adapter
+
+
+def _placed(path: str, device: torch.device, precision: str, compute: str, placement, offload_dir, options):
+    """load_model's placed branch: loaded on the CPU at precision, then dispatched by the device map."""
+    from .placement import device_map, place
+    adapter = load_model(path, "cpu", compute if precision == "auto" else precision, compute, **options)
+    if not isinstance(placement, dict):
+        from .memory import default_settings
+        reserve = decode_bytes(adapter, default_settings(adapter), itemsize=DTYPES[compute].itemsize)
+        placement = device_map(adapter, placement, device, reserve)
+    place(adapter, placement, device, offload_dir)
     return adapter
 
 

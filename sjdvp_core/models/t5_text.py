@@ -10,6 +10,7 @@ import os
 import torch
 from torch import Tensor
 
+from ..engine.adapter import weights_device
 from .captions import clean_caption
 
 T5_FILES = "config.json, model weights (*.safetensors or pytorch_model*.bin) and tokenizer files"
@@ -31,7 +32,7 @@ class T5CaptionEncoder:
     @property
     def device(self) -> torch.device:
         """Where the encoder is now (it moves with the adapter's module)."""
-        return self.model.get_input_embeddings().weight.device
+        return weights_device(self.model.get_input_embeddings())
 
     @torch.no_grad()
     def __call__(self, prompts: list[str]) -> tuple[Tensor, Tensor]:

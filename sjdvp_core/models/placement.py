@@ -1,0 +1,103 @@
+"""Beyond one card: a model split over several GPUs, or partly offloaded to CPU memory (or disk), with
+accelerate's device map (Hugging Face accelerate: `infer_auto_device_map` + `dispatch_model`, as
+transformers' `device_map=` does it).
+
+How it runs: each transformer block stays whole (its class is "no split") on one device; accelerate's hooks
+move a block's inputs to the block's device, and for an offloaded block move its weights in for the forward
+and out again (so the weights stream once per pass). The KV cache of each layer lives where the layer
+computes (PositionCache and LlamaGen's caches allocate on the keys' device; slots move to it), logits come
+back to the adapter's device (its embeddings'), and the engine itself is unchanged: a decode makes the same
+passes with the same tokens, placed or not. Speculative decoding pays most under offload: a pass that
+streams the weights costs about the same for 1 or 64 tokens, so the wall-clock speed-up there approaches
+the step compression.
+
+Placements: "split" (balanced over every visible CUDA device), "offload" (fill `device`, the rest in CPU
+memory, computed on `device`), or an explicit map {module name: device}, in accelerate's form, with names
+relative to adapter.module and devices a CUDA index, "cpu" or "disk" (disk needs offload_dir); offload_map
+writes one that offloads chosen blocks (on a CPU-only machine: to disk, which is how the tests stream
+weights per pass without a GPU).
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+PLACEMENTS = ("split", "offload")
+
+
+def accelerate_module():
+    """accelerate, or an ImportError that says what to install."""
+    try:
+        import accelerate
+    except ImportError as e:
+        raise ImportError("placing a model over devices needs accelerate, which is not installed: run "
+                          "`pip install accelerate` in ComfyUI's Python, or load it on one device") from e
+    return accelerate
+
+
+def device_map(adapter, placement: str, device: torch.device, reserve: int, memory: dict | None = None) -> dict:
+    """The device map a placement gives adapter.module: "split" over the CUDA devices, "offload" onto device
+    with the rest in CPU memory; `reserve` bytes (the decode's: KV cache, transients) stay free on each GPU.
+    memory: bytes each device may hold ({index or "cpu": bytes}; default: what is free)."""
+    accelerate = accelerate_module()
+    from accelerate.utils import get_balanced_memory, get_max_memory
+    if placement not in PLACEMENTS:
+        raise ValueError(f"placement={placement!r} must be one of {list(PLACEMENTS)} or a device map")
+    if device.type != "cuda":
+        raise ValueError(f"placement {placement!r} places a model over CUDA devices; this one is {device}. Load it "
+                         "on one device, or give an explicit device map")
+    memory = dict(memory or get_max_memory())
+    gpus = [k for k in memory if isinstance(k, int)]
+    if placement == "offload":
+        main = device.index or 0
+        memory = {main: memory[main], "cpu": memory.get("cpu", 0)}
+        gpus = [main]
+    for g in gpus:
+        memory[g] = max(0, memory[g] - reserve // len(gpus))
+    no_split = no_split_classes(adapter)
+    if placement == "split":
+        memory = get_balanced_memory(adapter.module, memory, no_split_module_classes=no_split)
+    return accelerate.infer_auto_device_map(adapter.module, max_memory=memory, no_split_module_classes=no_split)
+
+
+def no_split_classes(adapter) -> list[str]:
+    """The classes a device map keeps whole: the transformer blocks (their attention and MLP share inputs)."""
+    return sorted({type(block).__name__ for block in adapter.blocks()})
+
+
+def place(adapter, mapping: dict, device: torch.device, offload_dir: str | None = None) -> dict:
+    """Dispatch adapter.module by mapping (accelerate's device map over its module names); offloaded modules
+    ("cpu", "disk") compute on `device`. -> the map, kept as adapter.device_map."""
+    accelerate = accelerate_module()
+    if "disk" in mapping.values() and offload_dir is None:
+        raise ValueError("a device map with 'disk' entries needs offload_dir, a folder for the offloaded weights")
+    names = {name for name, _ in adapter.module.named_modules()}
+    unknown = sorted(set(mapping) - names - {""})
+    if unknown:
+        raise ValueError(f"the device map names modules this model does not have: {', '.join(unknown[:4])}")
+    accelerate.dispatch_model(adapter.module, mapping, main_device=device, offload_dir=offload_dir,
+                              force_hooks=True)
+    adapter.device_map = dict(mapping)
+    return adapter.device_map
+
+
+def offload_map(adapter, blocks: list[int], to: str = "cpu", device="cpu") -> dict:
+    """A complete device map that keeps adapter.module on device except the transformer blocks numbered
+    `blocks` (adapter.blocks() order), which go `to` ("cpu" memory or "disk") and stream in per pass."""
+    chosen = [adapter.blocks()[i] for i in blocks]
+    device = torch.device(device)     # not the string "cpu", which accelerate reads as "offloaded to the CPU"
+    mapping = {}
+
+    def walk(prefix: str, module: nn.Module) -> None:
+        if any(module is b for b in chosen):
+            mapping[prefix] = to
+        elif not any(m is b for m in module.modules() for b in chosen):
+            mapping[prefix] = device
+        else:
+            if next(module.parameters(recurse=False), None) is not None:
+                raise ValueError(f"{prefix or 'the model'} holds weights beside the blocks; map it by hand")
+            for name, child in module.named_children():
+                walk(f"{prefix}.{name}" if prefix else name, child)
+
+    walk("", adapter.module)
+    return mapping

@@ -1,0 +1,66 @@
+"""A model placed by a device map (models.placement): blocks offloaded to disk stream their weights in for
+every pass (the CPU stand-in for CPU-memory offload on a GPU machine), and the decode is unchanged: the
+same tokens, greedy or sampled, in the same number of passes (step compression unchanged), chain and tree,
+for our GPT (the demo) and a transformers family (Lumina-mGPT); bad placements say what to do."""
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+
+from sjdvp_core import SamplingSettings, decode
+from sjdvp_core.engine.settings import TreeSettings, method_settings
+from sjdvp_core.models.placement import offload_map, place
+from sjdvp_core.models.registry import load_model
+from tests.tiny_lumina import write_lumina
+
+MODELS = {
+    "demo": lambda d: ("demo", {}, ["a red circle on grass", "a blue square on snow"]),
+    "lumina": lambda d: (write_lumina(str(d / "Lumina-mGPT-tiny-64")), dict(width=64, height=32),
+                         ["a red fox in the snow", "a blue sky"]),
+}
+SAMPLINGS = (SamplingSettings(cfg_scale=3.0, greedy=True, temperature=0.0), SamplingSettings(cfg_scale=3.0))
+
+
+@pytest.mark.parametrize("family", MODELS)
+def test_offloaded_blocks_stream_per_pass_and_the_decode_is_unchanged(family, tmp_path):
+    path, options, prompts = MODELS[family](tmp_path)
+    whole = load_model(path, precision="fp32", **options)
+    placed = load_model(path, precision="fp32", **options)
+    mapping = place(placed, offload_map(placed, [0, 1], "disk"), torch.device("cpu"), str(tmp_path / "offload"))
+    assert sum(device == "disk" for device in mapping.values()) == 2
+    streamed = placed.blocks()[1]
+    assert all(p.is_meta for p in streamed.parameters())              # its weights are on disk between passes
+    calls = []
+    streamed.register_forward_pre_hook(lambda *_: calls.append(1))
+    for sampling in SAMPLINGS:
+        for s in (method_settings("ar", 1, sampling, batch_size=2, seed=3),
+                  method_settings("sjd-vp", 8, sampling, batch_size=2, seed=3),
+                  method_settings("sjd", 4, sampling, batch_size=2, seed=3, tree=TreeSettings(width=3, depth=2))):
+            calls.clear()
+            ref, res = decode(whole, prompts, s), decode(placed, prompts, s)
+            assert torch.equal(res.tokens, ref.tokens), (family, s)
+            assert res.stats.forward_passes == ref.stats.forward_passes
+            assert len(calls) == res.stats.forward_passes                    # once per pass (the prefill counted)
+    assert torch.equal(placed.decode_image(res.codes), whole.decode_image(ref.codes))
+
+
+def test_a_device_map_given_to_the_loader_places_the_model(tmp_path):
+    mapping = offload_map(load_model("demo"), [2], "disk")
+    adapter = load_model("demo", placement=mapping, offload_dir=str(tmp_path))
+    assert adapter.device_map == mapping and all(p.is_meta for p in adapter.blocks()[2].parameters())
+    with pytest.raises(ValueError, match="offload_dir"):
+        load_model("demo", placement=mapping)
+
+
+def test_bad_placements_say_what_to_do(monkeypatch):
+    with pytest.raises(ValueError, match="CUDA devices"):
+        load_model("demo", placement="offload")
+    with pytest.raises(ValueError, match="must be one of"):
+        load_model("demo", placement="sideways")
+    with pytest.raises(ValueError, match="does not have"):
+        load_model("demo", placement={"gpt.nothing": "disk"}, offload_dir="/tmp")
+    monkeypatch.setitem(sys.modules, "accelerate", None)
+    with pytest.raises(ImportError, match="pip install accelerate"):
+        load_model("demo", placement="split")
