@@ -128,8 +128,9 @@ def ranks() -> tuple[int, int, int]:
 def run(prompts: str, seeds: list[str], methods: list[str], out: str, model: str = "demo", precision: str = "auto",
         window: str = "auto", cfg=None, top_k=None, top_p=None, temperature=None, device: str | None = None,
         width: int = 0, height: int = 0, tree_width: int = 1, tree_depth: int = 1, tree_branch: int = 0,
-        coupled: bool = True) -> int:
-    """Decode this rank's share of the jobs not done yet; -> images this rank wrote."""
+        coupled: bool = True, placement: str | None = None) -> int:
+    """Decode this rank's share of the jobs not done yet; -> images this rank wrote. placement: as load_model's
+    (each rank places its own copy, e.g. "offload" onto its GPU)."""
     rank, world, local = ranks()
     all_jobs = jobs(read_prompts(prompts), parse_seeds(seeds), methods)
     os.makedirs(out, exist_ok=True)
@@ -148,7 +149,8 @@ def run(prompts: str, seeds: list[str], methods: list[str], out: str, model: str
     if mine:
         written = _decode_jobs(mine, out, rank, world, model, precision, device, window, width, height,
                                dict(cfg=cfg, top_k=top_k, top_p=top_p, temperature=temperature),
-                               TreeSettings(width=tree_width, depth=tree_depth, branch=tree_branch), coupled)
+                               TreeSettings(width=tree_width, depth=tree_depth, branch=tree_branch), coupled,
+                               placement)
     if distributed:
         dist.barrier()
     if rank == 0:
@@ -160,10 +162,11 @@ def run(prompts: str, seeds: list[str], methods: list[str], out: str, model: str
 
 
 def _decode_jobs(mine: list[Job], out: str, rank: int, world: int, model: str, precision: str, device: str,
-                 window: str, width: int, height: int, sampling_args: dict, tree: TreeSettings, coupled: bool) -> int:
+                 window: str, width: int, height: int, sampling_args: dict, tree: TreeSettings, coupled: bool,
+                 placement: str | None) -> int:
     from tqdm import tqdm
     size, auto = window_arg(window)
-    adapter = at_size(load_model(model, device=device, precision=precision), width, height)
+    adapter = at_size(load_model(model, device=device, precision=precision, placement=placement), width, height)
     sampling = chosen_sampling(adapter, **sampling_args)
     log = os.path.join(out, f"images.rank{rank}.jsonl")
     _end_cut_line(log)

@@ -64,3 +64,14 @@ def test_bad_placements_say_what_to_do(monkeypatch):
     monkeypatch.setitem(sys.modules, "accelerate", None)
     with pytest.raises(ImportError, match="pip install accelerate"):
         load_model("demo", placement="split")
+
+
+def test_modeled_offload_speed_up_is_at_least_the_same_cards_without_it():
+    """benchmarks.offload: the link term is the same for every window, so a wide pass costs relatively less
+    under offload and the modeled speed-up never falls below the same card's without offload."""
+    from benchmarks.offload import table
+    rows = [line.split(" | ") for line in table().splitlines()[2:]]
+    assert len(rows) == 10
+    for row in rows:
+        offloaded, without = float(row[-2].rstrip("x")), float(row[-1].rstrip(" |x"))
+        assert offloaded >= without - 0.005, row

@@ -16,6 +16,7 @@ from ..engine.adapter import KEEP_SIZE, at_size
 from ..engine.decode import decode
 from ..engine.devices import default_device
 from ..engine.settings import METHODS, DecodeSettings, DrafterSettings, SamplingSettings, TreeSettings, method_settings
+from ..models.placement import PLACEMENTS
 from ..models.registry import PRECISIONS, load_model
 
 
@@ -44,9 +45,9 @@ def main(prompt: str, methods=("ar", "sjd-vp"), model: str = "demo", window: int
          temperature: float | None = None, out: str = "out", device: str = "cpu",
          coupled: bool = DrafterSettings().coupled, width: int = KEEP_SIZE, height: int = KEEP_SIZE,
          tree_width: int = TreeSettings().width, tree_depth: int = TreeSettings().depth,
-         tree_branch: int = TreeSettings().branch, precision: str = "auto") -> list[dict]:
+         tree_branch: int = TreeSettings().branch, precision: str = "auto", placement: str | None = None) -> list[dict]:
     size, auto = window_arg(window) if isinstance(window, str) else (window, False)
-    adapter = at_size(load_model(model, device=device, precision=precision), width, height)
+    adapter = at_size(load_model(model, device=device, precision=precision, placement=placement), width, height)
     sampling = chosen_sampling(adapter, cfg, top_k, top_p, temperature)
     os.makedirs(out, exist_ok=True)
     rows = []
@@ -101,6 +102,9 @@ def decoding_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--precision", default="auto", choices=PRECISIONS,
                     help="weights: auto (on a GPU bf16 if the model fits its free memory, else int8, else nf4; fp32 "
                          "on the CPU), bf16, fp16, fp32, int8 (weight-only) or nf4 (bitsandbytes)")
+    ap.add_argument("--placement", choices=PLACEMENTS,
+                    help="beyond one card (needs accelerate): 'split' the model over every GPU, or 'offload' what "
+                         "does not fit --device to CPU memory (streamed once per pass); default: all on --device")
     ap.add_argument("--window", default="auto",
                     help=f"Jacobi window: 'auto' (tokens per pass chosen for this device, at most {AUTO_WINDOW}), "
                          "'auto:N' (at most N) or N (fixed)")
