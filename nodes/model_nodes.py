@@ -30,8 +30,13 @@ class LoadModel(io.ComfyNode):
                                        "int8 (about half of bf16's memory). nf4: 4-bit NormalFloat (about a "
                                        "quarter; needs bitsandbytes). Embeddings, output head and VQ decoder keep "
                                        "their precision; exact SJD stays exact for the quantised model."),
-                io.Combo.Input("device", options=["auto", "cpu"], default="auto",
-                               tooltip="auto: ComfyUI's device (GPU when there is one); cpu forces the CPU."),
+                io.Combo.Input("device", options=["auto", "cpu", *runtime.PLACED], default="auto",
+                               tooltip="auto: ComfyUI's device (GPU when there is one); cpu forces the CPU. "
+                                       "split over GPUs: the model's blocks balanced over every GPU. offload to "
+                                       "CPU: what does not fit the GPU stays in CPU memory and streams in once "
+                                       "per pass (slow, and where speculative decoding gains most). Both need "
+                                       "accelerate; a placed model stays where it was put (ComfyUI frees memory "
+                                       "for it but does not move it)."),
             ],
             outputs=[MODEL.Output(display_name="model")],
         )

@@ -73,13 +73,24 @@ class LoadedModel:
     adapter: ModelAdapter
     patcher: comfy.model_patcher.ModelPatcher           # everything but the image decoder
     decoder_patcher: comfy.model_patcher.ModelPatcher   # the VQ decoder
+    placed: bool = False                                # by a device map (PLACED): never moved by ComfyUI
+
+
+# the Load Model node's device options that place a model with a device map -> load_model's placement
+PLACED = {"split over GPUs": "split", "offload to CPU": "offload"}
 
 
 def load(name: str, precision: str, device: str) -> LoadedModel:
-    """Loaded on the CPU (ComfyUI moves it). Quantised precisions compute in auto's dtype for the device;
-    auto on a GPU keeps that dtype where a default decode fits the card (its memory less ComfyUI's inference
-    reserve: other models can be evicted), else int8, else NF4, and says why (log and report)."""
+    """Loaded on the CPU (ComfyUI moves it), or placed by a device map (device: a PLACED option). Quantised
+    precisions compute in auto's dtype for the device; auto on a GPU keeps that dtype where a default decode
+    fits the card (its memory less ComfyUI's inference reserve: other models can be evicted), else int8, else
+    NF4, and says why (log and report)."""
     load_device = torch.device("cpu") if device == "cpu" else mm.get_torch_device()
+    if device in PLACED:       # accelerate puts it on the GPU(s) now; ComfyUI gets patchers it never loads
+        adapter = load_model(model_path(name), device=load_device, precision=precision,
+                             compute=_compute(load_device), placement=PLACED[device])
+        return LoadedModel(name, adapter, _patcher(adapter.module, load_device),
+                           _patcher(adapter.image_decoder, load_device), placed=True)
     budget = None
     if precision == "auto" and load_device.type != "cpu":
         budget = mm.get_total_memory(load_device) - mm.minimum_inference_memory()
@@ -124,13 +135,18 @@ def _compute(device: torch.device) -> str:
 def prepare(model: LoadedModel, memory_required: int) -> None:
     """Before decoding tokens: ask ComfyUI to put the generator and the image decoder (for the live
     preview) wholly on its device (plain modules cannot be partly loaded), with `memory_required` bytes
-    left for the decode (sjdvp_core.engine.decode.decode_bytes), evicting other models if needed."""
+    left for the decode (sjdvp_core.engine.decode.decode_bytes), evicting other models if needed. A placed
+    model is not moved: other models are evicted until `memory_required` is free on its device."""
+    if model.placed:
+        mm.free_memory(memory_required, model.adapter.device)
+        return
     mm.load_models_gpu([model.patcher, model.decoder_patcher], memory_required=memory_required, force_full_load=True)
 
 
 def prepare_decoder(model: LoadedModel) -> None:
-    """Before decoding pixels: only the image decoder needs the device."""
-    mm.load_models_gpu([model.decoder_patcher], force_full_load=True)
+    """Before decoding pixels: only the image decoder needs the device (a placed model's is where it was put)."""
+    if not model.placed:
+        mm.load_models_gpu([model.decoder_patcher], force_full_load=True)
 
 
 class Progress:

@@ -261,3 +261,22 @@ def test_quantised_precisions_and_auto_on_a_card_too_small_for_bf16(pack, monkey
     small = runtime.load("tiny", "auto", "auto")
     assert small.adapter.precision.startswith(("int8 (auto:", "nf4 (auto:")) and "GB free" in small.adapter.precision
     assert is_quantised(small.adapter.module)
+
+
+def test_placed_models_are_kept_out_of_comfyuis_memory_manager(pack, tmp_path):
+    """The device options that place a model (appended) need CUDA; a placed model decodes without being
+    moved: ComfyUI is asked to free the decode's memory on its device, never to load it."""
+    runtime, mm = pack["runtime"], pack["mm"]
+    loader = importlib.import_module(f"{stubs.PACKAGE}.nodes.model_nodes").LoadModel
+    assert widgets(loader)["device"].options == ["auto", "cpu", "split over GPUs", "offload to CPU"]
+    with pytest.raises(ValueError, match="CUDA devices"):
+        runtime.load("demo", "auto", "offload to CPU")
+    placement = importlib.import_module(f"{stubs.PACKAGE}.sjdvp_core.models.placement")
+    demo = runtime.load("demo", "auto", "cpu")
+    placement.place(demo.adapter, placement.offload_map(demo.adapter, [1], "disk"), torch.device("cpu"),
+                    str(tmp_path))
+    placed = runtime.LoadedModel("demo", demo.adapter, demo.patcher, demo.decoder_patcher, placed=True)
+    mm.loads.clear()
+    out = run(pack, placed)
+    assert out.values[0].result.tokens.shape[1] == placed.adapter.layout.length
+    assert not mm.loads and mm.frees and mm.frees[-1][1] == torch.device("cpu")

@@ -60,9 +60,13 @@ class MemoryManager(types.ModuleType):
     def __init__(self):
         super().__init__("comfy.model_management")
         self.loads: list[tuple[list, dict]] = []
+        self.frees: list[tuple[int, object]] = []
 
     def load_models_gpu(self, patchers, **kwargs):
         self.loads.append((list(patchers), kwargs))
+
+    def free_memory(self, memory_required, device, keep_loaded=()):
+        self.frees.append((memory_required, device))
 
     def get_torch_device(self):
         import torch
