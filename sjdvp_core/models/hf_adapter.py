@@ -27,7 +27,8 @@ from transformers.cache_utils import Cache
 from ..engine.adapter import ModelAdapter, TokenLayout, weights_device
 from .checkpoint import CheckpointError
 from .kv_cache import ForwardShape, StaticKVCache, TreeBranches, forward_bytes, kv_bytes, tree_mask, window_mask
-from .quantize import adopt_stored, bitsandbytes, stored_quantisation
+from .optional import require
+from .quantize import adopt_stored, stored_quantisation
 
 INDEX = "model.safetensors.index.json"
 PROMPT_ALLOWANCE = 256   # prompt tokens cache_bytes assumes before a prompt is known
@@ -69,8 +70,9 @@ def load_pretrained(model_class, folder: str, repo: str, dtype: torch.dtype, opt
     if quantised and not quantised.startswith("bitsandbytes 4-bit"):
         raise CheckpointError(f"{folder}: its weights are stored quantised ({quantised}), which this loader does not "
                               f"read; use the float release of {repo} (the loader's int8 / nf4 quantise it)")
-    if quantised:
-        bitsandbytes(f"{folder} (weights stored {quantised})", "or use the float release of " + repo)
+    if quantised:       # transformers reads stored 4-bit weights with both
+        for package in ("bitsandbytes", "accelerate"):
+            require(package, f"{folder} (weights stored {quantised})", "or use the float release of " + repo)
     try:
         with quiet_transformers():   # its load report would call parts we skip or reshape "newly initialized"
             model, info = model_class.from_pretrained(folder, local_files_only=True, attn_implementation="sdpa",

@@ -22,22 +22,20 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .optional import require
+
 PLACEMENTS = ("split", "offload")
 
 
 def accelerate_module():
     """accelerate, or an ImportError that says what to install."""
-    try:
-        import accelerate
-    except ImportError as e:
-        raise ImportError("placing a model over devices needs accelerate, which is not installed: run "
-                          "`pip install accelerate` in ComfyUI's Python, or load it on one device") from e
-    return accelerate
+    return require("accelerate", "placing a model over devices", "or load it on one device")
 
 
 def device_map(adapter, placement: str, device: torch.device, reserve: int, memory: dict | None = None) -> dict:
     """The device map a placement gives adapter.module: "split" over the CUDA devices, "offload" onto device
-    with the rest in CPU memory; `reserve` bytes (the decode's: KV cache, transients) stay free on each GPU.
+    with the rest in CPU memory; `reserve` bytes (the decode's: KV cache, transients) stay free, spread over
+    the GPUs used (a split model's KV cache is spread with its layers).
     memory: bytes each device may hold ({index or "cpu": bytes}; default: what is free)."""
     accelerate = accelerate_module()
     from accelerate.utils import get_balanced_memory, get_max_memory

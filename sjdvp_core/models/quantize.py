@@ -33,6 +33,8 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from .optional import require
+
 QUANTISED = ("int8", "nf4")
 NF4_BLOCK = 64
 
@@ -57,12 +59,7 @@ class Int8Linear(nn.Module):
 def bitsandbytes(needed_by: str, otherwise: str = "or choose int8, bf16, fp16 or fp32"):
     """The bitsandbytes module, or an ImportError that says what to install (needed_by: what needs it;
     otherwise: the way around it)."""
-    try:
-        import bitsandbytes as bnb
-    except ImportError as e:
-        raise ImportError(f"{needed_by} needs bitsandbytes, which is not installed: run `pip install bitsandbytes` "
-                          f"(0.48 or newer also runs 4-bit weights on the CPU) in ComfyUI's Python, {otherwise}") from e
-    return bnb
+    return require("bitsandbytes", needed_by, otherwise, " (0.48 or newer also runs 4-bit weights on the CPU)")
 
 
 def swap_linears(blocks: Iterable[nn.Module], precision: str, compute_dtype: torch.dtype) -> list[nn.Module]:
