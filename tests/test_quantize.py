@@ -5,7 +5,6 @@ model's (chi-square against its enumerated law, which the unquantised model's la
 without bitsandbytes gets a message with the fix."""
 from __future__ import annotations
 
-import builtins
 import dataclasses
 import sys
 
@@ -96,14 +95,7 @@ def test_quantised_layers_take_at_most_055_int8_and_035_nf4_of_bf16():
 
 
 def test_without_bitsandbytes_the_message_says_what_to_install(monkeypatch):
-    real_import = builtins.__import__
-
-    def no_bnb(name, *args, **kwargs):
-        if name.startswith("bitsandbytes"):
-            raise ImportError("No module named 'bitsandbytes'")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_bnb)
+    monkeypatch.setitem(sys.modules, "bitsandbytes", None)       # import bitsandbytes -> ImportError
     with pytest.raises(ImportError, match="pip install bitsandbytes"):
         load_model("demo", precision="nf4")
 

@@ -112,20 +112,17 @@ def stored_quantisation(folder: str) -> str | None:
     return "bitsandbytes 8-bit"
 
 
-def adopt_stored(model: nn.Module, compute_dtype: torch.dtype) -> int:
+def adopt_stored(model: nn.Module, compute_dtype: torch.dtype) -> None:
     """A model loaded pre-quantised, made to compute in compute_dtype as our NF4 layers do: its 4-bit layers
     (with the token-count independent kernel, as _nf4's) and its float parameters, which transformers'
     bitsandbytes path leaves in the dtypes the files hold. Buffers keep theirs (RoPE tables are fp32 by
-    design). -> how many 4-bit layers."""
-    layers = 0
+    design)."""
     for m in model.modules():
         if _from_bitsandbytes(m) and hasattr(m, "compute_dtype"):
             m.compute_dtype, m.support_avx512bf16_for_cpu = compute_dtype, False
-            layers += 1
         for name, p in m.named_parameters(recurse=False):
             if p.is_floating_point() and p.dtype != compute_dtype:
                 setattr(m, name, nn.Parameter(p.data.to(compute_dtype), requires_grad=False))
-    return layers
 
 
 def is_quantised(module: nn.Module) -> bool:
