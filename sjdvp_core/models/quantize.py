@@ -18,10 +18,10 @@ schemes here are weight-only, so they keep that property exactly as the float mo
   block scales; bitsandbytes dequantises the weight to the compute dtype for a multi-token forward.
 Weights are quantised on the CPU copy the family loaded, so a GPU only ever holds the quantised ones.
 
-A release whose files are bitsandbytes-quantised already (Alpha-VLLM/Lumina-mGPT-7B-768-bnb-int4: 4-bit
-with transformers' defaults, FP4 blocks of 64) is read as stored, through transformers' bitsandbytes path
-(its config.json's quantization_config), then adopted like our NF4 layers: it computes in the loader's
-dtype, and the AVX512-BF16 CPU kernel is off.
+A release whose files are bitsandbytes-quantised already (Alpha-VLLM/Lumina-mGPT-7B-768-bnb-int4: 4-bit;
+its 4.78 GB fits transformers' defaults, FP4 blocks of 64, and NF4 reads the same way) is read as stored,
+through transformers' bitsandbytes path (its config.json's quantization_config), then adopted like our NF4
+layers: it computes in the loader's dtype, and the AVX512-BF16 CPU kernel is off.
 """
 from __future__ import annotations
 
