@@ -7,7 +7,7 @@ import torch
 from sjdvp_core import DecodeSettings, DrafterSettings, SamplingSettings, VPSettings, WindowSettings, decode
 from sjdvp_core.engine import auto
 from sjdvp_core.engine.cost import DEVICES, SHAPES, PassCost, load_cached, roofline
-from sjdvp_core.engine.decode import measure_cost, pass_cost
+from sjdvp_core.engine.decode import acceptance_profile, measure_cost, pass_cost
 from sjdvp_core.engine.settings import TreeSettings, method_settings
 from sjdvp_core.models.toy import ToyGridAdapter
 
@@ -33,22 +33,44 @@ def test_roofline_knees_follow_the_devices():
     assert set(SHAPES) == {"Lumina-mGPT 7B", "Janus-Pro-7B", "LlamaGen-XL"}
 
 
-def test_the_ladder_skips_windows_that_cost_the_same():
+def test_candidates_drop_plans_that_a_richer_one_matches_in_cost():
     flat = PassCost((1, 64, 128), (1.0, 1.0, 1.5), "GPU-like: flat to 64")
-    assert auto.WindowChooser(flat, 128).ladder == [128, 64]          # below the knee, wider only wins
-    assert auto.WindowChooser(RISING, 16).ladder == [16, 8, 4, 2]
+    chains = [p.window for p in auto.candidate_plans(flat, 128)]
+    assert chains == [128, 96, 64]                       # below the knee, narrower windows only lose
+    assert [p.window for p in auto.candidate_plans(RISING, 16)] == [16, 12, 8, 6, 4, 3, 2]
+    trees = [p for p in auto.candidate_plans(flat, 128, auto_tree=True) if p.tree.on]
+    assert trees and all(p.window >= auto.TREE_FROM and p.tree in auto.TREES for p in trees)
+    assert not [p for p in auto.candidate_plans(RISING, 16, auto_tree=True) if p.tree.on]   # too dear there
     assert auto.most_tokens(RISING, 64) == 12 and auto.most_tokens(RISING, 1) == 1
+    user = TreeSettings(width=3)
+    assert all(p.tree == user for p in auto.candidate_plans(RISING, 16, user))
 
 
-def test_the_chooser_steps_down_while_it_pays_then_keeps_the_best():
-    chooser = auto.WindowChooser(RISING, 16)
-    picks = []
-    for it in range(1, 40):
-        w = chooser.choose(it)
-        picks.append(w)
-        chooser.record(it, w, {16: 3.0, 8: 2.6, 4: 1.6, 2: 1.3}[w])   # tokens per pass each window commits
-    # 16 (3.0 / 3.8) -> 8 (2.6 / 2.2, better) -> 4 (1.6 / 1.5, worse) -> back to 8 for good
-    assert picks[:4] == [16] * 4 and 8 in picks and picks[-8:] == [8] * 8
+def test_the_chooser_takes_the_best_rate_and_follows_this_decodes_acceptance():
+    plans = (auto.Plan(16), auto.Plan(8), auto.Plan(4))
+    profile = auto.Profile(plans, (5.0, 2.6, 1.6), "synthetic")
+    assert auto.Profile.from_json(json.loads(json.dumps(profile.to_json()))) == profile
+
+    def run(g):   # a prompt whose drafts win g times the tokens past the first the profile predicts
+        chooser = auto.PlanChooser(RISING, profile)
+        first = chooser.choose(1)
+        for it in range(1, 60):
+            plan = chooser.choose(it)
+            chooser.record(it, plan, 1 + g * (profile.of(plan) - 1))
+        return first, chooser.choose(61)
+    assert run(1.0) == (auto.Plan(16), auto.Plan(16))    # 5 / 3.8 beats 2.6 / 2.2 and 1.6 / 1.5
+    assert run(0.5) == (auto.Plan(16), auto.Plan(4))     # (1 + 0.3) / 1.5 > (1 + 0.8) / 2.2 > (1 + 2) / 3.8
+
+
+def test_the_profile_is_measured_on_the_example_and_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("SJDVP_CACHE", str(tmp_path))
+    toy = ToyGridAdapter(height=8, width=8, levels=4)
+    settings = method_settings("sjd", 16, toy.default_sampling, auto=True, auto_tree=True)
+    plans = auto.candidate_plans(PassCost((1, 16), (1.0, 1.0), "flat"), 16, auto_tree=True)
+    profile = acceptance_profile(toy, settings, plans)
+    assert profile.plans == tuple(plans) and all(c >= 1 for c in profile.committed)
+    assert acceptance_profile(toy, settings, plans) == profile          # read back, not remeasured
+    assert len(list(tmp_path.rglob("*.json"))) == 1
 
 
 def test_measured_cost_is_cached_per_model_and_device(tmp_path, monkeypatch):
@@ -70,15 +92,21 @@ def test_measuring_stops_past_the_widest_window_auto_allocates():
 
 
 @pytest.mark.parametrize("tree", [TreeSettings(), TreeSettings(width=3)])
-def test_greedy_auto_returns_the_ar_tokens(tree):
+def test_greedy_auto_returns_the_ar_tokens(tree, monkeypatch):
+    monkeypatch.setattr(auto, "EVERY", 1)
+    monkeypatch.setattr(auto, "PRIOR", 0.5)    # follow this decode's acceptance at once, so the plan changes
     toy = ToyGridAdapter(height=6, width=6, levels=8)
     sampling = SamplingSettings(greedy=True, cfg_scale=2.0)
     ar = decode(toy, [0, 1], DecodeSettings(window=WindowSettings(1), sampling=sampling, batch_size=2))
     drafter = DrafterSettings(vp=VPSettings())
+    # the profile undersells the wide plan: the greedy toy's drafts win far more, and the chooser moves to it
+    wide = 1.6 if tree.on else 1.3     # where the narrow plan wins at the profile's acceptance (a tree's costs more)
+    profile = auto.Profile((auto.Plan(12, tree), auto.Plan(4, tree)), (wide, 1.1), "synthetic")
     out = decode(toy, [0, 1], DecodeSettings(window=WindowSettings(16, tree=tree, auto=True), drafter=drafter,
-                                             sampling=sampling, batch_size=2), cost=RISING)
+                                             sampling=sampling, batch_size=2),
+                 cost=PassCost((1, 16), (1.0, 2.0), "synthetic"), profile=profile)
     assert torch.equal(out.tokens, ar.tokens)
-    assert len(set(out.stats.scored_per_iter)) > 1          # the window really changed along the way
+    assert set(out.stats.auto_plans) == {"4" + "+3x1/0" * tree.on, "12" + "+3x1/0" * tree.on}
 
 
 def test_the_same_cost_and_seed_give_the_same_image():

@@ -1,69 +1,163 @@
-"""The automatic window: how many tokens each iteration's forward scores.
+"""The automatic window (and draft tree): what each iteration's forward scores.
 
-It keeps the window that maximises committed tokens per second, tau(w) / t(w): t from the device's pass
-cost (cost.py), tau(w) the tokens this decode committed per pass while it used w. The windows are a
-ladder down from the largest worth allocating (`most_tokens`), each rung at most half the one above and
-cheaper per pass by CHEAPER (a wider window commits at least as many tokens per pass, so a narrower one
-that costs the same can only lose: on a GPU below its knee the ladder is a single rung); each choice
-holds for EVERY iterations. It starts widest (a wide window's drafts mature fastest) and steps down the ladder while
-each step gives more tokens per second, then keeps the best window measured (a decode is a few dozen
-choices long: a bandit that tries every window, UCB1 for one, spent a third of the demo's passes on
-windows that lose). The first EVERY iterations (random drafts, always rejected) are not counted. Two
-acceptance models were tried first and dropped: per-slot rates priced for the next iteration alone fell to
-a window of 1 after the first (rejected) random drafts and never verified again, and a steady-state model
-from acceptance by draft age predicted about 2.4 tokens per pass for wide windows where the demo commits
-3.5 (acceptance is correlated along the chain).
+Each iteration runs the plan (a window, and optionally a capped draft tree at its first slot) with the most
+expected committed tokens per second, tau(plan) / t(nodes(plan)): t from the device's pass cost (cost.py),
+tau from this model's acceptance profile. The profile is measured once per model and method
+(decode.acceptance_profile, cached on disk beside the pass cost): for every candidate plan, the committed
+tokens per pass over the same stretch of an example image (after a warm-up, so the drafts have matured as
+they do in a decode), in steps, so the same profile prices any device. During the decode the profile is
+scaled to this prompt: tau(plan) = 1 + g (tau_profile(plan) - 1), g the ratio of the tokens this decode's
+drafts actually won to what the profile predicted for the plans it ran (shrunk toward 1 while the evidence
+is thin). A prompt that accepts more than the example moves the choice toward wider plans; one that
+accepts less, toward narrower ones.
 
-The choice reads only how many tokens past iterations committed, never the randomness of the drafts it
-is about to verify, so every committed token keeps its exact law (the tests check it with chi-square,
-chain and tree). At least one draft is scored (w >= 2): if plain AR is what the device favours, the method
-to pick is AR.
+Why a profile and not the decode's own per-window rates: the window a draft matured in decides how often it
+is accepted. Measured on the demo (coupled SJD-VP), the acceptance a window of 64 achieves over its first 8
+slots predicts 2.7 tokens per pass for a window of 8, which commits 2.0: its drafts are refined fewer times
+before they reach the front. So a window's worth can only be seen by running it for a while, and a decode of
+a few dozen passes has no room to try each (the previous chooser walked a ladder of windows, 4 passes each:
+0.94x AR on the CPU where a fixed window of 16 gave 1.33x, and 3.16x modelled on an H200 where the best fixed
+window gave 3.55x; benchmarks/results/latency.md).
+
+Candidates: chain windows on a ladder (each about 1.5x the next, at most the largest worth allocating,
+`most_tokens`), and where the adapter scores trees, each window of 16 or more with TREES at its first slot
+(SJD-PAC's proactive drafting, capped branches; tree.py); a plan is dropped when a wider chain or a richer
+tree costs no more than it does (it can only lose). Choices hold for EVERY iterations and switch only for a
+HYSTERESIS gain, so drafts keep maturing in one window.
+
+The choice reads only the committed counts of past iterations (and the profile, measured on another image),
+never the randomness of the drafts it is about to verify, so every committed token keeps its exact law (the
+tests check it with chi-square, chain and tree). At least one draft is scored (w >= 2): if plain AR is what
+the device favours, the method to pick is AR.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+
 from .cost import PassCost
+from .settings import MAX_WINDOW, TreeSettings
+from .tree import scratch_nodes
 
 MOST_FACTOR = 3.0   # the state is sized for windows whose pass costs at most this many 1-token passes
 EVERY = 4           # iterations a choice holds
-CHEAPER = 1.05      # a narrower window is tried only where its pass costs this much less
+HYSTERESIS = 1.03   # a new plan must promise this much more per second than the one running
+PRIOR = 8.0         # pseudo-tokens of evidence that g = 1 (the example's acceptance) before any is seen
+LADDER = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
+TREES = (TreeSettings(width=6, depth=1, branch=4),)   # the capped tree with the most steps per node measured
+                                                       # (benchmarks/results/trees_branch.md)
+TREE_FROM = 16      # trees are tried at windows this wide or wider
 
 
 def most_tokens(cost: PassCost, cap: int) -> int:
     """The largest window auto may pick (its state is allocated at this size): a pass costing more than
-    MOST_FACTOR x t(1) needs more than that many tokens per pass to pay; the demo commits at most about 3.5
-    (benchmarks/results/latency.md)."""
+    MOST_FACTOR x t(1) needs more than that many tokens per pass to pay; the demo commits at most about 4."""
     return max(2, cost.largest_within(MOST_FACTOR, cap)) if cap > 1 else 1
 
 
-class WindowChooser:
-    def __init__(self, cost: PassCost, most: int):
-        self.cost, self.ladder = cost, [most]
-        for w in range(most // 2, 1, -1):
-            if 2 * w <= self.ladder[-1] and cost(w) * CHEAPER <= cost(self.ladder[-1]):
-                self.ladder.append(w)
-        self.passes = dict.fromkeys(self.ladder, 0)
-        self.tokens = dict.fromkeys(self.ladder, 0.0)
-        self.choice, self.descending = most, True
+@dataclass(frozen=True)
+class Plan:
+    """One choice: the tokens the chain scores per row (window) and the draft tree at its first slot."""
+    window: int
+    tree: TreeSettings = TreeSettings()
 
-    def rate(self, w: int) -> float:
-        """Measured tokens per second (per image) with window w."""
-        return self.tokens[w] / self.passes[w] / self.cost(w)
+    @property
+    def nodes(self) -> int:
+        """Tokens one pass scores per row."""
+        return self.window + scratch_nodes(self.window, self.tree)
 
-    def record(self, iteration: int, window: int, committed: float) -> None:
-        """An iteration with this window committed this many tokens per image."""
-        if iteration > EVERY and window in self.passes:
-            self.passes[window] += 1
-            self.tokens[window] += committed
+    @property
+    def label(self) -> str:
+        t = self.tree
+        return f"{self.window}" + (f"+{t.width}x{t.depth}/{t.branch}" if t.on else "")
 
-    def choose(self, iteration: int) -> int:
-        """The window for this iteration."""
-        if iteration <= EVERY or (iteration - 1) % EVERY or not self.passes[self.choice]:
-            return self.choice
-        i = self.ladder.index(self.choice)
-        if self.descending and i + 1 < len(self.ladder) and (i == 0 or self.rate(self.choice) > self.rate(
-                self.ladder[i - 1])):
-            self.choice = self.ladder[i + 1]
-            return self.choice
-        self.descending = False
-        self.choice = max((w for w in self.ladder if self.passes[w]), key=self.rate)
+    def to_json(self) -> dict:
+        t = self.tree
+        return {"window": self.window, "tree": [t.width, t.depth, t.branch, t.guesses]}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Plan":
+        width, depth, branch, guesses = d["tree"]
+        return cls(d["window"], TreeSettings(width=width, depth=depth, branch=branch, guesses=guesses))
+
+
+def candidate_plans(cost: PassCost, most: int, tree: TreeSettings = TreeSettings(),
+                    auto_tree: bool = False) -> list[Plan]:
+    """The plans worth measuring and choosing from on a device with this cost, widest first: windows of the
+    ladder up to most (and most itself), each with the user's tree, and with TREES where auto_tree; a plan is
+    dropped when another that scores at least as much of the same kind costs no more (within 1%)."""
+    windows = sorted({w for w in LADDER if w < most} | {most}, reverse=True)
+    plans = [Plan(w, tree) for w in windows]
+    if auto_tree:
+        plans += [Plan(w, t) for w in windows if w >= TREE_FROM for t in TREES
+                  if t != tree and cost.relative(Plan(w, t).nodes) <= MOST_FACTOR]
+    return [plan for plan in plans if not any(
+        o is not plan and _covers(o, plan) and cost(o.nodes) <= 1.01 * cost(plan.nodes) for o in plans)]
+
+
+def _covers(a: Plan, b: Plan) -> bool:
+    """a scores everything b does, with the same kind of tree: a window at least as wide, branches at least
+    as long (0: to the window's end), and a differs from b."""
+    reach = (lambda t: t.branch or MAX_WINDOW)
+    same = replace(a.tree, branch=0) == replace(b.tree, branch=0)
+    return same and a != b and a.window >= b.window and reach(a.tree) >= reach(b.tree)
+
+
+def largest_tree(plans: list[Plan]) -> TreeSettings:
+    """The tree whose scratch nodes bound every plan's (what the model's cache and the memory estimate hold)."""
+    trees = [p for p in plans if p.tree.on]
+    return max(trees, key=lambda p: p.nodes - p.window).tree if trees else TreeSettings()
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Committed tokens per pass per image (steady state) with each plan, measured on an example image."""
+    plans: tuple[Plan, ...]
+    committed: tuple[float, ...]
+    source: str
+
+    def __post_init__(self):
+        if len(self.plans) != len(self.committed) or not self.plans or min(self.committed) < 1:
+            raise ValueError("Profile: one committed count (at least 1) per plan")
+
+    def of(self, plan: Plan) -> float:
+        return self.committed[self.plans.index(plan)]
+
+    def to_json(self) -> dict:
+        return {"plans": [p.to_json() for p in self.plans], "committed": list(self.committed),
+                "source": self.source}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Profile":
+        return cls(tuple(Plan.from_json(p) for p in d["plans"]), tuple(d["committed"]), d["source"])
+
+
+class PlanChooser:
+    """Picks the plan for each iteration from the profile, scaled by what this decode's drafts win."""
+
+    def __init__(self, cost: PassCost, profile: Profile):
+        self.cost, self.profile = cost, profile
+        self.won, self.expected = PRIOR, PRIOR     # tokens past the first per pass: seen, and the profile's
+        self.choice = self.best()
+
+    def rate(self, plan: Plan) -> float:
+        """Expected committed tokens per second with this plan, at this decode's acceptance so far."""
+        g = self.won / self.expected
+        return (1 + g * (self.profile.of(plan) - 1)) / self.cost(plan.nodes)
+
+    def best(self) -> Plan:
+        return max(self.profile.plans, key=self.rate)
+
+    def record(self, iteration: int, plan: Plan, committed: float) -> None:
+        """An iteration with this plan committed this many tokens per image (the first EVERY are warm-up:
+        random drafts)."""
+        if iteration > EVERY:
+            self.won += committed - 1
+            self.expected += self.profile.of(plan) - 1
+
+    def choose(self, iteration: int) -> Plan:
+        """The plan for this iteration."""
+        if iteration > EVERY and (iteration - 1) % EVERY == 0:
+            best = self.best()
+            if self.rate(best) > HYSTERESIS * self.rate(self.choice):
+                self.choice = best
         return self.choice

@@ -155,25 +155,27 @@ def cache_dir() -> str:
 
 def cache_path(key: dict) -> str:
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
-    return os.path.join(cache_dir(), "pass_cost", f"{digest}.json")
+    return os.path.join(cache_dir(), "calibration", f"{digest}.json")
 
 
-def load_cached(key: dict) -> PassCost | None:
+def load_cached(key: dict, kind=PassCost):
+    """What save_cached stored under key (a PassCost, or another kind with from_json), or None."""
     try:
         with open(cache_path(key)) as f:
             data = json.load(f)
-        return PassCost.from_json(data["cost"]) if data.get("key") == key else None
+        return kind.from_json(data["value"]) if data.get("key") == key else None
     except (OSError, ValueError, KeyError, TypeError):
         return None   # none yet, or unreadable: measured again and rewritten
 
 
-def save_cached(key: dict, cost: PassCost) -> None:
+def save_cached(key: dict, value) -> None:
+    """value: anything with to_json (the pass cost, auto's acceptance profile)."""
     path = cache_path(key)
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = f"{path}.{os.getpid()}.tmp"
         with open(tmp, "w") as f:
-            json.dump({"key": key, "cost": cost.to_json()}, f, indent=1)
+            json.dump({"key": key, "value": value.to_json()}, f, indent=1)
         os.replace(tmp, path)
     except OSError:
         pass   # a read-only home: measured again next time

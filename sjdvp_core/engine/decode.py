@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 import torch
 from torch import Tensor
 
 from .adapter import ModelAdapter, TokenLayout
-from .auto import MOST_FACTOR, WindowChooser, most_tokens
+from .auto import MOST_FACTOR, Plan, PlanChooser, Profile, candidate_plans, largest_tree, most_tokens
 from .cost import GRID, PassCost, device_name, load_cached, model_fingerprint, save_cached
 from .drafting import Drafter
 from .settings import AUTO_STRENGTHS, DecodeSettings
@@ -78,13 +78,14 @@ class _Loop:
     window: Any             # the drafts (window.Window)
     rec: Recorder
     it: int = 1
+    plans: dict = field(default_factory=dict)   # auto: iterations per plan label
 
 
 class JacobiDecoder:
     """One decode's fixed parts; `run` is the loop. Use `decode()` rather than this class."""
 
     def __init__(self, adapter: ModelAdapter, settings: DecodeSettings, layout: TokenLayout, timing: bool,
-                 cost: PassCost | None = None):
+                 cost: PassCost | None = None, profile: Profile | None = None):
         self.adapter, self.s, self.device = adapter, settings, adapter.device
         self.B, self.W, self.S = settings.batch_size, settings.window.size, settings.window.size - 1
         self.local = LocalLayout(layout, settings.window.size + 1, self.device)
@@ -94,9 +95,10 @@ class JacobiDecoder:
                                  self.local.num_image, adapter.module)
         self.gen = torch.Generator(device=self.device).manual_seed(settings.seed)
         self.clock = _Clock(self.device, timing)
-        self.tree = settings.window.tree if settings.window.tree.on and self.S > 0 else None
+        self.plan = Plan(self.W, settings.window.tree)
         self.same_noise = Drafter.follows_noise(settings.drafter)
-        self.chooser = WindowChooser(cost, self.W) if settings.window.auto and cost is not None and self.S else None
+        auto = settings.window.auto and cost is not None and profile is not None and self.S
+        self.chooser = PlanChooser(cost, profile) if auto else None
         self.steps = torch.arange(self.W + 1, device=self.device)   # slot offsets, made once
 
     def targets(self, logits: Tensor, at: Tensor) -> Tensor:
@@ -129,14 +131,17 @@ class JacobiDecoder:
         S, dev, local, rec = self.S, self.device, self.local, loop.rec
         end, (lo, hi) = local.free_end, local.span
         n, canvas, window = loop.n, loop.canvas, loop.window
-        most = S if self.chooser is None else self.chooser.choose(loop.it) - 1
+        plan = self.plan if self.chooser is None else self.chooser.choose(loop.it)
         # how far each row may accept drafts: to the end of the image grid, nothing outside it
-        limit_host = [min(most, max(hi - c, 0)) if lo <= c < end else 0 for c in loop.n_host]
+        limit_host = [min(plan.window - 1, max(hi - c, 0)) if lo <= c < end else 0 for c in loop.n_host]
         w = max(limit_host) + 1
         limit, active = torch.tensor([limit_host, [int(c < end) for c in loop.n_host]], device=dev)
         active = active.bool()
         t0 = self.clock.now()
-        step = (self._tree_step if self.tree is not None and w > 1 else self._chain_step)(window, canvas, n, w, limit)
+        if plan.tree.on and w > 1:
+            step = self._tree_step(window, canvas, n, w, limit, plan.tree)
+        else:
+            step = self._chain_step(window, canvas, n, w, limit)
         m = step.k + (active & (n + step.k < end)).long()                                  # committed now
         at = (n + step.k)[:, None]
         canvas.scatter_(1, at, torch.where((m > step.k)[:, None], step.next[:, None], canvas.gather(1, at)))
@@ -148,7 +153,8 @@ class JacobiDecoder:
         loop.n = n
         before, loop.n_host = loop.n_host, n.tolist()                                      # the one sync
         if self.chooser is not None:
-            self.chooser.record(loop.it - 1, w, sum(b - a for a, b in zip(before, loop.n_host)) / self.B)
+            loop.plans[plan.label] = loop.plans.get(plan.label, 0) + 1
+            self.chooser.record(loop.it - 1, plan, sum(b - a for a, b in zip(before, loop.n_host)) / self.B)
         loop.trace.append(loop.n_host)
         rec.phases(t0, step.forward_end, t2, self.clock.now())
 
@@ -170,6 +176,7 @@ class JacobiDecoder:
         stats = DecodeStats(length=L, window=self.W, forward_passes=it, ar_passes=end,
                             row_forward_passes=loop.row_passes.cpu(), commit_iter=commit_iter.clamp(max=it - 1))
         stats.vp_auto = self.drafter.auto.summary() if self.drafter.auto is not None else None
+        stats.auto_plans = loop.plans or None
         loop.rec.into(stats)
         stats.time_total = time.perf_counter() - t_start
         return DecodeResult(local.vocab[canvas[:, :L]], canvas[:, :L][:, local.grid], self.local.layout, stats)
@@ -185,11 +192,11 @@ class JacobiDecoder:
         k, nxt, accepted = accept(window.tokens[:, :w - 1], window.q[:, :w - 1], p, limit, self.verifier, self.gen)
         return Step(p, k, nxt, accepted, w, t1)
 
-    def _tree_step(self, window, canvas: Tensor, n: Tensor, w: int, limit: Tensor) -> Step:
+    def _tree_step(self, window, canvas: Tensor, n: Tensor, w: int, limit: Tensor, tree) -> Step:
         """The same over a draft tree (tree.py); p is along the path taken. The accepted alternatives are
         written to the canvas and their branch's cache entries kept."""
-        shape, local = tree_shape(w, self.tree, self.device), self.local
-        cand = propose(window, canvas, n, local, shape, self.tree.guesses, self.same_noise, self.gen)
+        shape, local = tree_shape(w, tree, self.device), self.local
+        cand = propose(window, canvas, n, local, shape, tree.guesses, self.same_noise, self.gen)
         inputs = tree_inputs(canvas.gather(1, (n - 1)[:, None])[:, 0], window.tokens, cand, shape)
         positions = ((n - 1)[:, None] + shape.offsets).clamp(max=local.length - 1)
         logits = self.adapter.forward_tree(self.rows(local.vocab[inputs]), self.rows(positions), shape.ancestors, w)
@@ -271,27 +278,30 @@ def decode_bytes(adapter: ModelAdapter, settings: DecodeSettings, conditions: Se
 
 def decode(adapter: ModelAdapter, conditions: Sequence[Any] | Any, settings: DecodeSettings,
            negatives: Sequence[Any] | Any | None = None, progress: ProgressFn | None = None,
-           timing: bool = False, cost: PassCost | None = None) -> DecodeResult:
+           timing: bool = False, cost: PassCost | None = None, profile: Profile | None = None) -> DecodeResult:
     """Generate settings.batch_size images. conditions: one per image, or one shared by all (the
     family's prompt, class id, ...); negatives likewise, used as the CFG branch where the family has
     one. progress(done, total, codes) is called after every iteration with the tokens committed so far
     (all images) and the image cells known so far ([B, h, w] codebook indices, -1 where undecided); it
     may raise to abort. timing: split the time into forward / verify / draft (on a GPU this waits for
-    the device three times per iteration). cost: the pass cost an automatic window chooses by (default:
-    measured on this device once and cached, see pass_cost); the same cost and seed give the same image."""
+    the device three times per iteration). cost, profile: the pass cost and acceptance profile an
+    automatic window chooses by (default: measured on this device once and cached, see pass_cost and
+    acceptance_profile); the same cost, profile and seed give the same image."""
     B = settings.batch_size
     conditions = _per_image(conditions, B, "conditions")
     negatives = None if negatives is None else _per_image(negatives, B, "negatives")
+    if settings.window.auto and settings.window.size > 1:
+        cost = cost or pass_cost(adapter, settings)
+        profile = profile or acceptance_profile(adapter, settings, auto_plans(adapter, settings, cost))
+        settings = replace(settings, window=replace(settings.window, size=max(p.window for p in profile.plans),
+                                                    tree=largest_tree(profile.plans)))
     scratch = scratch_nodes(settings.window.size, settings.window.tree)
     if scratch and not adapter.trees:
         raise ValueError(f"{adapter.family}: this model adapter cannot score draft trees; set tree width to 1")
-    if settings.window.auto and settings.window.size > 1:
-        cost = cost or pass_cost(adapter, settings)
-        settings = replace(settings, window=replace(settings.window, size=most_tokens(cost, settings.window.size)))
     with torch.inference_mode():
         try:
             layout, first_logits = adapter.start(conditions, negatives, settings.sampling.uses_cfg, scratch)
-            result = JacobiDecoder(adapter, settings, layout, timing, cost).run(first_logits, progress)
+            result = JacobiDecoder(adapter, settings, layout, timing, cost, profile).run(first_logits, progress)
             result.stats.pass_cost, result.stats.precision = cost, adapter.precision
             return result
         finally:
@@ -333,18 +343,78 @@ def measure_cost(adapter: ModelAdapter, settings: DecodeSettings, grid: Sequence
     return PassCost(tuple(ks), tuple(seconds), f"measured on {device_name(adapter.device)}", tuple(engine))
 
 
-def pass_cost(adapter: ModelAdapter, settings: DecodeSettings) -> PassCost:
-    """measure_cost, cached on disk per (weights, device, dtype, torch version, rows, method, window)."""
+def _cache_key(adapter: ModelAdapter, settings: DecodeSettings) -> dict:
     module = adapter.module
     dtype = next((str(t.dtype) for t in module.parameters()), "none")
-    key = {"family": adapter.family, "weights": model_fingerprint(module), "device": device_name(adapter.device),
-           "dtype": dtype, "torch": torch.__version__, "batch": settings.batch_size, "cfg": settings.sampling.uses_cfg,
-           "method": settings.drafter.name, "window": settings.window.size, "length": adapter.layout.length}
-    cost = load_cached(key)
+    return {"family": adapter.family, "weights": model_fingerprint(module), "device": device_name(adapter.device),
+            "dtype": dtype, "torch": torch.__version__, "batch": settings.batch_size,
+            "cfg": settings.sampling.uses_cfg, "method": settings.drafter.name, "window": settings.window.size,
+            "length": adapter.layout.length}
+
+
+def pass_cost(adapter: ModelAdapter, settings: DecodeSettings) -> PassCost:
+    """measure_cost, cached on disk per (weights, device, dtype, torch version, rows, method, window)."""
+    key = _cache_key(adapter, settings)
+    cost = load_cached(key, PassCost)
     if cost is None:
         cost = measure_cost(adapter, settings)
         save_cached(key, cost)
     return cost
+
+
+def auto_plans(adapter: ModelAdapter, settings: DecodeSettings, cost: PassCost) -> list[Plan]:
+    """What an automatic window may choose from on a device with this cost (auto.candidate_plans)."""
+    w = settings.window
+    return candidate_plans(cost, most_tokens(cost, w.size), w.tree, w.auto_tree and adapter.trees)
+
+
+def measure_profile(adapter: ModelAdapter, settings: DecodeSettings, plans: Sequence[Plan],
+                    samples: int = 4, start: int = 32, span: int = 128) -> Profile:
+    """Committed tokens per pass per image with each plan: decodes of the adapter's example condition with
+    these settings at that fixed plan (seeds 0 .. samples - 1), counted over the image tokens start ..
+    start + span (the same stretch for every plan; less where the image is shorter), after the drafts
+    matured over the first ones. About samples x plans x 50 passes; cached by acceptance_profile."""
+    lo, hi = adapter.layout.jacobi_span
+    start = min(lo + start, lo + (hi - lo) // 4)
+    stop = min(start + span, hi)
+    conditions = [adapter.example_condition] * settings.batch_size
+    committed = []
+    with torch.inference_mode():
+        for plan in plans:
+            won = passes = 0
+            for seed in range(samples):
+                fixed = replace(settings, seed=seed, window=replace(
+                    settings.window, size=plan.window, auto=False, auto_tree=False, tree=plan.tree))
+                try:
+                    layout, first_logits = adapter.start(conditions, None, fixed.sampling.uses_cfg,
+                                                         scratch_nodes(plan.window, plan.tree))
+                    decoder = JacobiDecoder(adapter, fixed, layout, timing=False)
+                    loop = decoder.begin(first_logits)
+                    while min(loop.n_host) < start and not decoder.done(loop):
+                        decoder.iterate(loop)
+                    begun = sum(min(c, stop) for c in loop.n_host)
+                    while min(loop.n_host) < stop and not decoder.done(loop):
+                        decoder.iterate(loop)
+                        passes += 1
+                finally:
+                    adapter.finish()
+                won += (sum(min(c, stop) for c in loop.n_host) - begun) / settings.batch_size
+            committed.append(max(1.0, won / max(passes, 1)))
+    return Profile(tuple(plans), tuple(committed),
+                   f"measured on the example image, {samples} seeds, tokens {start}-{stop}")
+
+
+def acceptance_profile(adapter: ModelAdapter, settings: DecodeSettings, plans: Sequence[Plan]) -> Profile:
+    """measure_profile, cached on disk per (weights, sampling, drafter, rows, plans): steps, not seconds, so
+    it holds on any device."""
+    key = _cache_key(adapter, settings) | {"sampling": repr(settings.sampling), "drafter": repr(settings.drafter),
+                                           "plans": [p.to_json() for p in plans], "kind": "profile"}
+    del key["device"]
+    profile = load_cached(key, Profile)
+    if profile is None:
+        profile = measure_profile(adapter, settings, plans)
+        save_cached(key, profile)
+    return profile
 
 
 def _per_image(values, batch: int, name: str) -> list:

@@ -88,12 +88,14 @@ class WindowSettings:
     tree: TreeSettings = field(default_factory=TreeSettings)
     auto: bool = False      # choose the tokens per pass (up to size) from this decode's acceptance and the
                             # device's measured pass cost (engine/cost.py)
+    auto_tree: bool = False  # with auto: also weigh capped draft trees at the first slot (engine/auto.py)
 
     def __post_init__(self):
         _check_int("window", self.size, 1, MAX_WINDOW)
         _check(self.init in DRAFT_INITS, "init", self.init, f"one of {DRAFT_INITS}")
         _check(isinstance(self.tree, TreeSettings), "tree", self.tree, "a TreeSettings")
         _check(isinstance(self.auto, bool), "window_auto", self.auto, "True or False")
+        _check(isinstance(self.auto_tree, bool), "tree_auto", self.auto_tree, "True or False")
 
 
 @dataclass(frozen=True)
@@ -194,11 +196,11 @@ def decode_settings(drafter: DrafterSettings | None, window: WindowSettings | No
 
 def method_settings(method: str, window: int, sampling: SamplingSettings, seed: int = 0,
                     batch_size: int = 1, coupled: bool = True, tree: TreeSettings = TreeSettings(),
-                    auto: bool = False) -> DecodeSettings:
+                    auto: bool = False, auto_tree: bool = False) -> DecodeSettings:
     """DecodeSettings for a named method (see METHODS), with or without coupled drafting, a draft tree and
-    the automatic window (up to `window`; none of them for AR)."""
+    the automatic window (up to `window`) and tree; none of them for AR."""
     if method not in METHODS:
         raise ValueError(f"method={method!r} is unknown: choose one of {list(METHODS)}")
     drafter = METHODS[method]
     return decode_settings(None if drafter is None else replace(drafter, coupled=coupled),
-                           WindowSettings(window, tree=tree, auto=auto), sampling, seed, batch_size)
+                           WindowSettings(window, tree=tree, auto=auto, auto_tree=auto_tree), sampling, seed, batch_size)

@@ -27,6 +27,7 @@ class DecodeStats:
     vp_expected_accept: float = 0.0    # with the fused q actually used
     plain_expected_accept: float = 0.0  # had the draft come from the unfused p
     vp_auto: dict | None = None        # VP auto mode: the strength it settled on, each candidate's rate
+    auto_plans: dict | None = None     # automatic window: iterations run with each plan (engine/auto.py)
     # momentum: acceptance of carried drafts whose probability rose at their last observation or not
     rose_verified: int = 0
     rose_accepted: int = 0
