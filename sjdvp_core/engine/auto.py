@@ -46,6 +46,7 @@ LADDER = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 TREES = (TreeSettings(width=6, depth=1, branch=4),)   # the capped tree with the most steps per node measured
                                                        # (benchmarks/results/trees_branch.md)
 TREE_FROM = 16      # trees are tried at windows this wide or wider
+CHAIN = TreeSettings()
 
 
 def most_tokens(cost: PassCost, cap: int) -> int:
@@ -58,7 +59,7 @@ def most_tokens(cost: PassCost, cap: int) -> int:
 class Plan:
     """One choice: the tokens the chain scores per row (window) and the draft tree at its first slot."""
     window: int
-    tree: TreeSettings = TreeSettings()
+    tree: TreeSettings = CHAIN
 
     @property
     def nodes(self) -> int:
@@ -80,8 +81,7 @@ class Plan:
         return cls(d["window"], TreeSettings(width=width, depth=depth, branch=branch, guesses=guesses))
 
 
-def candidate_plans(cost: PassCost, most: int, tree: TreeSettings = TreeSettings(),
-                    auto_tree: bool = False) -> list[Plan]:
+def candidate_plans(cost: PassCost, most: int, tree: TreeSettings = CHAIN, auto_tree: bool = False) -> list[Plan]:
     """The plans worth measuring and choosing from on a device with this cost, widest first: windows of the
     ladder up to most (and most itself), each with the user's tree, and with TREES where auto_tree; a plan is
     dropped when another that scores at least as much of the same kind costs no more (within 1%)."""
@@ -97,9 +97,8 @@ def candidate_plans(cost: PassCost, most: int, tree: TreeSettings = TreeSettings
 def _covers(a: Plan, b: Plan) -> bool:
     """a scores everything b does, with the same kind of tree: a window at least as wide, branches at least
     as long (0: to the window's end), and a differs from b."""
-    reach = (lambda t: t.branch or MAX_WINDOW)
     same = replace(a.tree, branch=0) == replace(b.tree, branch=0)
-    return same and a != b and a.window >= b.window and reach(a.tree) >= reach(b.tree)
+    return same and a != b and a.window >= b.window and (a.tree.branch or MAX_WINDOW) >= (b.tree.branch or MAX_WINDOW)
 
 
 def largest_tree(plans: list[Plan]) -> TreeSettings:

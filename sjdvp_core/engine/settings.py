@@ -203,4 +203,5 @@ def method_settings(method: str, window: int, sampling: SamplingSettings, seed: 
         raise ValueError(f"method={method!r} is unknown: choose one of {list(METHODS)}")
     drafter = METHODS[method]
     return decode_settings(None if drafter is None else replace(drafter, coupled=coupled),
-                           WindowSettings(window, tree=tree, auto=auto, auto_tree=auto_tree), sampling, seed, batch_size)
+                           WindowSettings(window, tree=tree, auto=auto, auto_tree=auto_tree), sampling, seed,
+                           batch_size)
