@@ -102,15 +102,17 @@ def test_lantern_stays_within_its_budget(delta):
     assert chi2_pvalue(counts, EXACT * N) < ALPHA
 
 
-@pytest.mark.parametrize("tree", [TreeSettings(), TreeSettings(width=3)], ids=["chain", "tree"])
-def test_window_auto_keeps_the_law(tree, monkeypatch):
-    """The window chosen from the past (here every iteration, on a cost that makes it move) changes no law."""
-    monkeypatch.setattr(auto, "EVERY", 1)
+@pytest.mark.parametrize("other", [auto.Plan(3), auto.Plan(6, TreeSettings(width=3, branch=2))],
+                         ids=["chain", "chain-and-tree"])
+def test_window_auto_keeps_the_law(other, monkeypatch):
+    """The plan chosen from the past changes no law: here it alternates every iteration between a chain of 6
+    and another window or a capped tree (the chooser's own rule is tested in test_auto.py)."""
+    monkeypatch.setattr(auto.PlanChooser, "choose", lambda self, it: self.profile.plans[it % 2])
+    profile = auto.Profile((auto.Plan(6), other), (2.0, 2.0), "synthetic")
     cost = PassCost((1, 2, 4, 8), (1.0, 1.1, 1.4, 2.4), "synthetic")
     drafter = DrafterSettings(vp=VPSettings(**STRONG_VP, strength="auto"))
-    s = DecodeSettings(window=WindowSettings(6, tree=tree, auto=True), drafter=drafter, sampling=SAMPLING,
-                       batch_size=N)
-    res = decode(TOY, 1, s, cost=cost)
+    s = DecodeSettings(window=WindowSettings(6, auto=True), drafter=drafter, sampling=SAMPLING, batch_size=N)
+    res = decode(TOY, 1, s, cost=cost, profile=profile)
     assert len(set(res.stats.scored_per_iter)) > 1
     counts = torch.bincount(code_index(res.codes.flatten(1), 4), minlength=EXACT.numel()).float()
     assert chi2_pvalue(counts, EXACT * N) > ALPHA and tv(counts) < 0.012
