@@ -64,6 +64,11 @@ class JacobiWindow(io.ComfyNode):
                                          "then cached) and this run's acceptance decides. Exact. The same seed "
                                          "gives the same image on the same device; for the same image on any "
                                          "device, turn it off."),
+                io.Boolean.Input("tree_auto", default=True, optional=True,
+                                 tooltip="With window_auto: also weigh a capped draft tree at the first undecided "
+                                         "slot, used where this device scores the extra tokens almost for free "
+                                         "(large GPUs). Exact. Ignored when tree_width is above 1 (your tree is "
+                                         "kept)."),
             ],
             outputs=[WINDOW.Output(display_name="window")],
         )
@@ -71,8 +76,10 @@ class JacobiWindow(io.ComfyNode):
     @classmethod
     def execute(cls, window, init, tree_width=LEGACY["SJDVP_JacobiWindow"]["tree_width"],
                 tree_depth=LEGACY["SJDVP_JacobiWindow"]["tree_depth"],
-                window_auto=LEGACY["SJDVP_JacobiWindow"]["window_auto"]) -> io.NodeOutput:
+                window_auto=LEGACY["SJDVP_JacobiWindow"]["window_auto"],
+                tree_auto=LEGACY["SJDVP_JacobiWindow"]["tree_auto"]) -> io.NodeOutput:
         return io.NodeOutput(WindowSettings(size=window, init=init, auto=window_auto,
+                                            auto_tree=window_auto and tree_auto and tree_width == 1,
                                             tree=TreeSettings(width=tree_width, depth=tree_depth)))
 
 

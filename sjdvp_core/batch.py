@@ -128,7 +128,7 @@ def ranks() -> tuple[int, int, int]:
 def run(prompts: str, seeds: list[str], methods: list[str], out: str, model: str = "demo", precision: str = "auto",
         window: str = "auto", cfg=None, top_k=None, top_p=None, temperature=None, device: str | None = None,
         width: int = 0, height: int = 0, tree_width: int = 1, tree_depth: int = 1, tree_branch: int = 0,
-        coupled: bool = True, placement: str | None = None) -> int:
+        coupled: bool = True, placement: str | None = None, auto_tree: bool = True) -> int:
     """Decode this rank's share of the jobs not done yet; -> images this rank wrote. placement: as load_model's
     (each rank places its own copy, e.g. "offload" onto its GPU)."""
     rank, world, local = ranks()
@@ -150,7 +150,7 @@ def run(prompts: str, seeds: list[str], methods: list[str], out: str, model: str
         written = _decode_jobs(mine, out, rank, world, model, precision, device, window, width, height,
                                dict(cfg=cfg, top_k=top_k, top_p=top_p, temperature=temperature),
                                TreeSettings(width=tree_width, depth=tree_depth, branch=tree_branch), coupled,
-                               placement)
+                               placement, auto_tree)
     if distributed:
         dist.barrier()
     if rank == 0:
@@ -163,16 +163,18 @@ def run(prompts: str, seeds: list[str], methods: list[str], out: str, model: str
 
 def _decode_jobs(mine: list[Job], out: str, rank: int, world: int, model: str, precision: str, device: str,
                  window: str, width: int, height: int, sampling_args: dict, tree: TreeSettings, coupled: bool,
-                 placement: str | None) -> int:
+                 placement: str | None, auto_tree: bool) -> int:
     from tqdm import tqdm
     size, auto = window_arg(window)
+    auto_tree = auto and auto_tree and not tree.on
     adapter = at_size(load_model(model, device=device, precision=precision, placement=placement), width, height)
     sampling = chosen_sampling(adapter, **sampling_args)
     log = os.path.join(out, f"images.rank{rank}.jsonl")
     _end_cut_line(log)
     bar = tqdm(mine, desc=f"rank {rank}/{world}", position=rank, unit="image", dynamic_ncols=True)
     for job in bar:
-        settings = method_settings(job.method, size, sampling, job.seed, coupled=coupled, auto=auto, tree=tree)
+        settings = method_settings(job.method, size, sampling, job.seed, coupled=coupled, auto=auto,
+                                   auto_tree=auto_tree, tree=tree)
         t = time.perf_counter()
         result = decode(adapter, job.prompt, settings, negatives=job.negative)
         seconds = time.perf_counter() - t
@@ -184,6 +186,7 @@ def _decode_jobs(mine: list[Job], out: str, rank: int, world: int, model: str, p
         record = dict(image=image, index=job.index, prompt=job.prompt, negative=job.negative, seed=job.seed,
                       method=job.method, model=model, precision=adapter.precision or precision,
                       settings=dict(window=settings.window.size, window_auto=settings.window.auto,
+                                    tree_auto=settings.window.auto_tree,
                                     tree=dataclasses.asdict(settings.window.tree), coupled=coupled,
                                     sampling=dataclasses.asdict(sampling)),
                       stats=dict(tokens=st.length, forward_passes=st.forward_passes, ar_passes=st.ar_passes,

@@ -20,7 +20,7 @@ pytestmark = NEEDS_COMFYUI
 # node id -> widget names in order: the contract with saved workflows (append only)
 PINNED = {
     "SJDVP_LoadModel": ["model", "precision", "device"],
-    "SJDVP_JacobiWindow": ["window", "init", "tree_width", "tree_depth", "window_auto"],
+    "SJDVP_JacobiWindow": ["window", "init", "tree_width", "tree_depth", "window_auto", "tree_auto"],
     "SJDVP_DrafterSJD": ["coupled"],
     "SJDVP_DrafterLANTERN": ["neighbours", "delta", "coupled"],
     "SJDVP_DrafterGSD": ["group", "max_gap", "max_distance", "coupled"],

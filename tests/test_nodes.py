@@ -44,6 +44,7 @@ def test_widget_defaults_come_from_the_engine_settings(pack):
     # a new node chooses its window (window_auto), up to 64 tokens per pass; the library's default stays fixed
     assert widgets(d.JacobiWindow)["window"].default == d.NODE_WINDOW == 64
     assert widgets(d.JacobiWindow)["window_auto"].default is True and s.WindowSettings().auto is False
+    assert widgets(d.JacobiWindow)["tree_auto"].default is True and s.WindowSettings().auto_tree is False
     assert widgets(d.JacobiWindow)["tree_width"].default == s.TreeSettings().width == 1
     assert widgets(d.DrafterSJD)["coupled"].default is s.DrafterSettings().coupled is True
     lantern = widgets(d.DrafterLANTERN)
@@ -71,6 +72,9 @@ def test_execute_defaults_are_the_legacy_table(pack):
 def test_tree_widgets_reach_the_decode(pack, demo):
     d = pack["drafting"]
     assert d.JacobiWindow.execute(16, "random").values[0].tree.width == 1          # saved before the widgets
+    assert d.JacobiWindow.execute(64, "random", 1, 1, True).values[0].auto_tree is False   # saved before tree_auto
+    assert d.JacobiWindow.execute(64, "random", 1, 1, True, True).values[0].auto_tree is True
+    assert d.JacobiWindow.execute(64, "random", 3, 1, True, True).values[0].auto_tree is False   # the user's tree
     window = d.JacobiWindow.execute(8, "random", 4, 2).values[0]
     assert (window.tree.width, window.tree.depth) == (4, 2)
     res = run(pack, demo, window=window, drafter=d.DrafterSJD.execute(True).values[0]).values[0].result

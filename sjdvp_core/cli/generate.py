@@ -45,7 +45,8 @@ def main(prompt: str, methods=("ar", "sjd-vp"), model: str = "demo", window: int
          temperature: float | None = None, out: str = "out", device: str = "cpu",
          coupled: bool = DrafterSettings().coupled, width: int = KEEP_SIZE, height: int = KEEP_SIZE,
          tree_width: int = TreeSettings().width, tree_depth: int = TreeSettings().depth,
-         tree_branch: int = TreeSettings().branch, precision: str = "auto", placement: str | None = None) -> list[dict]:
+         tree_branch: int = TreeSettings().branch, precision: str = "auto", placement: str | None = None,
+         auto_tree: bool = True) -> list[dict]:
     size, auto = window_arg(window) if isinstance(window, str) else (window, False)
     adapter = at_size(load_model(model, device=device, precision=precision, placement=placement), width, height)
     sampling = chosen_sampling(adapter, cfg, top_k, top_p, temperature)
@@ -53,6 +54,7 @@ def main(prompt: str, methods=("ar", "sjd-vp"), model: str = "demo", window: int
     rows = []
     for name in methods:
         settings = method_settings(name, size, sampling, seed, coupled=coupled, auto=auto,
+                                   auto_tree=auto and auto_tree and tree_width == 1,
                                    tree=TreeSettings(width=tree_width, depth=tree_depth, branch=tree_branch))
         t = time.perf_counter()
         result = decode(adapter, prompt, settings)
@@ -123,5 +125,8 @@ def decoding_arguments(ap: argparse.ArgumentParser) -> None:
                     help="draft tree: how many of the first undecided slots branch")
     ap.add_argument("--tree-branch", dest="tree_branch", type=int, default=TreeSettings().branch,
                     help="draft tree: drafts after each alternative (0 = to the window's end; fewer tokens per pass)")
+    ap.add_argument("--no-auto-tree", dest="auto_tree", action="store_false",
+                    help="with --window auto: never weigh a capped draft tree (by default one is used where this "
+                         "device scores its extra tokens almost for free; never with --tree-width above 1)")
     ap.add_argument("--no-coupling", dest="coupled", action="store_false",
                     help="draw each draft with fresh randomness (classic SJD) instead of coupled drafting")

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from .adapter import ModelAdapter, TokenLayout
-from .auto import MOST_FACTOR, Plan, PlanChooser, Profile, candidate_plans, largest_tree, most_tokens
+from .auto import MOST_FACTOR, TREES, Plan, PlanChooser, Profile, candidate_plans, largest_tree, most_tokens
 from .cost import GRID, PassCost, device_name, load_cached, model_fingerprint, save_cached
 from .drafting import Drafter
 from .settings import AUTO_STRENGTHS, DecodeSettings
@@ -243,12 +243,18 @@ class JacobiDecoder:
         progress(sum(done), self.B * self.local.length, codes)
 
 
+def widest_tree(settings: DecodeSettings):
+    """The draft tree a decode may use at most: the user's, or with an automatic tree the largest auto weighs."""
+    w = settings.window
+    return largest_tree([Plan(w.size, t) for t in TREES]) if w.auto and w.auto_tree and not w.tree.on else w.tree
+
+
 def state_bytes(settings: DecodeSettings, layout: TokenLayout) -> int:
     """Memory the loop holds beyond the model's KV cache, for memory managers: the Window's per-slot,
     per-vocabulary-entry tensors (q; coupled drafting's noise in float64; auto's candidates; VP's history, one slot
     wider: pbar and prev in fp32, growth in int16) and a draft tree's (each alternative's q, the targets of the
     nodes past the chain, fresh noise for the draws), doubled for the temporaries of one iteration."""
-    S, d, tree = max(1, settings.window.size - 1), settings.drafter, settings.window.tree
+    S, d, tree = max(1, settings.window.size - 1), settings.drafter, widest_tree(settings)
     candidates = len(AUTO_STRENGTHS) if d.vp is not None and d.vp.auto else 0
     per_row = S * (4 * (1 + candidates) + 8 * d.coupled) + (S + 1) * (4 + 4 + 2)
     scratch = scratch_nodes(settings.window.size, tree)
@@ -266,7 +272,7 @@ def decode_bytes(adapter: ModelAdapter, settings: DecodeSettings, conditions: Se
     itemsize: of the compute dtype (default: the weights')."""
     cfg = settings.sampling.uses_cfg
     rows = settings.batch_size * (2 if cfg else 1)
-    scratch = scratch_nodes(settings.window.size, settings.window.tree)
+    scratch = scratch_nodes(settings.window.size, widest_tree(settings))
     prompt = adapter.prompt_length(
         None if conditions is None else _per_image(conditions, settings.batch_size, "conditions"),
         None if negatives is None else _per_image(negatives, settings.batch_size, "negatives"), cfg)
