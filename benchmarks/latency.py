@@ -9,7 +9,8 @@ with t the roofline of engine/cost.py (weights read once per pass, 2 x params FL
 85% / 70% of peak bandwidth / FLOPs; the engine's own step is left out). The step counts are the demo's,
 priced as if each pass were that model's on that device. Automatic-window rows choose by the cost they
 are priced with: on the CPU the measured one, in each modelled column that device and model's roofline
-(what auto would choose on that card).
+(what auto would choose on that card), with the demo's acceptance profile (engine/auto.py; measured once and
+cached). "tree: auto" rows may also choose auto.TREES' capped draft tree, "chain" rows only windows.
 
     python -m benchmarks.latency --out benchmarks/results/latency
 """
@@ -29,38 +30,47 @@ from sjdvp_core.models.registry import load_model
 
 PROMPTS = ("a red circle on grass", "a blue square on snow", "a green diamond on sand")
 MODELLED = [(d, m) for d in ("H200", "RTX 4090") for m in ("Lumina-mGPT 7B", "Janus-Pro-7B", "LlamaGen-XL")]
-ROWS = (  # method, window, auto, tree width, coupled
-    ("ar", 1, False, 1, True),
-    ("sjd", 8, False, 1, True), ("sjd", 32, False, 1, True),
-    ("sjd-vp", 4, False, 1, True), ("sjd-vp", 8, False, 1, True), ("sjd-vp", 16, False, 1, True),
-    ("sjd-vp", 32, False, 1, True), ("sjd-vp", 64, False, 1, True), ("sjd-vp", 128, False, 1, True),
-    ("sjd-vp", 32, False, 6, True), ("sjd-vp", 32, False, 1, False),
-    ("sjd", 128, True, 1, True), ("sjd-vp", 128, True, 1, True),
+CAPPED = TreeSettings(width=6, branch=4)   # auto.TREES: each alternative followed by at most 4 drafts
+ROWS = (  # method, window, auto ("chain": windows only, "tree": capped trees too), tree, coupled
+    ("ar", 1, "", TreeSettings(), True),
+    ("sjd", 8, "", TreeSettings(), True), ("sjd", 32, "", TreeSettings(), True),
+    ("sjd-vp", 4, "", TreeSettings(), True), ("sjd-vp", 8, "", TreeSettings(), True),
+    ("sjd-vp", 16, "", TreeSettings(), True), ("sjd-vp", 32, "", TreeSettings(), True),
+    ("sjd-vp", 64, "", TreeSettings(), True), ("sjd-vp", 128, "", TreeSettings(), True),
+    ("sjd-vp", 32, "", TreeSettings(width=6), True), ("sjd-vp", 32, "", CAPPED, True),
+    ("sjd-vp", 64, "", CAPPED, True), ("sjd-vp", 32, "", TreeSettings(), False),
+    ("sjd", 128, "tree", TreeSettings(), True), ("sjd-vp", 128, "chain", TreeSettings(), True),
+    ("sjd-vp", 128, "tree", TreeSettings(), True),
 )
 
 
 def settings(adapter, row, seed):
-    method, window, auto, width, coupled = row
-    return method_settings(method, window, adapter.default_sampling, seed, coupled=coupled, auto=auto,
-                           tree=TreeSettings(width=width))
+    method, window, auto, tree, coupled = row
+    return method_settings(method, window, adapter.default_sampling, seed, coupled=coupled, auto=bool(auto),
+                           auto_tree=auto == "tree", tree=tree)
 
 
 def label(row) -> dict:
-    method, window, auto, width, coupled = row
-    return {"method": method, "window": f"auto<={window}" if auto else window, "tree": f"{width}x1" if width > 1
-            else "chain", "coupling": "coupled" if coupled else "independent"}
+    method, window, auto, tree, coupled = row
+    shape = f"{tree.width}x{tree.depth}" + (f"/{tree.branch}" if tree.branch else "") if tree.on else "chain"
+    return {"method": method, "window": f"auto<={window}" if auto else window,
+            "tree": {"tree": "auto", "chain": "chain"}.get(auto, shape),
+            "coupling": "coupled" if coupled else "independent"}
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--model-seeds", type=int, default=8,
+                    help="seeds per prompt for the step counts the modelled columns price (no timing)")
     ap.add_argument("--out", help="write <out>.md and <out>.json")
     args = ap.parse_args(argv)
     adapter = load_model("demo")
     costs = {f"{d}/{m}": roofline(m, d) for d, m in MODELLED}
     cpu = {row: pass_cost(adapter, settings(adapter, row, 0)) for row in ROWS if row[2]}   # measured, cached
     runs = [(p, s) for p in PROMPTS for s in range(args.seeds)]
+    model_runs = [(p, s) for p in PROMPTS for s in range(args.model_seeds)]
     seconds = {row: [] for row in ROWS}
     stats = {row: [] for row in ROWS}
     for repeat in range(args.repeats):                # every row in every repeat: drift hits them alike
@@ -76,12 +86,13 @@ def main(argv=None):
     ar_seconds = statistics.median(seconds[ROWS[0]])
     out = []
     for row in ROWS:
-        sts = stats[row]
-        modelled = {}
+        modelled, steps = {}, None
         for key, cost in costs.items():
-            priced = sts if not row[2] else [decode(adapter, p, settings(adapter, row, s), cost=cost).stats
-                                             for p, s in runs]
+            if steps is None or row[2]:   # a fixed plan takes the same steps on any device; auto chooses by cost
+                priced = [decode(adapter, p, settings(adapter, row, s), cost=cost).stats for p, s in model_runs]
+                steps = steps or priced
             modelled[key] = round(statistics.mean(st.estimated_speedup(cost) for st in priced), 3)
+        sts = stats[row] if row[2] else steps       # auto's own steps: as chosen on this CPU
         out.append(label(row) | {
             "step_compression": round(statistics.mean(st.step_compression for st in sts), 3),
             "tokens_per_row": round(statistics.mean(st.tokens_per_forward for st in sts), 1),
@@ -96,14 +107,16 @@ def main(argv=None):
 
 def write(rows, args, cpu):
     with open(args.out + ".json", "w") as f:
-        json.dump({"rows": rows, "prompts": PROMPTS, "seeds": args.seeds, "repeats": args.repeats,
+        json.dump({"rows": rows, "prompts": PROMPTS, "seeds": args.seeds, "model_seeds": args.model_seeds,
+                   "repeats": args.repeats,
                    "threads": torch.get_num_threads(), "torch": torch.__version__,
                    "cpu_cost": {str(label(r)): c.to_json() for r, c in cpu.items()}}, f, indent=1)
     keys = list(rows[0]["modeled"])
     lines = [f"`python -m benchmarks.latency --out {args.out}` (demo model; {len(PROMPTS)} prompts x {args.seeds} "
              f"seeds; CPU wall-clock: median of {args.repeats} repeats, rows interleaved, "
-             f"{torch.get_num_threads()} threads; modelled columns: the demo's steps priced by engine/cost.py's "
-             "roofline for that model on that device)", "",
+             f"{torch.get_num_threads()} threads; modelled columns: the demo's steps over {args.model_seeds} seeds "
+             "per prompt priced by engine/cost.py's roofline for that model on that device; step compression and "
+             "scored per pass: fixed rows over those seeds, auto rows as auto chose on this CPU)", "",
              "| method | window | tree | coupling | step compression | scored / pass / row | CPU s | CPU speed-up | "
              + " | ".join(keys) + " |", "|" + "---|" * (8 + len(keys))]
     for r in rows:
