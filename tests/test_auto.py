@@ -56,7 +56,7 @@ def test_the_chooser_takes_the_best_rate_and_follows_this_decodes_acceptance():
         first = chooser.choose(1)
         for it in range(1, 60):
             plan = chooser.choose(it)
-            chooser.record(it, plan, 1 + g * (profile.of(plan) - 1))
+            chooser.record(plan, 1 + g * (profile.of(plan) - 1))
         return first, chooser.choose(61)
     assert run(1.0) == (auto.Plan(16), auto.Plan(16))    # 5 / 3.8 beats 2.6 / 2.2 and 1.6 / 1.5
     assert run(0.5) == (auto.Plan(16), auto.Plan(4))     # (1 + 0.3) / 1.5 > (1 + 0.8) / 2.2 > (1 + 2) / 3.8

@@ -42,11 +42,18 @@ MOST_FACTOR = 3.0   # the state is sized for windows whose pass costs at most th
 EVERY = 4           # iterations a choice holds
 HYSTERESIS = 1.03   # a new plan must promise this much more per second than the one running
 PRIOR = 8.0         # pseudo-tokens of evidence that g = 1 (the example's acceptance) before any is seen
+WARM = 32           # image tokens the drafts mature over before acceptance is counted (profile and decode alike)
 LADDER = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 TREES = (TreeSettings(width=6, depth=1, branch=4),)   # the capped tree with the most steps per node measured
                                                        # (benchmarks/results/trees_branch.md)
 TREE_FROM = 16      # trees are tried at windows this wide or wider
 CHAIN = TreeSettings()
+
+
+def warmed(span: tuple[int, int]) -> int:
+    """Where counting starts in a grid spanning these positions: WARM tokens in (a quarter, if shorter)."""
+    lo, hi = span
+    return min(lo + WARM, lo + (hi - lo) // 4)
 
 
 def most_tokens(cost: PassCost, cap: int) -> int:
@@ -146,12 +153,10 @@ class PlanChooser:
     def best(self) -> Plan:
         return max(self.profile.plans, key=self.rate)
 
-    def record(self, iteration: int, plan: Plan, committed: float) -> None:
-        """An iteration with this plan committed this many tokens per image (the first EVERY are warm-up:
-        random drafts)."""
-        if iteration > EVERY:
-            self.won += committed - 1
-            self.expected += self.profile.of(plan) - 1
+    def record(self, plan: Plan, committed: float) -> None:
+        """An iteration with this plan, after the warm-up (`warmed`), committed this many tokens per image."""
+        self.won += committed - 1
+        self.expected += self.profile.of(plan) - 1
 
     def choose(self, iteration: int) -> Plan:
         """The plan for this iteration."""

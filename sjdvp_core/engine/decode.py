@@ -22,7 +22,8 @@ import torch
 from torch import Tensor
 
 from .adapter import ModelAdapter, TokenLayout
-from .auto import MOST_FACTOR, TREES, Plan, PlanChooser, Profile, candidate_plans, largest_tree, most_tokens
+from .auto import (MOST_FACTOR, TREES, Plan, PlanChooser, Profile, candidate_plans, largest_tree, most_tokens,
+                   warmed)
 from .cost import GRID, PassCost, device_name, load_cached, model_fingerprint, save_cached
 from .drafting import Drafter
 from .settings import AUTO_STRENGTHS, DecodeSettings
@@ -99,6 +100,7 @@ class JacobiDecoder:
         self.same_noise = Drafter.follows_noise(settings.drafter)
         auto = settings.window.auto and cost is not None and profile is not None and self.S
         self.chooser = PlanChooser(cost, profile) if auto else None
+        self.warm = warmed(layout.jacobi_span)
         self.steps = torch.arange(self.W + 1, device=self.device)   # slot offsets, made once
 
     def targets(self, logits: Tensor, at: Tensor) -> Tensor:
@@ -154,7 +156,8 @@ class JacobiDecoder:
         before, loop.n_host = loop.n_host, n.tolist()                                      # the one sync
         if self.chooser is not None:
             loop.plans[plan.label] = loop.plans.get(plan.label, 0) + 1
-            self.chooser.record(loop.it - 1, plan, sum(b - a for a, b in zip(before, loop.n_host)) / self.B)
+            if min(before) >= self.warm:
+                self.chooser.record(plan, sum(b - a for a, b in zip(before, loop.n_host)) / self.B)
         loop.trace.append(loop.n_host)
         rec.phases(t0, step.forward_end, t2, self.clock.now())
 
@@ -315,7 +318,7 @@ def decode(adapter: ModelAdapter, conditions: Sequence[Any] | Any, settings: Dec
 
 
 def measure_cost(adapter: ModelAdapter, settings: DecodeSettings, grid: Sequence[int] = GRID,
-                 iterations: int = 5) -> PassCost:
+                 iterations: int = 9) -> PassCost:
     """t(k) on the adapter's device: the median wall time of real iterations (the forward and the engine's
     step, after two to warm up) of decodes with these settings at a fixed window of k tokens, for every k
     of grid up to the settings' window, stopping past the widest window auto would allocate
@@ -375,14 +378,13 @@ def auto_plans(adapter: ModelAdapter, settings: DecodeSettings, cost: PassCost) 
 
 
 def measure_profile(adapter: ModelAdapter, settings: DecodeSettings, plans: Sequence[Plan],
-                    samples: int = 4, start: int = 32, span: int = 128) -> Profile:
+                    samples: int = 4, span: int = 128) -> Profile:
     """Committed tokens per pass per image with each plan: decodes of the adapter's example condition with
-    these settings at that fixed plan (seeds 0 .. samples - 1), counted over the image tokens start ..
-    start + span (the same stretch for every plan; less where the image is shorter), after the drafts
-    matured over the first ones. About samples x plans x 50 passes; cached by acceptance_profile."""
-    lo, hi = adapter.layout.jacobi_span
-    start = min(lo + start, lo + (hi - lo) // 4)
-    stop = min(start + span, hi)
+    these settings at that fixed plan (seeds 0 .. samples - 1), counted over span image tokens after the
+    warm-up (auto.warmed; the same stretch for every plan, less where the image is shorter), as the decode
+    counts its own. About samples x plans x 50 passes; cached by acceptance_profile."""
+    start = warmed(adapter.layout.jacobi_span)
+    stop = min(start + span, adapter.layout.jacobi_span[1])
     conditions = [adapter.example_condition] * settings.batch_size
     committed = []
     with torch.inference_mode():
