@@ -22,8 +22,7 @@ import torch
 from torch import Tensor
 
 from .adapter import ModelAdapter, TokenLayout
-from .auto import (MOST_FACTOR, TREES, Plan, PlanChooser, Profile, candidate_plans, largest_tree, most_tokens,
-                   warmed)
+from .auto import MOST_FACTOR, TREES, Plan, PlanChooser, Profile, candidate_plans, largest_tree, most_tokens, warmed
 from .cost import GRID, PassCost, device_name, load_cached, model_fingerprint, save_cached
 from .drafting import Drafter
 from .settings import AUTO_STRENGTHS, DecodeSettings
