@@ -20,6 +20,7 @@ export const LEGACY = {
   "SJDVP_JacobiWindow": {
     "tree_width": 1,
     "tree_depth": 1,
-    "window_auto": false
+    "window_auto": false,
+    "tree_auto": false
   }
 };
