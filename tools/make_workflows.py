@@ -44,9 +44,9 @@ SJD = ("SJDVP_DrafterSJD", [_D.coupled])
 
 def window_widgets(window: int) -> list:
     """The Jacobi Window node's widget values: size, init, the draft tree a new node starts with, and a fixed
-    window (the examples keep the window they were measured with; window_auto is off)."""
+    window (the examples keep the window they were measured with; window_auto and tree_auto are off)."""
     tree = WindowSettings().tree
-    return [window, WindowSettings().init, tree.width, tree.depth, False]
+    return [window, WindowSettings().init, tree.width, tree.depth, False, False]
 LANTERN = ("SJDVP_DrafterLANTERN", [_D.lantern_k, _D.lantern_delta, _D.coupled])
 GSD = ("SJDVP_DrafterGSD", [_D.gsd_group, _D.gsd_max_gap, _D.gsd_max_distance or 0.0, _D.coupled])
 
