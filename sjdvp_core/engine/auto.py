@@ -32,7 +32,7 @@ the device favours, the method to pick is AR.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 
 from .cost import PassCost
 from .settings import MAX_WINDOW, TreeSettings
@@ -79,13 +79,11 @@ class Plan:
         return f"{self.window}" + (f"+{t.width}x{t.depth}/{t.branch}" if t.on else "")
 
     def to_json(self) -> dict:
-        t = self.tree
-        return {"window": self.window, "tree": [t.width, t.depth, t.branch, t.guesses]}
+        return {"window": self.window, "tree": asdict(self.tree)}
 
     @classmethod
     def from_json(cls, d: dict) -> "Plan":
-        width, depth, branch, guesses = d["tree"]
-        return cls(d["window"], TreeSettings(width=width, depth=depth, branch=branch, guesses=guesses))
+        return cls(d["window"], TreeSettings(**d["tree"]))
 
 
 def candidate_plans(cost: PassCost, most: int, tree: TreeSettings = CHAIN, auto_tree: bool = False) -> list[Plan]:
@@ -111,7 +109,7 @@ def _covers(a: Plan, b: Plan) -> bool:
 def largest_tree(plans: list[Plan]) -> TreeSettings:
     """The tree whose scratch nodes bound every plan's (what the model's cache and the memory estimate hold)."""
     trees = [p for p in plans if p.tree.on]
-    return max(trees, key=lambda p: p.nodes - p.window).tree if trees else TreeSettings()
+    return max(trees, key=lambda p: p.nodes - p.window).tree if trees else CHAIN
 
 
 @dataclass(frozen=True)

@@ -168,6 +168,15 @@ def load_cached(key: dict, kind=PassCost):
         return None   # none yet, or unreadable: measured again and rewritten
 
 
+def cached(key: dict, kind, measure):
+    """The value stored under key, else measure() stored there: how calibrations are reused across runs."""
+    value = load_cached(key, kind)
+    if value is None:
+        value = measure()
+        save_cached(key, value)
+    return value
+
+
 def save_cached(key: dict, value) -> None:
     """value: anything with to_json (the pass cost, auto's acceptance profile)."""
     path = cache_path(key)

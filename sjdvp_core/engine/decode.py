@@ -23,7 +23,7 @@ from torch import Tensor
 
 from .adapter import ModelAdapter, TokenLayout
 from .auto import MOST_FACTOR, TREES, Plan, PlanChooser, Profile, candidate_plans, largest_tree, most_tokens, warmed
-from .cost import GRID, PassCost, device_name, load_cached, model_fingerprint, save_cached
+from .cost import GRID, PassCost, cached, device_name, model_fingerprint
 from .drafting import Drafter
 from .settings import AUTO_STRENGTHS, DecodeSettings
 from .stats import DecodeStats, Recorder
@@ -327,8 +327,7 @@ def measure_cost(adapter: ModelAdapter, settings: DecodeSettings, grid: Sequence
     conditions = [adapter.example_condition] * settings.batch_size
     with torch.inference_mode():
         for k in ks:
-            fixed = replace(settings, window=replace(settings.window, size=k, auto=False,
-                                                     tree=replace(settings.window.tree, width=1)))
+            fixed = _fixed(settings, Plan(k))
             walls, shares, loop, decoder = [], [], None, None
             try:
                 while len(walls) < iterations + 2:
@@ -351,6 +350,12 @@ def measure_cost(adapter: ModelAdapter, settings: DecodeSettings, grid: Sequence
     return PassCost(tuple(ks), tuple(seconds), f"measured on {device_name(adapter.device)}", tuple(engine))
 
 
+def _fixed(settings: DecodeSettings, plan: Plan) -> DecodeSettings:
+    """The settings with this plan for every iteration (what the calibrations time and count)."""
+    return replace(settings, window=replace(settings.window, size=plan.window, tree=plan.tree, auto=False,
+                                            auto_tree=False))
+
+
 def _cache_key(adapter: ModelAdapter, settings: DecodeSettings) -> dict:
     module = adapter.module
     dtype = next((str(t.dtype) for t in module.parameters()), "none")
@@ -362,12 +367,7 @@ def _cache_key(adapter: ModelAdapter, settings: DecodeSettings) -> dict:
 
 def pass_cost(adapter: ModelAdapter, settings: DecodeSettings) -> PassCost:
     """measure_cost, cached on disk per (weights, device, dtype, torch version, rows, method, window)."""
-    key = _cache_key(adapter, settings)
-    cost = load_cached(key, PassCost)
-    if cost is None:
-        cost = measure_cost(adapter, settings)
-        save_cached(key, cost)
-    return cost
+    return cached(_cache_key(adapter, settings), PassCost, lambda: measure_cost(adapter, settings))
 
 
 def auto_plans(adapter: ModelAdapter, settings: DecodeSettings, cost: PassCost) -> list[Plan]:
@@ -390,8 +390,7 @@ def measure_profile(adapter: ModelAdapter, settings: DecodeSettings, plans: Sequ
         for plan in plans:
             won = passes = 0
             for seed in range(samples):
-                fixed = replace(settings, seed=seed, window=replace(
-                    settings.window, size=plan.window, auto=False, auto_tree=False, tree=plan.tree))
+                fixed = replace(_fixed(settings, plan), seed=seed)
                 try:
                     layout, first_logits = adapter.start(conditions, None, fixed.sampling.uses_cfg,
                                                          scratch_nodes(plan.window, plan.tree))
@@ -417,11 +416,7 @@ def acceptance_profile(adapter: ModelAdapter, settings: DecodeSettings, plans: S
     key = _cache_key(adapter, settings) | {"sampling": repr(settings.sampling), "drafter": repr(settings.drafter),
                                            "plans": [p.to_json() for p in plans], "kind": "profile"}
     del key["device"]
-    profile = load_cached(key, Profile)
-    if profile is None:
-        profile = measure_profile(adapter, settings, plans)
-        save_cached(key, profile)
-    return profile
+    return cached(key, Profile, lambda: measure_profile(adapter, settings, plans))
 
 
 def _per_image(values, batch: int, name: str) -> list:
