@@ -78,7 +78,7 @@ class _Loop:
     window: Any             # the drafts (window.Window)
     rec: Recorder
     it: int = 1
-    plans: dict = field(default_factory=dict)   # auto: iterations per plan label
+    plans: dict = field(default_factory=dict)   # auto: iterations per plan
 
 
 class JacobiDecoder:
@@ -154,7 +154,7 @@ class JacobiDecoder:
         loop.n = n
         before, loop.n_host = loop.n_host, n.tolist()                                      # the one sync
         if self.chooser is not None:
-            loop.plans[plan.label] = loop.plans.get(plan.label, 0) + 1
+            loop.plans[plan] = loop.plans.get(plan, 0) + 1
             if min(before) >= self.warm:
                 self.chooser.record(plan, sum(b - a for a, b in zip(before, loop.n_host)) / self.B)
         loop.trace.append(loop.n_host)
@@ -178,7 +178,7 @@ class JacobiDecoder:
         stats = DecodeStats(length=L, window=self.W, forward_passes=it, ar_passes=end,
                             row_forward_passes=loop.row_passes.cpu(), commit_iter=commit_iter.clamp(max=it - 1))
         stats.vp_auto = self.drafter.auto.summary() if self.drafter.auto is not None else None
-        stats.auto_plans = loop.plans or None
+        stats.auto_plans = {p.label: count for p, count in loop.plans.items()} or None
         loop.rec.into(stats)
         stats.time_total = time.perf_counter() - t_start
         return DecodeResult(local.vocab[canvas[:, :L]], canvas[:, :L][:, local.grid], self.local.layout, stats)
