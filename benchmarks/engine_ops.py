@@ -43,8 +43,10 @@ class OpCounter(TorchDispatchMode):
 
 @contextmanager
 def model_uncounted(adapter, counter: OpCounter):
-    """The adapter's forward passes run uncounted (they are the model's ops, not the engine's)."""
-    originals = {name: getattr(adapter, name) for name in ("forward", "forward_tree", "adopt")}
+    """The adapter's forward passes, the prefill included, run uncounted (they are the model's ops, not the
+    engine's)."""
+    originals = {name: getattr(adapter, name) for name in ("start", "forward", "forward_tree", "adopt")
+                 if hasattr(adapter, name)}
 
     def quiet(fn):
         def run(*args, **kwargs):

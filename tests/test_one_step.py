@@ -19,7 +19,7 @@ from sjdvp_core.engine.drafting import Drafter, continue_draft, coupled_draw, gu
 from sjdvp_core.engine.settings import DrafterSettings, TreeSettings, VPSettings
 from sjdvp_core.engine.target import sample
 from sjdvp_core.engine.tree import propose, tree_shape
-from sjdvp_core.engine.window import History, LocalLayout, Window
+from sjdvp_core.engine.window import UNKNOWN, History, LocalLayout, Window
 from tests.toy_reference import chi2_pvalue
 
 pytestmark = pytest.mark.statistical
@@ -58,7 +58,7 @@ def candidates(mode: str, width: int, guesses: bool, seed: int = 0, same_noise: 
     q[:, 0] = Q
     flags = torch.zeros(ROWS, S, dtype=torch.bool)
     full_noise = None if noise is None else torch.cat([noise[:, None], gumbel_noise((ROWS, S - 1, V), gen, "cpu")], 1)
-    window = Window(tokens, q, flags, flags, torch.full((ROWS, S), -1, dtype=torch.int8),
+    window = Window(tokens, q, flags, torch.full((ROWS, S), UNKNOWN),
                     History.empty(ROWS, S + 1, V, "cpu"), full_noise)
     n = torch.full((ROWS,), 2, dtype=torch.long)               # cells 0, 1 committed: the slot is cell 2
     canvas = torch.zeros(ROWS, 16, dtype=torch.long)

@@ -38,7 +38,7 @@ def test_fusion_formula_topk_and_eligibility():
     p = torch.tensor([[[0.5, 0.3, 0.2], [0.5, 0.3, 0.2]]])
     pbar = torch.tensor([[[0.25, 0.3, 0.05], [0.25, 0.3, 0.05]]])
     growth = torch.tensor([[[2, 2, 2], [2, 2, 2]]], dtype=torch.int16)
-    out = fuse(p, pbar, growth, torch.tensor([[True, False]]), s)
+    out = fuse(p, pbar, 0.5 * pbar + 0.5 * p, growth, torch.tensor([[True, False]]), s)
     # token 0: gain log 2 (rose, in top-2) -> x2; token 1: gain 0; token 2 rose but is not top-2
     expected = torch.tensor([1.0, 0.3, 0.2]) / 1.5
     assert torch.allclose(out[0, 0], expected)
@@ -50,7 +50,7 @@ def test_fusion_needs_n_consecutive_rises_and_clips_the_score():
     p = torch.tensor([[[0.6, 0.2, 0.2]]])
     pbar = torch.tensor([[[0.01, 0.1, 0.2]]])          # raw gains: log 60, log 2, 0
     growth = torch.tensor([[[2, 1, 5]]], dtype=torch.int16)
-    out = fuse(p, pbar, growth, torch.tensor([[True]]), s)
+    out = fuse(p, pbar, 0.5 * pbar + 0.5 * p, growth, torch.tensor([[True]]), s)
     assert torch.allclose(out[0, 0], torch.tensor([1.2, 0.2, 0.2]) / 1.6)  # clipped at x2; token 1 masked
 
 
@@ -58,12 +58,12 @@ def test_negative_strength_shrinks_toward_the_history():
     s = VPSettings(growth_steps=3, top_k=3, strength=-0.5, beta=0.5)
     p = torch.tensor([[[0.5, 0.3, 0.2, 0.0]]])
     pbar_prev = torch.tensor([[[0.1, 0.3, 0.4, 0.2]]])
-    out = fuse(p, pbar_prev, torch.zeros(1, 1, 4, dtype=torch.int16), torch.tensor([[True]]), s)
     pbar = 0.5 * pbar_prev + 0.5 * p                       # the history with this observation
+    out = fuse(p, pbar_prev, pbar, torch.zeros(1, 1, 4, dtype=torch.int16), torch.tensor([[True]]), s)
     expected = (p[0, 0, :3] ** 0.5) * (pbar[0, 0, :3] ** 0.5)
     assert torch.allclose(out[0, 0, :3], expected / expected.sum(), atol=1e-6)
     assert out[0, 0, 3] == 0  # a token outside p's support never appears, whatever its history
-    full = fuse(p, pbar_prev, torch.zeros(1, 1, 4, dtype=torch.int16), torch.tensor([[True]]),
+    full = fuse(p, pbar_prev, pbar, torch.zeros(1, 1, 4, dtype=torch.int16), torch.tensor([[True]]),
                 VPSettings(top_k=3, strength=-3.0, beta=0.5))  # |strength| is capped at 1: q = pbar on p's support
     assert torch.allclose(full[0, 0, :3], pbar[0, 0, :3] / pbar[0, 0, :3].sum(), atol=1e-6)
 
@@ -107,7 +107,7 @@ def test_auto_strength_picks_the_sign_the_dynamics_reward(dynamics, sign):
             auto.observe(p, candidates, everywhere)          # how would each candidate's draft have fared?
         pbar_prev, had = history.pbar, history.seen > 0
         history, growth = history.observe(p, everywhere, beta=0.5)
-        candidates = auto.fuse(p, pbar_prev, growth, had)
+        candidates = auto.fuse(p, pbar_prev, history.pbar, growth, had)
     chosen = AUTO_STRENGTHS[int(auto.best)]
     assert chosen * sign > 0, auto.summary()
 

@@ -129,7 +129,7 @@ class JacobiDecoder:
 
     def iterate(self, loop: _Loop) -> None:
         """forward -> targets -> accept (one step) -> commit -> redraft; one read back to the host."""
-        S, dev, local, rec = self.S, self.device, self.local, loop.rec
+        dev, local, rec = self.device, self.local, loop.rec
         end, (lo, hi) = local.free_end, local.span
         n, canvas, window = loop.n, loop.canvas, loop.window
         plan = self.plan if self.chooser is None else self.chooser.choose(loop.it)
@@ -143,14 +143,13 @@ class JacobiDecoder:
             step = self._tree_step(window, canvas, n, w, limit, plan.tree)
         else:
             step = self._chain_step(window, canvas, n, w, limit)
-        m = step.k + (active & (n + step.k < end)).long()                                  # committed now
-        at = (n + step.k)[:, None]
-        canvas.scatter_(1, at, torch.where((m > step.k)[:, None], step.next[:, None], canvas.gather(1, at)))
+        m = step.k + (active & (n + step.k < end))                                         # committed now
+        # the next token; in a row that commits none it lands past the row's end, where nothing reads it
+        canvas.scatter_(1, (n + step.k)[:, None], step.next[:, None])
         self._observe(rec, window, step, limit, m)
-        n, loop.row_passes, loop.it = n + m, loop.row_passes + active.long(), loop.it + 1
+        n, loop.row_passes, loop.it = n + m, loop.row_passes + active, loop.it + 1
         t2 = self.clock.now()
         loop.window = self.drafter.redraft(window, step.p, m, n, active, canvas, self.gen)
-        canvas.scatter_(1, n[:, None] + self.steps[:S], loop.window.tokens)
         loop.n = n
         before, loop.n_host = loop.n_host, n.tolist()                                      # the one sync
         if self.chooser is not None:
@@ -185,8 +184,8 @@ class JacobiDecoder:
 
     def _chain_step(self, window, canvas: Tensor, n: Tensor, w: int, limit: Tensor) -> Step:
         """One forward over the last committed token and w - 1 drafts, and their verification."""
-        inputs = torch.cat([canvas.gather(1, (n - 1)[:, None]), window.tokens[:, :w - 1]], 1)      # [B, w]
         at = n[:, None] + self.steps[:w]                                                           # [B, w]
+        inputs = canvas.gather(1, at - 1)        # the last committed token, then the drafts (the canvas holds them)
         positions = (at - 1).clamp(max=self.local.length - 1)
         logits = self.adapter.forward(self.rows(self.local.vocab[inputs]), self.rows(positions))
         t1 = self.clock.now()
@@ -228,10 +227,9 @@ class JacobiDecoder:
         if d == 0:
             return
         verified = slots[:d] < torch.minimum(k + 1, limit)[:, None]
-        carried = verified & ~window.fresh[:, :d]
-        rec.outcomes(verified, accepted, window.rose[:, :d], carried)
-        if self.drafter.vp is not None:
-            fused = carried & window.fused[:, :d]
+        rec.outcomes(verified, accepted, window.rose[:, :d])
+        if self.drafter.vp is not None:   # fused drafts were re-drafted from a target: none is a fresh draft
+            fused = verified & window.fused[:, :d]
             rec.vp_effect(p[:, :d], window.q[:, :d], window.history.prev[:, :d], fused)
             if self.drafter.auto is not None:
                 self.drafter.auto.observe(p[:, :d], window.candidates[:, :, :d], fused)

@@ -23,7 +23,7 @@ from .devices import wide_float
 from .settings import AUTO_STRENGTHS, DrafterSettings
 from .target import residual, sample
 from .vp import AutoStrength, fuse
-from .window import History, LocalLayout, Slide, Window
+from .window import FLAT, ROSE, UNKNOWN, History, LocalLayout, Slide, Window
 
 
 class FreshDrafts:
@@ -80,7 +80,7 @@ def coupled_draw(dist: Tensor, noise: Tensor) -> Tensor:
     draft only changes where dist itself moved. Exact for verification as long as a position's noise
     never touched anything the position's own target was computed from, which causality guarantees
     (noise at j only feeds inputs that predict later positions)."""
-    return (torch.log(dist).to(noise.dtype) + noise).argmax(-1)
+    return noise.add(torch.log(dist)).argmax(-1)            # in the noise's (wider) dtype
 
 
 def continue_draft(x: Tensor, q: Tensor, dist: Tensor, gen: torch.Generator) -> Tensor:
@@ -102,6 +102,7 @@ class Drafter:
         self.vp, self.coupled, self.local, self.S = settings.vp, settings.coupled, local, slots
         self.continuation = settings.continuation
         self.fresh = FreshDrafts(scheme, local, device)
+        self.slots = torch.arange(slots, device=device)
         self.auto = AutoStrength(self.vp, AUTO_STRENGTHS, device) if self.vp is not None and self.vp.auto else None
 
     @staticmethod
@@ -114,20 +115,21 @@ class Drafter:
     def start(self, n: Tensor, canvas: Tensor, gen: torch.Generator) -> Window:
         """The first window: every slot drafted fresh."""
         B, S, V, dev = n.shape[0], self.S, self.local.size, n.device
-        tokens, q = self.fresh(n[:, None] + torch.arange(S, device=dev), canvas, n, gen)
+        tokens, q = self.fresh(n[:, None] + self.slots, canvas, n, gen)
         noise = gumbel_noise((B, S, V), gen, dev) if self.coupled else None
         if self.coupled:
             tokens = coupled_draw(q, noise)
         no = torch.zeros(B, S, dtype=torch.bool, device=dev)
         candidates = torch.zeros(len(self.auto.strengths), B, S, V, device=dev) if self.auto else None
-        return Window(tokens, q, ~no, no, torch.full((B, S), -1, dtype=torch.int8, device=dev),
-                      History.empty(B, S + 1, V, dev), noise, candidates)
+        return Window(tokens, q, no, torch.full((B, S), UNKNOWN, device=dev), History.empty(B, S + 1, V, dev),
+                      noise, candidates)
 
     def redraft(self, window: Window, p: Tensor, m: Tensor, n: Tensor, active: Tensor, canvas: Tensor,
                 gen: torch.Generator) -> Window:
         """The window after row b committed m[b] tokens (n[b] is its new count): positions this pass
         scored (p [B, w, V]) are re-drafted, drafts it did not score are carried, positions entering the
-        window are drafted fresh. Draft sources for repeat inits are written to canvas."""
+        window are drafted fresh. The drafts are written to canvas after the committed tokens: they are the
+        next forward's inputs (and repeat inits copy from them)."""
         S, dev = self.S, n.device
         if S == 0:
             return window
@@ -136,21 +138,22 @@ class Drafter:
         before = window.history.slide(slide)         # the history before this observation, in the new slots
         p = slide.take(p, W)                         # this pass's targets in the new slots (stale past them)
         history, growth = before.observe(p, (slide.old < w) & active[:, None], self.vp.beta if self.vp else 0.5)
-        p, growth, pbar_prev, prev = p[:, :S], growth[:, :S], before.pbar[:, :S], before.prev[:, :S]
+        p, growth, pbar_prev, pbar = p[:, :S], growth[:, :S], before.pbar[:, :S], history.pbar[:, :S]
         had, old = before.seen[:, :S] > 0, slide.old[:, :S]
         redraw, new = old < w, old >= S
-        kept = ~redraw & ~new
-        positions = n[:, None] + torch.arange(S, device=dev)
-        fused = redraw & had & (self.local.forced_at(positions) < 0) & (positions < self.local.length) & \
+        kept, judged = ~(redraw | new), redraw & had      # judged: re-drafted from a target with a history
+        positions = n[:, None] + self.slots
+        fused = judged & (self.local.forced_at(positions) < 0) & (positions < self.local.length) & \
             (self.vp is not None)
         candidates = None
         if self.auto is not None:
-            candidates = self.auto.fuse(p, pbar_prev, growth, fused)
+            candidates = self.auto.fuse(p, pbar_prev, pbar, growth, fused)
             dist = self.auto.chosen(candidates)
             candidates = torch.where(redraw[None, ..., None], candidates, slide.take(window.candidates, dim=2))
         else:
-            dist = fuse(p, pbar_prev, growth, fused, self.vp) if self.vp is not None else p
-        dist = dist.masked_fill(~redraw[..., None], 1.0)
+            dist = fuse(p, pbar_prev, pbar, growth, fused, self.vp) if self.vp is not None else p
+        if not self.coupled or self.continuation:   # sampled: slots not re-drafted get a harmless distribution
+            dist = dist.masked_fill(~redraw[..., None], 1.0)
         noise = None
         if self.coupled:   # positions new to the draft slots get their noise now, the rest keep theirs
             noise = torch.where(new[..., None], gumbel_noise(window.noise.shape, gen, dev), slide.take(window.noise))
@@ -159,17 +162,16 @@ class Drafter:
         if self.continuation:   # where the slot held a draft (the window's last scored position held none)
             tok = torch.where(new, tok, continue_draft(old_tokens.masked_fill(new, 0),
                                                        old_q.masked_fill(new[..., None], 0), dist, gen))
-        rose = (p.gather(-1, tok[..., None]) > prev.gather(-1, tok[..., None]))[..., 0]
+        rose = growth.gather(-1, tok[..., None])[..., 0] > 0          # p(tok) rose at this observation
         q = dist if (self.vp is None or self.vp.lossless) else p
         canvas.scatter_(1, positions, torch.where(redraw, tok, old_tokens))   # sources for repeat inits
         fresh_tok, fresh_q = self.fresh(positions, canvas, n + (~new).sum(1), gen)
         if self.coupled:
             fresh_tok = coupled_draw(fresh_q, noise)
-        unknown = torch.full_like(window.rose, -1)
-        return Window(torch.where(redraw, tok, torch.where(kept, old_tokens, fresh_tok)),
-                      torch.where(redraw[..., None], q, torch.where(kept[..., None], old_q, fresh_q)),
-                      new | (kept & slide.take(window.fresh)),
+        tokens = torch.where(redraw, tok, torch.where(kept, old_tokens, fresh_tok))
+        canvas.scatter_(1, positions, tokens)
+        return Window(tokens, torch.where(redraw[..., None], q, torch.where(kept[..., None], old_q, fresh_q)),
                       torch.where(redraw, fused, kept & slide.take(window.fused)),
-                      torch.where(redraw, torch.where(had, rose.to(torch.int8), unknown),
-                                  torch.where(kept, slide.take(window.rose), unknown)),
+                      torch.where(judged, torch.where(rose, ROSE, FLAT), torch.where(kept, slide.take(window.rose),
+                                                                                      UNKNOWN)),
                       history, noise, candidates)

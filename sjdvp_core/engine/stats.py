@@ -8,6 +8,7 @@ import torch
 from torch import Tensor
 
 from .devices import wide_float
+from .window import FLAT, ROSE
 
 
 @dataclass
@@ -126,8 +127,10 @@ class Recorder:
 
     def __init__(self, slots: int, device):
         acc = wide_float(device)
-        self.slot_counts = torch.zeros(2, slots, dtype=torch.long, device=device)   # verified, accepted per slot
-        self.momentum = torch.zeros(4, dtype=torch.long, device=device)   # rose: verified, accepted; flat: same
+        # drafts per (window slot, Window.rose class, outcome: 0 not verified, 1 rejected, 2 accepted)
+        self.outcome_counts = torch.zeros(slots, 3, 3, dtype=torch.long, device=device)
+        self.cells = torch.arange(slots, device=device) * 9           # each slot's first cell in outcome_counts
+        self.one = torch.ones((), dtype=torch.long, device=device)
         self.vp = torch.zeros(3, dtype=acc, device=device)   # fused drafts, their sum min(p, q), the plain q's
         self.entropy = torch.zeros((), dtype=acc, device=device)
         self.tree = torch.zeros(3, dtype=torch.long, device=device)       # tried, guess accepted, draw accepted
@@ -140,21 +143,19 @@ class Recorder:
         for i, dt in enumerate((t1 - t0, t2 - t1, t3 - t2)):
             self.times[i] += dt
 
-    def outcomes(self, verified: Tensor, accepted: Tensor, rose: Tensor, carried: Tensor) -> None:
-        """Verified drafts [B, w] per window slot and which were accepted; for the momentum statistic, which
-        were carried from an earlier target (carried) and whether their probability rose at their last
-        observation (rose: 1 rose, 0 not, -1 unknown). One reduction for all the counts."""
-        w, ok = verified.shape[1], verified & accepted
-        rising, flat = carried & (rose == 1), carried & (rose == 0)
-        counts = torch.stack([verified, ok, rising, rising & accepted, flat, flat & accepted]).sum(1)   # [6, w]
-        self.slot_counts[:, :w] += counts[:2]
-        self.momentum += counts[2:].sum(1)
+    def outcomes(self, verified: Tensor, accepted: Tensor, rose: Tensor) -> None:
+        """Verified drafts [B, w] per window slot and which were accepted, by whether their probability rose
+        at the observation they were re-drafted from (rose: Window.rose's classes), for the momentum
+        statistic. One accumulation into a table of counts, which `into` reduces once."""
+        outcome = verified.long() + (verified & accepted)
+        cell = self.cells[:verified.shape[1]] + rose * 3 + outcome
+        self.outcome_counts.view(-1).index_put_((cell.flatten(),), self.one, accumulate=True)
 
     def vp_effect(self, p: Tensor, q: Tensor, plain: Tensor, fused: Tensor) -> None:
         """Expected exact-verifier acceptance sum(min(p, q)) of verified fused drafts (fused [B, w]),
         with the fused q and with the plain distribution they replaced."""
-        overlap = (torch.minimum(p, torch.stack([q, plain])).sum(-1) * fused).sum((1, 2))   # [2]
-        self.vp += torch.cat([fused.sum()[None], overlap]).to(self.vp.dtype)
+        overlap = torch.minimum(p, torch.stack([q, plain])).sum(-1)                        # [2, B, w]
+        self.vp += torch.cat([fused[None], overlap]).mul(fused).sum((1, 2))
 
     def tree_outcome(self, tried: Tensor, took: Tensor, guess: Tensor) -> None:
         """Per row [B]: whether the draft at a branching slot was rejected, so alternatives were tried, and
@@ -162,9 +163,10 @@ class Recorder:
         self.tree += torch.stack([tried.sum(), (took & guess).sum(), (took & ~guess).sum()])
 
     def into(self, stats: DecodeStats) -> DecodeStats:
-        stats.slot_verified, stats.slot_accepted = self.slot_counts.cpu().unbind()
-        (stats.rose_verified, stats.rose_accepted, stats.flat_verified,
-         stats.flat_accepted) = self.momentum.tolist()
+        counts = self.outcome_counts.cpu()
+        stats.slot_verified, stats.slot_accepted = counts[:, :, 1:].sum((1, 2)), counts[:, :, 2].sum(1)
+        stats.rose_verified, stats.flat_verified = counts[:, [ROSE, FLAT], 1:].sum((0, 2)).tolist()
+        stats.rose_accepted, stats.flat_accepted = counts[:, [ROSE, FLAT], 2].sum(0).tolist()
         drafts, stats.vp_expected_accept, stats.plain_expected_accept = self.vp.tolist()
         stats.vp_drafts = int(drafts)
         stats.entropy_sum = float(self.entropy)

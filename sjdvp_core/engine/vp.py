@@ -22,9 +22,9 @@ from .settings import VPSettings
 EPS = 1e-10
 
 
-def fuse(p: Tensor, pbar_prev: Tensor, growth: Tensor, eligible: Tensor, s: VPSettings) -> Tensor:
-    """p [B, S, V] -> p' [B, S, V]. pbar_prev is the history before this observation, growth the
-    counts after it; eligible [B, S] marks slots that may be fused (history, not forced).
+def fuse(p: Tensor, pbar_prev: Tensor, pbar: Tensor, growth: Tensor, eligible: Tensor, s: VPSettings) -> Tensor:
+    """p [B, S, V] -> p' [B, S, V]. pbar_prev is the history before this observation, pbar and growth
+    the history after it; eligible [B, S] marks slots that may be fused (history, not forced).
 
     strength > 0: the paper's extrapolation, boosting tokens that kept rising by their log gain.
     strength < 0: shrinkage toward the history, log p' = (1 - a) log p + a log pbar with a = |strength|
@@ -32,25 +32,23 @@ def fuse(p: Tensor, pbar_prev: Tensor, growth: Tensor, eligible: Tensor, s: VPSe
     mean-revert across iterations. Either way p' stays inside p's support. ("auto" is AutoStrength's.)"""
     if s.auto:
         raise ValueError("fuse() needs a numeric strength; strength='auto' is chosen per run by AutoStrength")
-    return fuse_many(p, pbar_prev, growth, eligible, s, [s.strength])[0]
+    return fuse_many(p, pbar_prev, pbar, growth, eligible, s, [s.strength])[0]
 
 
-def fuse_many(p: Tensor, pbar_prev: Tensor, growth: Tensor, eligible: Tensor, s: VPSettings,
+def fuse_many(p: Tensor, pbar_prev: Tensor, pbar: Tensor, growth: Tensor, eligible: Tensor, s: VPSettings,
               strengths: Sequence[float]) -> Tensor:
     """fuse() for several strengths at once (the other knobs from s) -> [C, B, S, V]; the top-k, the
     log-gain score and the shrink direction are computed once for all of them."""
     k = min(s.top_k, p.shape[-1])
     kth = p.topk(k, dim=-1).values[..., -1:]
     fused = (p >= kth) & (p > 0) & eligible[..., None]
-    logp = torch.log(p).masked_fill(p <= 0, float("-inf"))
-    zero = torch.zeros((), device=p.device)
+    logp = torch.log(p)                                     # -inf outside p's support
     boost = shrink = None
     if any(c > 0 for c in strengths):
         score = (torch.log(p + EPS) - torch.log(pbar_prev + EPS)).clamp(0, s.max_score)
-        boost = torch.where(fused & (growth >= s.growth_steps), score, zero)
-    if any(c < 0 for c in strengths):
-        pbar = s.beta * pbar_prev + (1 - s.beta) * p
-        shrink = torch.where(fused, torch.log(pbar + EPS) - logp.clamp_min(-1e30), zero)
+        boost = torch.where(fused & (growth >= s.growth_steps), score, 0.0)
+    if any(c < 0 for c in strengths):   # fused tokens have p > 0: logp is finite where the shrink is kept
+        shrink = torch.where(fused, torch.log(pbar + EPS) - logp, 0.0)
     # every strength at once: log p' = log p + c * boost (c > 0) or |c| (at most 1) * shrink (c < 0)
     up, down = _coefficients(tuple(strengths), p.device)
     shift = (up * boost if boost is not None else 0) + (down * shrink if shrink is not None else 0)
@@ -90,19 +88,19 @@ class AutoStrength:
         """Index of the strength to draft with; strength 0 (plain drafting) until there is evidence."""
         return torch.where(self.count == 0, self.plain, self.score.argmax())
 
-    def fuse(self, p: Tensor, pbar_prev: Tensor, growth: Tensor, eligible: Tensor) -> Tensor:
+    def fuse(self, p: Tensor, pbar_prev: Tensor, pbar: Tensor, growth: Tensor, eligible: Tensor) -> Tensor:
         """Every candidate's fused distribution [C, B, S, V]."""
-        return fuse_many(p, pbar_prev, growth, eligible, self.vp, self.strengths)
+        return fuse_many(p, pbar_prev, pbar, growth, eligible, self.vp, self.strengths)
 
     def chosen(self, candidates: Tensor) -> Tensor:
-        return candidates.index_select(0, self.best.view(1))[0]
+        return candidates[self.best]
 
     def observe(self, p: Tensor, candidates: Tensor, verified: Tensor) -> None:
         """p [B, w, V]: the targets the drafts in slots [B, w] were just verified against; candidates
         [C, B, w, V] the distributions each strength would have drafted them from; verified [B, w]
         marks verified VP drafts."""
         accept = torch.minimum(p, candidates).sum(-1)                                  # [C, B, w]
-        self.score += torch.where(verified, accept, 0.0).sum((1, 2)).to(self.score.dtype)
+        self.score += accept.mul(verified).sum((1, 2))
         self.count += verified.sum()
 
     def summary(self) -> dict:

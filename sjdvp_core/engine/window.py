@@ -24,17 +24,22 @@ class Slide:
 
     def __init__(self, m: Tensor, width: int):
         self.old = m[:, None] + torch.arange(width, device=m.device)           # [B, width] old slot of each
-        self._index: dict[tuple, Tensor] = {}
+        self._clamped: dict[tuple, Tensor] = {}                                # (width, slots had) -> [B, width]
+        self._index: dict[tuple, Tensor] = {}                                  # ... and the field's shape
 
     def take(self, t: Tensor, width: int | None = None, dim: int = 1) -> Tensor:
         """t [..., B, S_t, ...] with slots at dim -> the slid field, `width` slots wide (default: as t)."""
-        have = t.shape[dim]
+        have, width = t.shape[dim], width or t.shape[dim]
         key = (width, dim, t.shape)
         at = self._index.get(key)
         if at is None:
-            at = self.old[:, :width or have].clamp(max=have - 1)
-            at = at.view(*([1] * (dim - 1)), *at.shape, *([1] * (t.dim() - dim - 1)))
-            at = self._index[key] = at.expand(*t.shape[:dim - 1], -1, -1, *t.shape[dim + 1:])
+            at = self._clamped.get((width, have))
+            if at is None:
+                at = self._clamped[(width, have)] = self.old[:, :width].clamp(max=have - 1)
+            if t.dim() > 2 or dim != 1:
+                at = at.view(*([1] * (dim - 1)), *at.shape, *([1] * (t.dim() - dim - 1)))
+                at = at.expand(*t.shape[:dim - 1], -1, -1, *t.shape[dim + 1:])
+            self._index[key] = at
         return t.gather(dim, at)
 
     def new(self, width: int) -> Tensor:
@@ -42,9 +47,12 @@ class Slide:
         return self.old[:, :width] >= width
 
 
+UNKNOWN, ROSE, FLAT = 0, 1, 2   # Window.rose: the momentum statistic's classes
+
+
 def gather_slot(t: Tensor, slot: Tensor) -> Tensor:
     """t [B, S, V], slot [B] -> [B, V]."""
-    return t.gather(1, slot.view(-1, 1, 1).expand(-1, 1, t.shape[-1])).squeeze(1)
+    return t[torch.arange(slot.shape[0], device=slot.device), slot]
 
 
 class LocalLayout:
@@ -109,11 +117,11 @@ class History:
         the growth counts every slot would have with this observation)."""
         seen = (self.seen > 0)[..., None]
         rose = seen & (p > self.prev)
-        growth = torch.where(rose, self.growth + 1, torch.zeros_like(self.growth))
+        growth = torch.where(rose, self.growth + 1, 0)
         pbar = torch.where(seen, beta * self.pbar + (1 - beta) * p, p)
         obs = observed[..., None]
         return History(torch.where(obs, pbar, self.pbar), torch.where(obs, p, self.prev),
-                       torch.where(obs, growth, self.growth), self.seen + observed.long()), growth
+                       torch.where(obs, growth, self.growth), self.seen + observed), growth
 
     def slide(self, slide: Slide) -> "History":
         """Slots new to the window start unseen (their other fields are stale and ignored until seen)."""
@@ -128,10 +136,9 @@ class Window:
     the last committed token that the next forward feeds), and VP's history (one slot more, see History)."""
     tokens: Tensor                 # [B, S] local ids of the drafts
     q: Tensor                      # [B, S, V] the distribution each draft was really drawn from
-    fresh: Tensor                  # [B, S] drafted at initialisation, never from a target
     fused: Tensor                  # [B, S] drawn from VP's fused distribution
-    rose: Tensor                   # [B, S] int8: its probability rose at its last observation (1), not (0),
-                                   # unknown (-1)
+    rose: Tensor                   # [B, S] long: whether the draft's probability rose at the observation it was
+                                   # re-drafted from (ROSE, FLAT), or UNKNOWN (drafted fresh or without a history)
     history: History               # VP's probability history, [B, S + 1, ...]
     noise: Tensor | None = None    # [B, S, V] coupled drafting's Gumbel noise (float64)
     candidates: Tensor | None = None  # [C, B, S, V] VP auto: each candidate strength's draft distribution
