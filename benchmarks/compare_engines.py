@@ -30,7 +30,8 @@ def engine(root: str, name: str):
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
-    return module, importlib.import_module(f"{name}.settings"), importlib.import_module(f"{name}.demo")
+    where = "engine.settings" if os.path.isdir(os.path.join(root, "sjdvp_core", "engine")) else "settings"   # #24 moved it
+    return module, importlib.import_module(f"{name}.{where}"), importlib.import_module(f"{name}.demo")
 
 
 def timed_decode(core, settings_mod, demo, adapter, prompt, method: str, window: int, coupled: bool, seed: int):

@@ -136,16 +136,16 @@ class JacobiDecoder:
         # how far each row may accept drafts: to the end of the image grid, nothing outside it
         limit_host = [min(plan.window - 1, max(hi - c, 0)) if lo <= c < end else 0 for c in loop.n_host]
         w = max(limit_host) + 1
-        limit, active = torch.tensor([limit_host, [int(c < end) for c in loop.n_host]], device=dev)
-        active = active.bool()
+        limit, active = torch.tensor(limit_host, device=dev), n < end
         t0 = self.clock.now()
         if plan.tree.on and w > 1:
             step = self._tree_step(window, canvas, n, w, limit, plan.tree)
         else:
             step = self._chain_step(window, canvas, n, w, limit)
-        m = step.k + (active & (n + step.k < end))                                         # committed now
+        at = n + step.k
+        m = step.k + (active & (at < end))                                                 # committed now
         # the next token; in a row that commits none it lands past the row's end, where nothing reads it
-        canvas.scatter_(1, (n + step.k)[:, None], step.next[:, None])
+        canvas.scatter_(1, at[:, None], step.next[:, None])
         self._observe(rec, window, step, limit, m)
         n, loop.row_passes, loop.it = n + m, loop.row_passes + active, loop.it + 1
         t2 = self.clock.now()

@@ -93,7 +93,7 @@ class AutoStrength:
         return fuse_many(p, pbar_prev, pbar, growth, eligible, self.vp, self.strengths)
 
     def chosen(self, candidates: Tensor) -> Tensor:
-        return candidates[self.best]
+        return candidates.index_select(0, self.best.view(1))[0]        # no host read (an index tensor is one)
 
     def observe(self, p: Tensor, candidates: Tensor, verified: Tensor) -> None:
         """p [B, w, V]: the targets the drafts in slots [B, w] were just verified against; candidates
