@@ -30,7 +30,7 @@ def engine(root: str, name: str):
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
-    where = "engine.settings" if os.path.isdir(os.path.join(root, "sjdvp_core", "engine")) else "settings"   # #24 moved it
+    where = "engine.settings" if os.path.isdir(os.path.join(root, "sjdvp_core", "engine")) else "settings"  # before #24
     return module, importlib.import_module(f"{name}.{where}"), importlib.import_module(f"{name}.demo")
 
 
