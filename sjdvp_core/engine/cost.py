@@ -15,6 +15,7 @@ import json
 import os
 import platform
 from dataclasses import asdict, dataclass
+from typing import Sequence
 
 import torch
 
@@ -58,6 +59,18 @@ class PassCost:
     @classmethod
     def from_json(cls, d: dict) -> "PassCost":
         return cls(tuple(d["tokens"]), tuple(d["seconds"]), d["source"], tuple(d.get("engine", ())))
+
+
+def monotone(values: Sequence[float]) -> list[float]:
+    """The non-decreasing sequence nearest to values in least squares (isotonic regression by pooling
+    adjacent violators): a neighbour pair out of order becomes their mean, and so on outward."""
+    blocks: list[list[float]] = []        # [mean, count]
+    for v in values:
+        blocks.append([v, 1])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            (a, n), (b, m) = blocks[-2], blocks.pop()
+            blocks[-1] = [(a * n + b * m) / (n + m), n + m]
+    return [mean for mean, count in blocks for _ in range(count)]
 
 
 # --- the roofline for named devices --------------------------------------------------------------

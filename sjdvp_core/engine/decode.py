@@ -16,14 +16,14 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import torch
 from torch import Tensor
 
 from .adapter import ModelAdapter, TokenLayout
 from .auto import MOST_FACTOR, TREES, Plan, PlanChooser, Profile, candidate_plans, largest_tree, most_tokens, warmed
-from .cost import GRID, PassCost, cached, device_name, model_fingerprint
+from .cost import GRID, PassCost, cached, device_name, model_fingerprint, monotone
 from .drafting import Drafter
 from .settings import AUTO_STRENGTHS, DecodeSettings
 from .stats import DecodeStats, Recorder
@@ -315,37 +315,57 @@ def decode(adapter: ModelAdapter, conditions: Sequence[Any] | Any, settings: Dec
 
 
 def measure_cost(adapter: ModelAdapter, settings: DecodeSettings, grid: Sequence[int] = GRID,
-                 iterations: int = 9) -> PassCost:
+                 iterations: int = 15, rounds: int = 3) -> PassCost:
     """t(k) on the adapter's device: the median wall time of real iterations (the forward and the engine's
-    step, after two to warm up) of decodes with these settings at a fixed window of k tokens, for every k
-    of grid up to the settings' window, stopping past the widest window auto would allocate
-    (auto.MOST_FACTOR x t(1)); the engine's share beside it. A few seconds."""
+    step) of decodes with these settings at a fixed window of k tokens, for every k of grid up to the
+    settings' window, stopping past the widest window auto would allocate (auto.MOST_FACTOR x t(1)); the
+    engine's share beside it. The k take turns in `rounds` rounds (two iterations to warm up in each), so a
+    drift of the machine's speed moves every k alike, and the medians are fitted non-decreasing in k (a
+    pass never costs less for scoring more; `monotone`): auto compares plans by these ratios, and one noisy
+    median below its neighbour would send it to that window. A few seconds."""
     ks = [k for k in grid if k <= settings.window.size] or [1]
-    seconds, engine = [], []
-    conditions = [adapter.example_condition] * settings.batch_size
+    walls: dict[int, list[float]] = {k: [] for k in ks}
+    shares: dict[int, list[float]] = {k: [] for k in ks}
+    per_round = max(1, -(-iterations // rounds))
     with torch.inference_mode():
-        for k in ks:
-            fixed = _fixed(settings, Plan(k))
-            walls, shares, loop, decoder = [], [], None, None
-            try:
-                while len(walls) < iterations + 2:
-                    if decoder is None or decoder.done(loop):
-                        layout, first = adapter.start(conditions, None, fixed.sampling.uses_cfg)
-                        decoder = JacobiDecoder(adapter, fixed, layout, timing=True)
-                        loop = decoder.begin(first)
-                    before = sum(loop.rec.times[1:])
-                    t = decoder.clock.now()
+        for r in range(rounds):
+            for k in list(ks):
+                timed = 0
+                for decoder, loop in _fixed_decodes(adapter, settings, Plan(k), range(10 ** 6), timing=True):
+                    if timed == per_round + 2:
+                        break
+                    before, t = sum(loop.rec.times[1:]), decoder.clock.now()
                     decoder.iterate(loop)
-                    walls.append(decoder.clock.now() - t)
-                    shares.append(sum(loop.rec.times[1:]) - before)
-            finally:
-                adapter.finish()
-            seconds.append(max(statistics.median(walls[2:]), 1e-9))
-            engine.append(statistics.median(shares[2:]))
-            if seconds[-1] > MOST_FACTOR * seconds[0]:
-                break
-    ks = ks[:len(seconds)]
-    return PassCost(tuple(ks), tuple(seconds), f"measured on {device_name(adapter.device)}", tuple(engine))
+                    if timed >= 2:
+                        walls[k].append(decoder.clock.now() - t)
+                        shares[k].append(sum(loop.rec.times[1:]) - before)
+                    timed += 1
+                if r == 0 and statistics.median(walls[k]) > MOST_FACTOR * statistics.median(walls[ks[0]]):
+                    ks = ks[:ks.index(k) + 1]
+                    break
+    seconds = monotone([max(statistics.median(walls[k]), 1e-9) for k in ks])
+    ks = ks[:next((i + 1 for i, t in enumerate(seconds) if t > MOST_FACTOR * seconds[0]), len(ks))]
+    return PassCost(tuple(ks), tuple(seconds[:len(ks)]), f"measured on {device_name(adapter.device)}",
+                    tuple(statistics.median(shares[k]) for k in ks))
+
+
+def _fixed_decodes(adapter: ModelAdapter, settings: DecodeSettings, plan: Plan, seeds: Iterable[int],
+                   timing: bool = False) -> Iterator[tuple["JacobiDecoder", _Loop]]:
+    """Decodes of the adapter's example condition at one fixed plan, seed after seed, for the calibrations:
+    yields (decoder, loop) before each iteration, which the caller runs (timing or counting it) before it
+    asks for the next; it stops asking when it has enough."""
+    conditions = [adapter.example_condition] * settings.batch_size
+    for seed in seeds:
+        fixed = replace(_fixed(settings, plan), seed=seed)
+        try:
+            layout, first_logits = adapter.start(conditions, None, fixed.sampling.uses_cfg,
+                                                 scratch_nodes(plan.window, plan.tree))
+            decoder = JacobiDecoder(adapter, fixed, layout, timing=timing)
+            loop = decoder.begin(first_logits)
+            while not decoder.done(loop):
+                yield decoder, loop
+        finally:
+            adapter.finish()
 
 
 def _fixed(settings: DecodeSettings, plan: Plan) -> DecodeSettings:
@@ -382,27 +402,21 @@ def measure_profile(adapter: ModelAdapter, settings: DecodeSettings, plans: Sequ
     counts its own. About samples x plans x 50 passes; cached by acceptance_profile."""
     start = warmed(adapter.layout.jacobi_span)
     stop = min(start + span, adapter.layout.jacobi_span[1])
-    conditions = [adapter.example_condition] * settings.batch_size
     committed = []
     with torch.inference_mode():
         for plan in plans:
             won = passes = 0
             for seed in range(samples):
-                fixed = replace(_fixed(settings, plan), seed=seed)
-                try:
-                    layout, first_logits = adapter.start(conditions, None, fixed.sampling.uses_cfg,
-                                                         scratch_nodes(plan.window, plan.tree))
-                    decoder = JacobiDecoder(adapter, fixed, layout, timing=False)
-                    loop = decoder.begin(first_logits)
-                    while min(loop.n_host) < start and not decoder.done(loop):
-                        decoder.iterate(loop)
-                    begun = sum(min(c, stop) for c in loop.n_host)
-                    while min(loop.n_host) < stop and not decoder.done(loop):
-                        decoder.iterate(loop)
-                        passes += 1
-                finally:
-                    adapter.finish()
-                won += (sum(min(c, stop) for c in loop.n_host) - begun) / settings.batch_size
+                begun = None    # tokens committed when the counted stretch began
+                for decoder, loop in _fixed_decodes(adapter, settings, plan, [seed]):
+                    if min(loop.n_host) >= stop:
+                        break
+                    if begun is None and min(loop.n_host) >= start:
+                        begun = sum(min(c, stop) for c in loop.n_host)
+                    decoder.iterate(loop)
+                    passes += begun is not None
+                end = sum(min(c, stop) for c in loop.n_host)
+                won += (end - (end if begun is None else begun)) / settings.batch_size
             committed.append(max(1.0, won / max(passes, 1)))
     return Profile(tuple(plans), tuple(committed),
                    f"measured on the example image, {samples} seeds, tokens {start}-{stop}")
