@@ -62,6 +62,19 @@ def test_the_chooser_takes_the_best_rate_and_follows_this_decodes_acceptance():
     assert run(0.5) == (auto.Plan(16), auto.Plan(4))     # (1 + 0.3) / 1.5 > (1 + 0.8) / 2.2 > (1 + 2) / 3.8
 
 
+def test_only_plans_that_can_win_are_kept_and_allocated(monkeypatch):
+    plans = (auto.Plan(16), auto.Plan(12), auto.Plan(8), auto.Plan(4))
+    profile = auto.Profile(plans, (5.0, 2.0, 2.6, 1.6), "synthetic")   # 12 commits less than 8 for more cost
+    kept = auto.contenders(profile, RISING)   # 16 wins for g above 0.62, 4 below; 8 is never the best
+    assert kept.plans == (auto.Plan(16), auto.Plan(4)) and kept.of(auto.Plan(4)) == 1.6
+    monkeypatch.setattr(auto, "G_RANGE", (0.9, 1.1))   # near the example's acceptance 16 always wins
+    assert auto.contenders(profile, RISING).plans == (auto.Plan(16),)
+    toy = ToyGridAdapter(height=8, width=8, levels=4)
+    narrow = auto.Profile((auto.Plan(4), auto.Plan(3)), (3.0, 1.2), "synthetic")
+    result = decode(toy, 0, method_settings("sjd", 32, toy.default_sampling, auto=True), cost=RISING, profile=narrow)
+    assert result.stats.window == 4 and result.stats.auto_plans == {"4": result.stats.forward_passes - 1}
+
+
 def test_the_profile_is_measured_on_the_example_and_cached(tmp_path, monkeypatch):
     monkeypatch.setenv("SJDVP_CACHE", str(tmp_path))
     toy = ToyGridAdapter(height=8, width=8, levels=4)
@@ -103,6 +116,7 @@ def test_a_noisy_measurement_is_fitted_non_decreasing():
 def test_greedy_auto_returns_the_ar_tokens(tree, monkeypatch):
     monkeypatch.setattr(auto, "EVERY", 1)
     monkeypatch.setattr(auto, "PRIOR", 0.5)    # follow this decode's acceptance at once, so the plan changes
+    monkeypatch.setattr(auto, "G_RANGE", (0.5, 20.0))   # and keep the plan that only wins far above the profile
     toy = ToyGridAdapter(height=6, width=6, levels=8)
     sampling = SamplingSettings(greedy=True, cfg_scale=2.0)
     ar = decode(toy, [0, 1], DecodeSettings(window=WindowSettings(1), sampling=sampling, batch_size=2))

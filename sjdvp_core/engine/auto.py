@@ -42,6 +42,7 @@ MOST_FACTOR = 3.0   # the state is sized for windows whose pass costs at most th
 EVERY = 4           # iterations a choice holds
 HYSTERESIS = 1.03   # a new plan must promise this much more per second than the one running
 PRIOR = 8.0         # pseudo-tokens of evidence that g = 1 (the example's acceptance) before any is seen
+G_RANGE = (0.5, 2.0)   # how far a decode's acceptance may stray from the example's (g) when plans are kept
 WARM = 32           # image tokens the drafts mature over before acceptance is counted (profile and decode alike)
 LADDER = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 TREES = (TreeSettings(width=6, depth=1, branch=4),)   # the capped tree with the most steps per node measured
@@ -133,6 +134,20 @@ class Profile:
     @classmethod
     def from_json(cls, d: dict) -> "Profile":
         return cls(tuple(Plan.from_json(p) for p in d["plans"]), tuple(d["committed"]), d["source"])
+
+
+def contenders(profile: Profile, cost: PassCost) -> Profile:
+    """The profile's plans that are the best for some g in G_RANGE (the chooser's rate is linear in g, so
+    these are the upper envelope over that range; found on a fine grid of g). Only they can be chosen,
+    and the decode's window state is allocated for the widest of them rather than for every candidate
+    measured: every iteration's engine step works on the whole state, which on a CPU costs as much as a
+    wider pass."""
+    def rate(plan: Plan, g: float) -> float:
+        return (1 + g * (profile.of(plan) - 1)) / cost(plan.nodes)
+    lo, hi = G_RANGE
+    kept = {max(profile.plans, key=lambda p: rate(p, lo + (hi - lo) * i / 64)) for i in range(65)}
+    chosen = [p for p in profile.plans if p in kept]
+    return Profile(tuple(chosen), tuple(profile.of(p) for p in chosen), profile.source)
 
 
 class PlanChooser:

@@ -22,7 +22,18 @@ import torch
 from torch import Tensor
 
 from .adapter import ModelAdapter, TokenLayout
-from .auto import MOST_FACTOR, TREES, Plan, PlanChooser, Profile, candidate_plans, largest_tree, most_tokens, warmed
+from .auto import (
+    MOST_FACTOR,
+    TREES,
+    Plan,
+    PlanChooser,
+    Profile,
+    candidate_plans,
+    contenders,
+    largest_tree,
+    most_tokens,
+    warmed,
+)
 from .cost import GRID, PassCost, cached, device_name, model_fingerprint, monotone
 from .drafting import Drafter
 from .settings import AUTO_STRENGTHS, DecodeSettings
@@ -298,7 +309,8 @@ def decode(adapter: ModelAdapter, conditions: Sequence[Any] | Any, settings: Dec
     negatives = None if negatives is None else _per_image(negatives, B, "negatives")
     if settings.window.auto and settings.window.size > 1:
         cost = cost or pass_cost(adapter, settings)
-        profile = profile or acceptance_profile(adapter, settings, auto_plans(adapter, settings, cost))
+        profile = contenders(profile or acceptance_profile(adapter, settings, auto_plans(adapter, settings, cost)),
+                             cost)
         settings = replace(settings, window=replace(settings.window, size=max(p.window for p in profile.plans),
                                                     tree=largest_tree(profile.plans)))
     scratch = scratch_nodes(settings.window.size, settings.window.tree)
