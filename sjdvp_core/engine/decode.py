@@ -386,13 +386,16 @@ def _fixed(settings: DecodeSettings, plan: Plan) -> DecodeSettings:
                                             auto_tree=False))
 
 
+CALIBRATION = 2   # how calibrations are measured: a change re-measures what older versions cached
+
+
 def _cache_key(adapter: ModelAdapter, settings: DecodeSettings) -> dict:
     module = adapter.module
     dtype = next((str(t.dtype) for t in module.parameters()), "none")
     return {"family": adapter.family, "weights": model_fingerprint(module), "device": device_name(adapter.device),
             "dtype": dtype, "torch": torch.__version__, "batch": settings.batch_size,
             "cfg": settings.sampling.uses_cfg, "method": settings.drafter.name, "window": settings.window.size,
-            "length": adapter.layout.length}
+            "length": adapter.layout.length, "calibration": CALIBRATION}
 
 
 def pass_cost(adapter: ModelAdapter, settings: DecodeSettings) -> PassCost:
