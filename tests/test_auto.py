@@ -75,14 +75,19 @@ def test_only_plans_that_can_win_are_kept_and_allocated(monkeypatch):
     assert result.stats.window == 4 and result.stats.auto_plans == {"4": result.stats.forward_passes - 1}
 
 
-def test_the_profile_is_measured_on_the_example_and_cached(tmp_path, monkeypatch):
+def test_the_profile_is_measured_on_the_example_and_cached(tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("SJDVP_CACHE", str(tmp_path))
     toy = ToyGridAdapter(height=8, width=8, levels=4)
     settings = method_settings("sjd", 16, toy.default_sampling, auto=True, auto_tree=True)
     plans = auto.candidate_plans(PassCost((1, 16), (1.0, 1.0), "flat"), 16, auto_tree=True)
-    profile = acceptance_profile(toy, settings, plans)
+    with caplog.at_level("INFO"):
+        profile = acceptance_profile(toy, settings, plans)
+    assert "measuring the acceptance" in caplog.text and str(tmp_path) in caplog.text   # the wait is explained
     assert profile.plans == tuple(plans) and all(c >= 1 for c in profile.committed)
-    assert acceptance_profile(toy, settings, plans) == profile          # read back, not remeasured
+    caplog.clear()
+    with caplog.at_level("INFO"):
+        assert acceptance_profile(toy, settings, plans) == profile          # read back, not remeasured
+    assert "measuring" not in caplog.text
     assert len(list(tmp_path.rglob("*.json"))) == 1
 
 

@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import platform
+import time
 from dataclasses import asdict, dataclass
 from typing import Sequence
 
 import torch
+
+log = logging.getLogger(__name__)
 
 GRID = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128)   # tokens per row measured or modelled
 BANDWIDTH_EFFICIENCY, COMPUTE_EFFICIENCY = 0.85, 0.70  # of datasheet peak, as reached by good kernels
@@ -181,11 +185,15 @@ def load_cached(key: dict, kind=PassCost):
         return None   # none yet, or unreadable: measured again and rewritten
 
 
-def cached(key: dict, kind, measure):
-    """The value stored under key, else measure() stored there: how calibrations are reused across runs."""
+def cached(key: dict, kind, measure, what: str):
+    """The value stored under key, else measure() stored there: how calibrations are reused across runs.
+    A measurement is logged (what: what is measured), so the first automatic run's extra seconds say why."""
     value = load_cached(key, kind)
     if value is None:
+        log.info("sjdvp: measuring %s once for this model and device (cached in %s)", what, cache_dir())
+        start = time.perf_counter()
         value = measure()
+        log.info("sjdvp: measured %s in %.1f s", what, time.perf_counter() - start)
         save_cached(key, value)
     return value
 

@@ -400,7 +400,8 @@ def _cache_key(adapter: ModelAdapter, settings: DecodeSettings) -> dict:
 
 def pass_cost(adapter: ModelAdapter, settings: DecodeSettings) -> PassCost:
     """measure_cost, cached on disk per (weights, device, dtype, torch version, rows, method, window)."""
-    return cached(_cache_key(adapter, settings), PassCost, lambda: measure_cost(adapter, settings))
+    return cached(_cache_key(adapter, settings), PassCost, lambda: measure_cost(adapter, settings),
+                  f"the pass cost of {settings.drafter.name}")
 
 
 def auto_plans(adapter: ModelAdapter, settings: DecodeSettings, cost: PassCost) -> list[Plan]:
@@ -443,7 +444,8 @@ def acceptance_profile(adapter: ModelAdapter, settings: DecodeSettings, plans: S
     key = _cache_key(adapter, settings) | {"sampling": repr(settings.sampling), "drafter": repr(settings.drafter),
                                            "plans": [p.to_json() for p in plans], "kind": "profile"}
     del key["device"]
-    return cached(key, Profile, lambda: measure_profile(adapter, settings, plans))
+    return cached(key, Profile, lambda: measure_profile(adapter, settings, plans),
+                  f"the acceptance of {len(plans)} windows and trees for the automatic window")
 
 
 def _per_image(values, batch: int, name: str) -> list:
