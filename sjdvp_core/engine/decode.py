@@ -13,6 +13,7 @@ torch.Generator. The loop reads one value back from the device per iteration: th
 """
 from __future__ import annotations
 
+import itertools
 import statistics
 import time
 from dataclasses import dataclass, field, replace
@@ -343,7 +344,7 @@ def measure_cost(adapter: ModelAdapter, settings: DecodeSettings, grid: Sequence
         for r in range(rounds):
             for k in list(ks):
                 timed = 0
-                for decoder, loop in _fixed_decodes(adapter, settings, Plan(k), range(10 ** 6), timing=True):
+                for decoder, loop in _fixed_decodes(adapter, settings, Plan(k), itertools.count(), timing=True):
                     if timed == per_round + 2:
                         break
                     before, t = sum(loop.rec.times[1:]), decoder.clock.now()
