@@ -136,16 +136,20 @@ class Profile:
         return cls(tuple(Plan.from_json(p) for p in d["plans"]), tuple(d["committed"]), d["source"])
 
 
+def rate(profile: Profile, cost: PassCost, plan: Plan, g: float) -> float:
+    """Expected committed tokens per second with this plan, for a decode whose drafts win g times the
+    tokens past the first that the profile's example did."""
+    return (1 + g * (profile.of(plan) - 1)) / cost(plan.nodes)
+
+
 def contenders(profile: Profile, cost: PassCost) -> Profile:
     """The profile's plans that are the best for some g in G_RANGE (the chooser's rate is linear in g, so
     these are the upper envelope over that range; found on a fine grid of g). Only they can be chosen,
     and the decode's window state is allocated for the widest of them rather than for every candidate
     measured: every iteration's engine step works on the whole state, which on a CPU costs as much as a
     wider pass."""
-    def rate(plan: Plan, g: float) -> float:
-        return (1 + g * (profile.of(plan) - 1)) / cost(plan.nodes)
     lo, hi = G_RANGE
-    kept = {max(profile.plans, key=lambda p: rate(p, lo + (hi - lo) * i / 64)) for i in range(65)}
+    kept = {max(profile.plans, key=lambda p: rate(profile, cost, p, lo + (hi - lo) * i / 64)) for i in range(65)}
     chosen = [p for p in profile.plans if p in kept]
     return Profile(tuple(chosen), tuple(profile.of(p) for p in chosen), profile.source)
 
@@ -160,8 +164,7 @@ class PlanChooser:
 
     def rate(self, plan: Plan) -> float:
         """Expected committed tokens per second with this plan, at this decode's acceptance so far."""
-        g = self.won / self.expected
-        return (1 + g * (self.profile.of(plan) - 1)) / self.cost(plan.nodes)
+        return rate(self.profile, self.cost, plan, self.won / self.expected)
 
     def best(self) -> Plan:
         return max(self.profile.plans, key=self.rate)
