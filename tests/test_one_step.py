@@ -17,7 +17,7 @@ from torch import Tensor
 from sjdvp_core.engine.adapter import TokenLayout
 from sjdvp_core.engine.drafting import Drafter, continue_draft, coupled_draw, gumbel_noise
 from sjdvp_core.engine.settings import DrafterSettings, TreeSettings, VPSettings
-from sjdvp_core.engine.target import sample
+from sjdvp_core.engine.target import sample, uniform
 from sjdvp_core.engine.tree import propose, tree_shape
 from sjdvp_core.engine.window import UNKNOWN, History, LocalLayout, Window
 from tests.toy_reference import chi2_pvalue
@@ -43,7 +43,8 @@ def drafted(mode: str, gen: torch.Generator) -> tuple[Tensor, Tensor | None, boo
     if mode == "coupled":
         return coupled_draw(q, noise), noise, Drafter.follows_noise(DrafterSettings())
     old = coupled_draw(OLD.expand(ROWS, V), noise)              # continuation: the old draft (drawn with the
-    return continue_draft(old, OLD.expand(ROWS, V), q, gen), noise, Drafter.follows_noise(   # noise) kept or not
+    u_keep, u_residual = torch.rand(ROWS, generator=gen), uniform(ROWS, gen, "cpu")    # noise) kept or not
+    return continue_draft(old, OLD.expand(ROWS, V), q, u_keep, u_residual), noise, Drafter.follows_noise(
         DrafterSettings(continuation=True))
 
 
@@ -114,7 +115,7 @@ def test_continuation_keeps_the_old_draft_by_maximal_coupling():
     gen = torch.Generator().manual_seed(1)
     old_q, new = OLD.expand(ROWS, V), Q.expand(ROWS, V)
     old = sample(old_q, gen)
-    out = continue_draft(old, old_q, new, gen)
+    out = continue_draft(old, old_q, new, torch.rand(ROWS, generator=gen), uniform(ROWS, gen, "cpu"))
     assert chi2_pvalue(torch.bincount(out, minlength=V).double(), Q.double() * ROWS) > ALPHA
     kept = float((out == old).double().mean())
     overlap = float(torch.minimum(OLD, Q).sum())
@@ -139,7 +140,8 @@ def test_vp_drafts_follow_the_fused_q_they_are_stored_with(coupled, strength):
     second = torch.tensor([0.20, 0.35, 0.15, 0.15, 0.10, 0.05])   # token 1 and 3 rise, the others fall
     for p in (first, second):
         m = torch.ones(ROWS, dtype=torch.long)
-        window = drafter.redraft(window, p.expand(ROWS, S + 1, V).clone(), m, n + m, active, canvas, gen)
+        window = drafter.redraft(window, p.expand(ROWS, S + 1, V).clone(), m, n + m, active, canvas,
+                                 drafter.draws(ROWS, gen, "cpu"))
         n = n + m
     assert bool(window.fused[:, 0].all())
     q = window.q[0, 0]

@@ -39,38 +39,43 @@ def run(model: str, method: str, coupled: bool) -> tuple[int, str]:
     settings = DecodeSettings(window=WindowSettings(1 if method == "ar" else window),
                               drafter=DrafterSettings(**{**drafter.__dict__, "coupled": coupled}),
                               sampling=SamplingSettings(cfg_scale=3.0), seed=7, batch_size=3)
-    result = decode(adapter, prompts, settings)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)   # as recorded: a reduction split over threads rounds differently, and can flip a draw
+    try:
+        result = decode(adapter, prompts, settings)
+    finally:
+        torch.set_num_threads(threads)
     digest = hashlib.sha256(result.tokens.cpu().numpy().tobytes()).hexdigest()[:16]
     return result.stats.forward_passes, digest
 
 
 PINS = {
-    ('demo', 'ar', False): (256, '6350ca234ac09146'),
-    ('demo', 'sjd', False): (164, '990879a1fdbe7b52'),
-    ('demo', 'sjd', True): (124, 'a1f52210bf8d5eba'),
-    ('demo', 'sjd-vp+1', False): (136, 'c7df06229fe32c3e'),
-    ('demo', 'sjd-vp+1', True): (130, '645a644466884a2d'),
-    ('demo', 'sjd-vp-1', False): (126, 'b020955fc3e0c6f8'),
-    ('demo', 'sjd-vp-1', True): (109, '320251df8a9913ff'),
-    ('demo', 'sjd-vp-auto', False): (129, 'dce30aac3904cd27'),
-    ('demo', 'sjd-vp-auto', True): (116, 'fe6b58b9718cf366'),
-    ('demo', 'lantern', False): (113, 'ff8838590ac8b723'),
-    ('demo', 'lantern', True): (98, '63e236f2b79e06af'),
-    ('demo', 'gsd', False): (111, '4245e31df7768c99'),
-    ('demo', 'gsd', True): (107, '28943c20aec63a1b'),
-    ('toy', 'ar', False): (41, '63a75992ac27d2fb'),
-    ('toy', 'sjd', False): (15, '36e1984354ba878c'),
-    ('toy', 'sjd', True): (14, '04fb49ab6d95a7de'),
-    ('toy', 'sjd-vp+1', False): (15, '98f6018978b7182d'),
-    ('toy', 'sjd-vp+1', True): (14, '04fb49ab6d95a7de'),
-    ('toy', 'sjd-vp-1', False): (15, '6ae97b47c1fd50e1'),
-    ('toy', 'sjd-vp-1', True): (13, '12595a8178c2e1b9'),
-    ('toy', 'sjd-vp-auto', False): (15, 'f9efad2c33a510ca'),
-    ('toy', 'sjd-vp-auto', True): (14, '04fb49ab6d95a7de'),
-    ('toy', 'lantern', False): (6, 'ef1f487441f3ef02'),
-    ('toy', 'lantern', True): (6, '5e8db7062e25c101'),
-    ('toy', 'gsd', False): (14, '7edba60b4525ba62'),
-    ('toy', 'gsd', True): (13, '3cbaf850541d307b'),
+    ('demo', 'ar', False): (256, 'a31c206a252c89ec'),
+    ('demo', 'sjd', False): (142, 'ccf8d40cdacc9442'),
+    ('demo', 'sjd', True): (116, '1431af06c9a83f2a'),
+    ('demo', 'sjd-vp+1', False): (158, '6351109fea99f7eb'),
+    ('demo', 'sjd-vp+1', True): (136, '84cfcab99a6e2a21'),
+    ('demo', 'sjd-vp-1', False): (136, '3de4847c6dfa31fc'),
+    ('demo', 'sjd-vp-1', True): (107, 'c8d0ad2ba6961728'),
+    ('demo', 'sjd-vp-auto', False): (125, '6a21a0cedf483bd1'),
+    ('demo', 'sjd-vp-auto', True): (108, '60b8680e0c4a3bc8'),
+    ('demo', 'lantern', False): (97, '2c2da84a5fb0a4c1'),
+    ('demo', 'lantern', True): (95, '598528fa1390ef33'),
+    ('demo', 'gsd', False): (121, '34fc893b9ccf6d67'),
+    ('demo', 'gsd', True): (108, 'ce9a08bc81e2185e'),
+    ('toy', 'ar', False): (41, 'eee44ecabee65fa3'),
+    ('toy', 'sjd', False): (16, '6ab5bd76c9bea488'),
+    ('toy', 'sjd', True): (16, 'd618d9f46751e48d'),
+    ('toy', 'sjd-vp+1', False): (16, '6d904a4c7a3e1617'),
+    ('toy', 'sjd-vp+1', True): (16, 'ec6a60d9b5292dfc'),
+    ('toy', 'sjd-vp-1', False): (15, '504e651ed20e6348'),
+    ('toy', 'sjd-vp-1', True): (14, '5a4f5a5adbcf1019'),
+    ('toy', 'sjd-vp-auto', False): (15, 'f60df1d6403c0d91'),
+    ('toy', 'sjd-vp-auto', True): (16, 'ec6a60d9b5292dfc'),
+    ('toy', 'lantern', False): (6, '74081d0acbae1346'),
+    ('toy', 'lantern', True): (6, '54beee274e564ac6'),
+    ('toy', 'gsd', False): (12, 'f973adca0e439187'),
+    ('toy', 'gsd', True): (12, '7efa4aea3fa58d82'),
 }
 
 
@@ -81,7 +86,6 @@ def test_pinned_tokens(model, method, coupled):
 
 
 if __name__ == "__main__":
-    torch.set_num_threads(1)
     for model in ("demo", "toy"):
         for method, coupled in RUNS:
             print(f"    ({model!r}, {method!r}, {coupled}): {run(model, method, coupled)},")

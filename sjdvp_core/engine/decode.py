@@ -35,13 +35,14 @@ from .auto import (
     most_tokens,
     warmed,
 )
+from .compiled import compiled
 from .cost import GRID, PassCost, cached, device_name, model_fingerprint, monotone
 from .drafting import Drafter
 from .settings import AUTO_STRENGTHS, DecodeSettings
 from .stats import DecodeStats, Recorder
 from .target import cfg_mix, sample, target_probs
 from .tree import propose, scratch_nodes, tree_inputs, tree_shape, verify_tree
-from .verify import Verifier, accept
+from .verify import Verifier, accept, accept_uniforms
 from .window import LocalLayout
 
 ProgressFn = Callable[[int, int, Tensor], None]
@@ -57,7 +58,7 @@ class DecodeResult:
 
 @dataclass
 class Step:
-    """What one iteration's forward and verification decided."""
+    """What a draft tree's forward and verification decided."""
     p: Tensor              # [B, w, V] the targets along the path taken
     k: Tensor              # [B] drafts accepted
     next: Tensor           # [B] the token after them
@@ -113,6 +114,9 @@ class JacobiDecoder:
         self.chooser = PlanChooser(cost, profile) if auto else None
         self.warm = warmed(layout.jacobi_span)
         self.steps = torch.arange(self.W + 1, device=self.device)   # slot offsets, made once
+        self.check, self.redraft = self._check, self.drafter.redraft
+        if settings.compile:
+            self.check, self.redraft = compiled(self._check, "verify"), compiled(self.drafter.redraft, "draft")
 
     def targets(self, logits: Tensor, at: Tensor) -> Tensor:
         """Model logits [R, N, V_model] predicting positions at [B, N] -> p [B, N, V]."""
@@ -147,21 +151,25 @@ class JacobiDecoder:
         plan = self.plan if self.chooser is None else self.chooser.choose(loop.it)
         # how far each row may accept drafts: to the end of the image grid, nothing outside it
         limit_host = [min(plan.window - 1, max(hi - c, 0)) if lo <= c < end else 0 for c in loop.n_host]
-        w = max(limit_host) + 1
         limit, active = torch.tensor(limit_host, device=dev), n < end
         t0 = self.clock.now()
+        w = max(limit_host) + 1
         if plan.tree.on and w > 1:
             step = self._tree_step(window, canvas, n, w, limit, plan.tree)
-        else:
-            step = self._chain_step(window, canvas, n, w, limit)
-        at = n + step.k
-        m = step.k + (active & (at < end))                                                 # committed now
-        # the next token; in a row that commits none it lands past the row's end, where nothing reads it
-        canvas.scatter_(1, at[:, None], step.next[:, None])
-        self._observe(rec, window, step, limit, m)
+            p, t1, scored = step.p, step.forward_end, step.scored
+            m = self.commit(rec, window, canvas, n, limit, active, p, step.k, step.next, step.accepted)
+            rec.tree_outcome(*step.tree)
+        else:   # the plan's full window even where the image's end leaves fewer drafts: one shape per plan
+            scored, at = plan.window, n[:, None] + self.steps[:plan.window]
+            logits = self._chain_forward(canvas, at)
+            t1 = self.clock.now()
+            p, m = self.check(rec, logits, at, window, canvas, n, limit, active,
+                              *accept_uniforms(self.B, scored - 1, self.gen, dev))
+        rec.scored.append(scored)
+        rec.committed.append(m)
         n, loop.row_passes, loop.it = n + m, loop.row_passes + active, loop.it + 1
         t2 = self.clock.now()
-        loop.window = self.drafter.redraft(window, step.p, m, n, active, canvas, self.gen)
+        loop.window = self.redraft(window, p, m, n, active, canvas, self.drafter.draws(self.B, self.gen, dev))
         loop.n = n
         before, loop.n_host = loop.n_host, n.tolist()                                      # the one sync
         if self.chooser is not None:
@@ -169,7 +177,7 @@ class JacobiDecoder:
             if min(before) >= self.warm:
                 self.chooser.record(plan, sum(b - a for a, b in zip(before, loop.n_host)) / self.B)
         loop.trace.append(loop.n_host)
-        rec.phases(t0, step.forward_end, t2, self.clock.now())
+        rec.phases(t0, t1, t2, self.clock.now())
 
     def run(self, first_logits: Tensor, progress: ProgressFn | None) -> DecodeResult:
         """Iterate until every image is complete, then fill in the known tail."""
@@ -194,16 +202,33 @@ class JacobiDecoder:
         stats.time_total = time.perf_counter() - t_start
         return DecodeResult(local.vocab[canvas[:, :L]], canvas[:, :L][:, local.grid], self.local.layout, stats)
 
-    def _chain_step(self, window, canvas: Tensor, n: Tensor, w: int, limit: Tensor) -> Step:
-        """One forward over the last committed token and w - 1 drafts, and their verification."""
-        at = n[:, None] + self.steps[:w]                                                           # [B, w]
-        inputs = canvas.gather(1, at - 1)        # the last committed token, then the drafts (the canvas holds them)
+    def _chain_forward(self, canvas: Tensor, at: Tensor) -> Tensor:
+        """The model's logits predicting positions at [B, w]: over the last committed token and the w - 1 drafts
+        after it (the canvas holds them)."""
         positions = (at - 1).clamp(max=self.local.length - 1)
-        logits = self.adapter.forward(self.rows(self.local.vocab[inputs]), self.rows(positions))
-        t1 = self.clock.now()
+        return self.adapter.forward(self.rows(self.local.vocab[canvas.gather(1, at - 1)]), self.rows(positions))
+
+    def _check(self, rec: Recorder, logits: Tensor, at: Tensor, window, canvas: Tensor, n: Tensor, limit: Tensor,
+               active: Tensor, u: Tensor, u_next: Tensor) -> tuple[Tensor, Tensor]:
+        """A chain's step after its forward (logits predicting positions at [B, w]): targets, verification
+        (uniforms u [B, w - 1], u_next [B]: verify.accept_uniforms) and the commit -> (p [B, w, V], tokens
+        committed [B]). Pure but for the canvas and the statistics it writes, so it may be compiled
+        (compiled.py)."""
+        w = at.shape[1]
         p = self.targets(logits, at)                                                              # [B, w, V]
-        k, nxt, accepted = accept(window.tokens[:, :w - 1], window.q[:, :w - 1], p, limit, self.verifier, self.gen)
-        return Step(p, k, nxt, accepted, w, t1)
+        k, nxt, accepted = accept(window.tokens[:, :w - 1], window.q[:, :w - 1], p, limit, self.verifier, u,
+                                  u_next)
+        return p, self.commit(rec, window, canvas, n, limit, active, p, k, nxt, accepted)
+
+    def commit(self, rec: Recorder, window, canvas: Tensor, n: Tensor, limit: Tensor, active: Tensor, p: Tensor,
+               k: Tensor, nxt: Tensor, accepted: Tensor) -> Tensor:
+        """Write the token after the k accepted drafts and tally the outcome -> tokens committed per row [B]."""
+        at = n + k
+        m = k + (active & (at < self.local.free_end))
+        # the next token; in a row that commits none it lands past the row's end, where nothing reads it
+        canvas.scatter_(1, at[:, None], nxt[:, None])
+        self._observe(rec, window, p, k, accepted, limit, m)
+        return m
 
     def _tree_step(self, window, canvas: Tensor, n: Tensor, w: int, limit: Tensor, tree) -> Step:
         """The same over a draft tree (tree.py); p is along the path taken. The accepted alternatives are
@@ -226,14 +251,10 @@ class JacobiDecoder:
         return Step(p, out.k, out.next, out.accepted, shape.nodes, t1,
                     (out.tried, out.took, cand.guess[out.choice.clamp(max=shape.alts - 1)]))
 
-    def _observe(self, rec: Recorder, window, step: Step, limit: Tensor, m: Tensor) -> None:
+    def _observe(self, rec: Recorder, window, p: Tensor, k: Tensor, accepted: Tensor, limit: Tensor,
+                 m: Tensor) -> None:
         """Statistics and VP auto's scores: they look at what verification decided, never steer it."""
-        p, accepted, k = step.p, step.accepted, step.k
-        rec.scored.append(step.scored)
-        if step.tree is not None:
-            rec.tree_outcome(*step.tree)
-        rec.committed.append(m)
-        slots = torch.arange(p.shape[1], device=p.device)
+        slots = self.steps[:p.shape[1]]
         rec.entropy += (torch.special.entr(p).sum(-1) * (slots < m[:, None])).sum()
         d = accepted.shape[1]
         if d == 0:
@@ -396,7 +417,7 @@ def _cache_key(adapter: ModelAdapter, settings: DecodeSettings) -> dict:
     return {"family": adapter.family, "weights": model_fingerprint(module), "device": device_name(adapter.device),
             "dtype": dtype, "torch": torch.__version__, "batch": settings.batch_size,
             "cfg": settings.sampling.uses_cfg, "method": settings.drafter.name, "window": settings.window.size,
-            "length": adapter.layout.length, "calibration": CALIBRATION}
+            "length": adapter.layout.length, "compile": settings.compile, "calibration": CALIBRATION}
 
 
 def pass_cost(adapter: ModelAdapter, settings: DecodeSettings) -> PassCost:

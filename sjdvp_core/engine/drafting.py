@@ -15,13 +15,15 @@ re-drafted position's old draft by maximal coupling (continue_draft), as SJD-PAC
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
 from torch.nn import functional as F
 
 from .devices import wide_float
 from .settings import AUTO_STRENGTHS, DrafterSettings
-from .target import residual, sample
+from .target import draw, residual, uniform
 from .vp import AutoStrength, fuse
 from .window import FLAT, ROSE, UNKNOWN, History, LocalLayout, Slide, Window
 
@@ -29,16 +31,25 @@ from .window import FLAT, ROSE, UNKNOWN, History, LocalLayout, Slide, Window
 class FreshDrafts:
     """Drafts for positions with no target yet."""
 
-    def __init__(self, scheme: str, local: LocalLayout, device):
+    def __init__(self, scheme: str, local: LocalLayout, slots: int, device):
         self.scheme, self.local = scheme, local
         self.uniform = torch.zeros(local.size, device=device)
         self.uniform[:local.num_image] = 1.0 / local.num_image
+        # a cell's source above is one grid row up; positions at most `slots` past the known ones need at most
+        # this many steps up to reach a known cell (a fixed count: no loop on a value read from the device)
+        rows = local.layout.grid
+        stride = int((rows[1:, 0] - rows[:-1, 0]).min()) if rows.shape[0] > 1 else slots + 1
+        self.hops = -(-slots // max(stride, 1)) + 1
+
+    def random(self, shape, generator: torch.Generator, device) -> Tensor:
+        """The random image tokens `__call__` may use, through the run's generator."""
+        return torch.randint(self.local.num_image, shape, generator=generator, device=device)
 
     def __call__(self, positions: Tensor, canvas: Tensor, known_end: Tensor,
-                 generator: torch.Generator) -> tuple[Tensor, Tensor]:
-        """Drafts for positions [B, S] given canvas [B, L + pad] known below known_end [B].
-        Returns tokens [B, S] and their draft distributions q [B, S, V]."""
-        tokens = torch.randint(self.local.num_image, positions.shape, generator=generator, device=positions.device)
+                 random: Tensor) -> tuple[Tensor, Tensor]:
+        """Drafts for positions [B, S] given canvas [B, L + pad] known below known_end [B], and random image
+        tokens [B, S] (`random`). Returns tokens [B, S] and their draft distributions q [B, S, V]."""
+        tokens = random
         one_hot = torch.zeros_like(tokens, dtype=torch.bool)
         if self.scheme != "random":
             src = self._source(positions, known_end)
@@ -58,10 +69,8 @@ class FreshDrafts:
         if self.scheme == "repeat_left":
             return left
         src = self.local.above[positions]
-        unknown = src >= known_end[:, None]
-        while bool(unknown.any()):
-            src = torch.where(unknown, self.local.above[src], src)
-            unknown = src >= known_end[:, None]
+        for _ in range(self.hops):   # an unknown source chains up to a known one (or none, -1)
+            src = torch.where(src >= known_end[:, None], self.local.above[src], src)
         return torch.where(src >= 0, src, left)
 
 
@@ -83,16 +92,27 @@ def coupled_draw(dist: Tensor, noise: Tensor) -> Tensor:
     return noise.add(torch.log(dist)).argmax(-1)            # in the noise's (wider) dtype
 
 
-def continue_draft(x: Tensor, q: Tensor, dist: Tensor, gen: torch.Generator) -> Tensor:
+def continue_draft(x: Tensor, q: Tensor, dist: Tensor, u_keep: Tensor, u_residual: Tensor) -> Tensor:
     """A draft from dist that keeps the old draft x (drawn from q) as often as possible: x with
     probability min(1, dist(x) / q(x)), else a draw from norm(max(0, dist - q)). The result is
     distributed exactly as dist (the speculative-sampling identity), and it equals x with the largest
     probability any such draw can, sum(min(dist, q)): maximal coupling, as SJD-PAC's adaptive
     continuation (Kang et al., CVPR 2026, arXiv 2603.18599) carries drafts past a rejection. The old
-    draft's randomness never reaches the targets that judge its own position, so verification stays exact."""
+    draft's randomness never reaches the targets that judge its own position, so verification stays exact.
+    u_keep, u_residual [...]: uniforms (RedraftDraws)."""
     ratio = (dist.gather(-1, x[..., None]) / q.gather(-1, x[..., None]).clamp_min(1e-30))[..., 0]
-    keep = torch.rand(x.shape, generator=gen, device=x.device) < ratio
-    return torch.where(keep, x, sample(residual(dist, q), gen))
+    return torch.where(u_keep < ratio, x, draw(residual(dist, q), u_residual))
+
+
+@dataclass
+class RedraftDraws:
+    """The randomness of one re-draft, drawn up front through the run's generator (`Drafter.draws`), so that
+    `Drafter.redraft` is a pure function of its inputs (compilable; see decode.py)."""
+    fresh: Tensor                      # [B, S] random image tokens for fresh drafts
+    noise: Tensor | None = None        # [B, S, V] coupled: Gumbel noise for slots new to the window
+    draft: Tensor | None = None        # [B, S] sampled: uniforms for the re-drafts' draws
+    keep: Tensor | None = None         # [B, S] continuation: uniforms for keeping the old draft
+    residual: Tensor | None = None     # [B, S] continuation: uniforms for the residual's draw
 
 
 class Drafter:
@@ -101,7 +121,7 @@ class Drafter:
     def __init__(self, settings: DrafterSettings, scheme: str, local: LocalLayout, slots: int, device):
         self.vp, self.coupled, self.local, self.S = settings.vp, settings.coupled, local, slots
         self.continuation = settings.continuation
-        self.fresh = FreshDrafts(scheme, local, device)
+        self.fresh = FreshDrafts(scheme, local, slots, device)
         self.slots = torch.arange(slots, device=device)
         self.auto = AutoStrength(self.vp, AUTO_STRENGTHS, device) if self.vp is not None and self.vp.auto else None
 
@@ -115,7 +135,7 @@ class Drafter:
     def start(self, n: Tensor, canvas: Tensor, gen: torch.Generator) -> Window:
         """The first window: every slot drafted fresh."""
         B, S, V, dev = n.shape[0], self.S, self.local.size, n.device
-        tokens, q = self.fresh(n[:, None] + self.slots, canvas, n, gen)
+        tokens, q = self.fresh(n[:, None] + self.slots, canvas, n, self.fresh.random((B, S), gen, dev))
         noise = gumbel_noise((B, S, V), gen, dev) if self.coupled else None
         if self.coupled:
             tokens = coupled_draw(q, noise)
@@ -124,13 +144,22 @@ class Drafter:
         return Window(tokens, q, no, torch.full((B, S), UNKNOWN, device=dev), History.empty(B, S + 1, V, dev),
                       noise, candidates)
 
+    def draws(self, batch: int, gen: torch.Generator, device) -> RedraftDraws:
+        """The randomness `redraft` uses, drawn in a fixed order."""
+        shape = (batch, self.S)
+        return RedraftDraws(self.fresh.random(shape, gen, device),
+                            gumbel_noise((*shape, self.local.size), gen, device) if self.coupled else None,
+                            None if self.coupled else uniform(shape, gen, device),
+                            torch.rand(shape, generator=gen, device=device) if self.continuation else None,
+                            uniform(shape, gen, device) if self.continuation else None)
+
     def redraft(self, window: Window, p: Tensor, m: Tensor, n: Tensor, active: Tensor, canvas: Tensor,
-                gen: torch.Generator) -> Window:
+                draws: RedraftDraws) -> Window:
         """The window after row b committed m[b] tokens (n[b] is its new count): positions this pass
         scored (p [B, w, V]) are re-drafted, drafts it did not score are carried, positions entering the
         window are drafted fresh. The drafts are written to canvas after the committed tokens: they are the
-        next forward's inputs (and repeat inits copy from them)."""
-        S, dev = self.S, n.device
+        next forward's inputs (and repeat inits copy from them). All randomness comes in draws (`draws`)."""
+        S = self.S
         if S == 0:
             return window
         W, w = S + 1, p.shape[1]
@@ -156,16 +185,17 @@ class Drafter:
             dist = dist.masked_fill(~redraw[..., None], 1.0)
         noise = None
         if self.coupled:   # positions new to the draft slots get their noise now, the rest keep theirs
-            noise = torch.where(new[..., None], gumbel_noise(window.noise.shape, gen, dev), slide.take(window.noise))
-        tok = coupled_draw(dist, noise) if self.coupled else sample(dist, gen)
+            noise = torch.where(new[..., None], draws.noise, slide.take(window.noise))
+        tok = coupled_draw(dist, noise) if self.coupled else draw(dist, draws.draft)
         old_tokens, old_q = slide.take(window.tokens), slide.take(window.q)
         if self.continuation:   # where the slot held a draft (the window's last scored position held none)
             tok = torch.where(new, tok, continue_draft(old_tokens.masked_fill(new, 0),
-                                                       old_q.masked_fill(new[..., None], 0), dist, gen))
+                                                       old_q.masked_fill(new[..., None], 0), dist, draws.keep,
+                                                       draws.residual))
         rose = growth.gather(-1, tok[..., None])[..., 0] > 0          # p(tok) rose at this observation
         q = dist if (self.vp is None or self.vp.lossless) else p
         canvas.scatter_(1, positions, torch.where(redraw, tok, old_tokens))   # sources for repeat inits
-        fresh_tok, fresh_q = self.fresh(positions, canvas, n + (~new).sum(1), gen)
+        fresh_tok, fresh_q = self.fresh(positions, canvas, n + (~new).sum(1), draws.fresh)
         if self.coupled:
             fresh_tok = coupled_draw(fresh_q, noise)
         tokens = torch.where(redraw, tok, torch.where(kept, old_tokens, fresh_tok))

@@ -169,10 +169,12 @@ class DecodeSettings:
     sampling: SamplingSettings = field(default_factory=SamplingSettings)
     seed: int = 0
     batch_size: int = 1
+    compile: bool = False   # the engine's step through torch.compile (engine/compiled.py); never changes the law
 
     def __post_init__(self):
         _check_int("seed", self.seed, 0, 2**63 - 1)
         _check_int("batch_size", self.batch_size, 1)
+        _check(isinstance(self.compile, bool), "compile", self.compile, "true or false")
         for name, cls in (("window", WindowSettings), ("drafter", DrafterSettings), ("sampling", SamplingSettings)):
             _check(isinstance(getattr(self, name), cls), name, getattr(self, name), f"a {cls.__name__}")
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .devices import wide_float
 from .settings import SamplingSettings
 
 NEG_INF = float("-inf")
@@ -70,10 +71,24 @@ def target_probs(logits: Tensor, mask: Tensor, s: SamplingSettings) -> Tensor:
     return logits.softmax(-1)
 
 
+def uniform(shape, generator: torch.Generator, device) -> Tensor:
+    """Uniforms on [0, 1) for `draw`, through the run's generator, in the device's wide float."""
+    return torch.rand(shape, generator=generator, device=device, dtype=wide_float(device))
+
+
+def draw(probs: Tensor, u: Tensor) -> Tensor:
+    """One draw per row of probs [..., V] by inverting its CDF at u [...] (uniforms, see `uniform`): the
+    first token whose cumulative mass exceeds u times the row's total. A token of probability 0 is never
+    drawn, and the count stays below V: u < 1 puts u times the total (rounded) below the total. A pure
+    function of its inputs, so the step that calls it can be compiled (torch.compile and CUDA graphs take
+    no torch.Generator); the cumulative sum runs in u's dtype (float64 but on mps)."""
+    cdf = probs.cumsum(-1, dtype=u.dtype)
+    return (cdf <= u[..., None] * cdf[..., -1:]).sum(-1)
+
+
 def sample(probs: Tensor, generator: torch.Generator) -> Tensor:
     """One draw per row of probs [..., V] -> [...], through the run's generator."""
-    flat = probs.reshape(-1, probs.shape[-1])
-    return torch.multinomial(flat, 1, generator=generator).view(probs.shape[:-1])
+    return draw(probs, uniform(probs.shape[:-1], generator, probs.device))
 
 
 def residual(p: Tensor, q: Tensor) -> Tensor:

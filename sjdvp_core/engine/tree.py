@@ -41,7 +41,7 @@ from torch.nn import functional as F
 from .drafting import gumbel_noise
 from .settings import TreeSettings
 from .target import residual, sample
-from .verify import Verifier, accept, first_rejection
+from .verify import Verifier, accept, accept_uniforms, first_rejection
 from .window import LocalLayout, Window, gather_slot
 
 
@@ -179,7 +179,7 @@ def verify_tree(drafts: Tensor, q: Tensor, p: Tensor, cand: Candidates, shape: T
     chain (accept again) against its own block's targets. See the module docstring for why it is exact."""
     B, d = drafts.shape
     dev, w = drafts.device, shape.w
-    k, nxt, accepted = accept(drafts, q, p[:, :w], limit, verifier, gen)
+    k, nxt, accepted = accept(drafts, q, p[:, :w], limit, verifier, *accept_uniforms(B, d, gen, dev))
     # every level's alternatives, tested against the residual left by the draft and the earlier ones
     r = residual(p[:, :shape.levels], q[:, :shape.levels])
     hits = []
@@ -199,7 +199,7 @@ def verify_tree(drafts: Tensor, q: Tensor, p: Tensor, cand: Candidates, shape: T
     q_b = q.gather(1, slots.clamp(max=d - 1)[..., None].expand(-1, -1, q.shape[-1]))
     limit_b = torch.minimum(limit - level - 1, shape.length[level] - 1).clamp_min(0)
     k_b, nxt_b, _ = accept(x_b, q_b, p.gather(1, branch[..., None].expand(-1, -1, p.shape[-1])), limit_b,
-                           verifier, gen)
+                           verifier, *accept_uniforms(B, x_b.shape[1], gen, dev))
     rest = sample(gather_slot(r, level), gen)                                              # none accepted
     k = torch.where(took, level + 1 + k_b, k)
     nxt = torch.where(took, nxt_b, torch.where(at_level, rest, nxt))

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, ClassVar
 import torch
 from torch import Tensor
 
-from .target import residual, sample
+from .target import draw, residual, uniform
 from .window import gather_slot
 
 if TYPE_CHECKING:
@@ -182,18 +182,22 @@ class Verifier:
         return (target / draft.clamp_min(1e-30)).clamp(max=1.0)
 
 
-def accept(x: Tensor, q: Tensor, p: Tensor, limit: Tensor, verifier: Verifier,
-           gen: torch.Generator) -> tuple[Tensor, Tensor, Tensor]:
+def accept_uniforms(batch: int, drafts: int, gen: torch.Generator, device) -> tuple[Tensor, Tensor]:
+    """`accept`'s randomness, through the run's generator: one uniform per draft's test, one for the next token."""
+    return torch.rand(batch, drafts, generator=gen, device=device), uniform(batch, gen, device)
+
+
+def accept(x: Tensor, q: Tensor, p: Tensor, limit: Tensor, verifier: Verifier, u: Tensor,
+           u_next: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """The accept step. Drafts x [B, d] drawn from q [B, d, V], targets p [B, d + 1, V] (p[:, i] judges
-    draft i; p[:, d] follows the last one), at most limit[b] drafts acceptable in row b ->
-    (k [B] drafts accepted, the next token [B], accepted [B, d] each draft's own outcome).
-    The next token is drawn from the residual norm(max(0, p - q)) at the first rejection, else from p
-    after the accepted prefix: together the committed tokens are distributed exactly as under p."""
-    B, d = x.shape
-    accepted = (torch.rand(B, d, generator=gen, device=x.device) < verifier.accept_prob(p[:, :d], q, x))
-    accepted &= torch.arange(d, device=x.device) < limit[:, None]
+    draft i; p[:, d] follows the last one), at most limit[b] drafts acceptable in row b, uniforms u [B, d]
+    and u_next [B] (`accept_uniforms`) -> (k [B] drafts accepted, the next token [B], accepted [B, d] each
+    draft's own outcome). The next token is drawn from the residual norm(max(0, p - q)) at the first
+    rejection, else from p after the accepted prefix: together the committed tokens are distributed
+    exactly as under p."""
+    d = x.shape[1]
+    accepted = (u < verifier.accept_prob(p[:, :d], q, x)) & (torch.arange(d, device=x.device) < limit[:, None])
     k = first_rejection(accepted)
     pk = gather_slot(p, k)
     qk = gather_slot(q, k.clamp(max=d - 1)) if d else pk
-    nxt = sample(torch.where((k < limit)[:, None], residual(pk, qk), pk), gen)
-    return k, nxt, accepted
+    return k, draw(torch.where((k < limit)[:, None], residual(pk, qk), pk), u_next), accepted

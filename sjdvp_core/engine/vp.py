@@ -10,7 +10,6 @@ per window slot, aligned with the draft positions, and shifted as the window sli
 """
 from __future__ import annotations
 
-import functools
 from typing import Sequence
 
 import torch
@@ -58,11 +57,18 @@ def fuse_many(p: Tensor, pbar_prev: Tensor, pbar: Tensor, growth: Tensor, eligib
     return out
 
 
-@functools.lru_cache(maxsize=16)
+_COEFFICIENTS: dict[tuple, tuple[Tensor, Tensor]] = {}
+
+
 def _coefficients(strengths: tuple[float, ...], device: torch.device) -> tuple[Tensor, Tensor]:
-    """[C, 1, 1, 1] each: the boost's and the shrinkage's weight for every strength (made once per device)."""
-    up = torch.tensor([max(c, 0.0) for c in strengths], device=device).view(-1, 1, 1, 1)
-    return up, torch.tensor([min(1.0, max(-c, 0.0)) for c in strengths], device=device).view(-1, 1, 1, 1)
+    """[C, 1, 1, 1] each: the boost's and the shrinkage's weight for every strength (made once per device; a
+    plain dict rather than functools.lru_cache, which torch.compile does not trace)."""
+    key = (strengths, str(device))
+    if key not in _COEFFICIENTS:
+        up = torch.tensor([max(c, 0.0) for c in strengths], device=device).view(-1, 1, 1, 1)
+        down = torch.tensor([min(1.0, max(-c, 0.0)) for c in strengths], device=device).view(-1, 1, 1, 1)
+        _COEFFICIENTS[key] = up, down
+    return _COEFFICIENTS[key]
 
 
 class AutoStrength:

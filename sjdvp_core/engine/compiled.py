@@ -1,0 +1,55 @@
+"""The engine's step through torch.compile, where the platform compiles it, and eagerly where it does not.
+
+A Jacobi iteration's own work (targets, verification, commit, statistics, re-drafting) is a few hundred
+small tensor operations on [B, W, V] tensors (benchmarks/results/engine_cost.md). Eagerly each is a kernel
+launch on a GPU, and a few microseconds of dispatch on a CPU; compiled, they fuse into a few kernels. The
+step is written to allow it: its randomness comes in as tensors drawn through the run's generator
+beforehand (torch.compile takes no torch.Generator), it reads nothing back to the host, and a chain's
+shapes are fixed per window size (decode.py pads the image's last passes to the plan's window).
+
+Compiling is optional and never required: the first call of each function compiles it (seconds; torch's
+own caches make later processes faster), a new shape or setting compiles once more (after that torch
+makes the changing dimension dynamic), and where compiling fails (no C++ compiler, an unsupported Python)
+the step runs eagerly, with one warning. The compiled and the eager step make the same draws from the
+same distributions; a rounding difference between fused and unfused kernels can flip a rare draw, so a
+seed reproduces an image with the same `compile` setting on the same device.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Callable
+
+import torch
+
+log = logging.getLogger("sjdvp")
+
+_FAILED: set[str] = set()   # functions whose compilation failed in this process: not tried again
+
+
+def compiled(fn: Callable, name: str) -> Callable:
+    """fn through torch.compile(fullgraph=True), or fn itself once compiling it has failed (logged once)."""
+    if name in _FAILED:
+        return fn
+    try:
+        fast = torch.compile(fn, fullgraph=True)
+    except RuntimeError as e:        # e.g. a Python version this torch's compiler does not support
+        return _give_up(fn, name, e)
+
+    @functools.wraps(fn)
+    def step(*args):
+        if name in _FAILED:
+            return fn(*args)
+        try:
+            return fast(*args)
+        except torch._dynamo.exc.TorchDynamoException as e:   # it failed to compile: nothing ran
+            return _give_up(fn, name, e)(*args)
+    return step
+
+
+def _give_up(fn: Callable, name: str, error: Exception) -> Callable:
+    _FAILED.add(name)
+    first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    log.warning("sjdvp: the engine's %s step does not compile here (%s); it runs without torch.compile "
+                "(the same images, slower on a GPU). Turn compile off to skip the attempt.", name, first_line[:300])
+    return fn
