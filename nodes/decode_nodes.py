@@ -73,6 +73,11 @@ class SpeculativeDecode(io.ComfyNode):
                                tooltip="model defaults: the loaded family's recommended cfg, temperature, top-k "
                                        "and top-p (e.g. Lumina-mGPT cfg 4, top-k 2000; the report lists them), "
                                        "and the four widgets above are ignored. custom: those widgets."),
+                io.Boolean.Input("compile", default=RUN.compile, optional=True,
+                                 tooltip="Run the engine's own step (verification, drafting) through "
+                                         "torch.compile: the first run of each setting compiles (seconds), "
+                                         "later ones launch a few fused kernels per iteration instead of "
+                                         "hundreds. For GPUs; off where it does not compile. Same law."),
             ],
             outputs=[TOKENS.Output(display_name="tokens")],
         )
@@ -81,13 +86,14 @@ class SpeculativeDecode(io.ComfyNode):
     def execute(cls, model, prompt, negative_prompt, cfg, temperature, top_k, top_p, seed, batch_size,
                 window=None, drafter=None, width=LEGACY["SJDVP_SpeculativeDecode"]["width"],
                 height=LEGACY["SJDVP_SpeculativeDecode"]["height"],
-                sampling=LEGACY["SJDVP_SpeculativeDecode"]["sampling"]) -> io.NodeOutput:
+                sampling=LEGACY["SJDVP_SpeculativeDecode"]["sampling"],
+                compile=LEGACY["SJDVP_SpeculativeDecode"]["compile"]) -> io.NodeOutput:
         adapter = at_size(model.adapter, width, height)
         if sampling not in SAMPLING_SOURCES:
             raise ValueError(f"sampling={sampling!r}: choose one of {list(SAMPLING_SOURCES)}")
         chosen = adapter.default_sampling if sampling == MODEL_DEFAULTS else \
             SamplingSettings(cfg_scale=cfg, temperature=temperature, top_k=top_k, top_p=top_p)
-        settings = decode_settings(drafter, window, chosen, seed % 2**63, batch_size)
+        settings = decode_settings(drafter, window, chosen, seed % 2**63, batch_size, compile)
         runtime.prepare(model, decode_bytes(adapter, settings, prompt, negative_prompt or None))
         progress = runtime.Progress(adapter)
         try:   # the device's pass cost (measured once per model, device and method, then cached): auto chooses

@@ -128,7 +128,7 @@ def ranks() -> tuple[int, int, int]:
 def run(prompts: str, seeds: list[str], methods: list[str], out: str, model: str = "demo", precision: str = "auto",
         window: str = "auto", cfg=None, top_k=None, top_p=None, temperature=None, device: str | None = None,
         width: int = 0, height: int = 0, tree_width: int = 1, tree_depth: int = 1, tree_branch: int = 0,
-        coupled: bool = True, placement: str | None = None, auto_tree: bool = True) -> int:
+        coupled: bool = True, placement: str | None = None, auto_tree: bool = True, compile: bool = False) -> int:
     """Decode this rank's share of the jobs not done yet; -> images this rank wrote. placement: as load_model's
     (each rank places its own copy, e.g. "offload" onto its GPU)."""
     rank, world, local = ranks()
@@ -150,7 +150,7 @@ def run(prompts: str, seeds: list[str], methods: list[str], out: str, model: str
         written = _decode_jobs(mine, out, rank, world, model, precision, device, window, width, height,
                                dict(cfg=cfg, top_k=top_k, top_p=top_p, temperature=temperature),
                                TreeSettings(width=tree_width, depth=tree_depth, branch=tree_branch), coupled,
-                               placement, auto_tree)
+                               placement, auto_tree, compile)
     if distributed:
         dist.barrier()
     if rank == 0:
@@ -163,7 +163,7 @@ def run(prompts: str, seeds: list[str], methods: list[str], out: str, model: str
 
 def _decode_jobs(mine: list[Job], out: str, rank: int, world: int, model: str, precision: str, device: str,
                  window: str, width: int, height: int, sampling_args: dict, tree: TreeSettings, coupled: bool,
-                 placement: str | None, auto_tree: bool) -> int:
+                 placement: str | None, auto_tree: bool, compile: bool) -> int:
     from tqdm import tqdm
     size, auto = window_arg(window)
     auto_tree = auto and auto_tree and not tree.on
@@ -174,7 +174,7 @@ def _decode_jobs(mine: list[Job], out: str, rank: int, world: int, model: str, p
     bar = tqdm(mine, desc=f"rank {rank}/{world}", position=rank, unit="image", dynamic_ncols=True)
     for job in bar:
         settings = method_settings(job.method, size, sampling, job.seed, coupled=coupled, auto=auto,
-                                   auto_tree=auto_tree, tree=tree)
+                                   auto_tree=auto_tree, tree=tree, compile=compile)
         t = time.perf_counter()
         result = decode(adapter, job.prompt, settings, negatives=job.negative)
         seconds = time.perf_counter() - t

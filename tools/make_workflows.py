@@ -111,7 +111,7 @@ def decode_branch(g: Graph, model: int, window: int | None, drafter: int | None,
     The decode uses the model's own sampling defaults; its widgets show them."""
     s = sampling
     dec = g.add("SJDVP_SpeculativeDecode", [prompt, "", s.cfg_scale, s.temperature, s.top_k, s.top_p, seed, "fixed", 1,
-                                            *size, "model defaults"], (x, y), name, size=DECODE_SIZE)
+                                            *size, "model defaults", False], (x, y), name, size=DECODE_SIZE)
     g.connect(model, 0, dec, "model")
     if window is not None:
         g.connect(window, 0, dec, "window")

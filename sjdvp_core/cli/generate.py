@@ -46,7 +46,7 @@ def main(prompt: str, methods=("ar", "sjd-vp"), model: str = "demo", window: int
          coupled: bool = DrafterSettings().coupled, width: int = KEEP_SIZE, height: int = KEEP_SIZE,
          tree_width: int = TreeSettings().width, tree_depth: int = TreeSettings().depth,
          tree_branch: int = TreeSettings().branch, precision: str = "auto", placement: str | None = None,
-         auto_tree: bool = True) -> list[dict]:
+         auto_tree: bool = True, compile: bool = False) -> list[dict]:
     size, auto = window_arg(window) if isinstance(window, str) else (window, False)
     adapter = at_size(load_model(model, device=device, precision=precision, placement=placement), width, height)
     sampling = chosen_sampling(adapter, cfg, top_k, top_p, temperature)
@@ -55,7 +55,8 @@ def main(prompt: str, methods=("ar", "sjd-vp"), model: str = "demo", window: int
     for name in methods:
         settings = method_settings(name, size, sampling, seed, coupled=coupled, auto=auto,
                                    auto_tree=auto and auto_tree and tree_width == 1,
-                                   tree=TreeSettings(width=tree_width, depth=tree_depth, branch=tree_branch))
+                                   tree=TreeSettings(width=tree_width, depth=tree_depth, branch=tree_branch),
+                                   compile=compile)
         t = time.perf_counter()
         result = decode(adapter, prompt, settings)
         decode_s = time.perf_counter() - t
@@ -128,5 +129,9 @@ def decoding_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--no-auto-tree", dest="auto_tree", action="store_false",
                     help="with --window auto: never weigh a capped draft tree (by default one is used where this "
                          "device scores its extra tokens almost for free; never with --tree-width above 1)")
+    ap.add_argument("--compile", action="store_true",
+                    help="run the engine's own step (verification, drafting) through torch.compile: it compiles "
+                         "once per setting (seconds, counted in the first image's time), then each iteration's "
+                         "work is a few fused kernels instead of hundreds (for GPUs; same images' law)")
     ap.add_argument("--no-coupling", dest="coupled", action="store_false",
                     help="draw each draft with fresh randomness (classic SJD) instead of coupled drafting")

@@ -187,23 +187,23 @@ METHODS: dict[str, DrafterSettings | None] = {"ar": None} | {
 
 
 def decode_settings(drafter: DrafterSettings | None, window: WindowSettings | None, sampling: SamplingSettings,
-                    seed: int = 0, batch_size: int = 1) -> DecodeSettings:
+                    seed: int = 0, batch_size: int = 1, compile: bool = False) -> DecodeSettings:
     """No drafter is plain AR: a window of 1 through the same loop (whatever window is given)."""
     if drafter is None:
         return DecodeSettings(window=WindowSettings(1), drafter=DrafterSettings(), sampling=sampling, seed=seed,
-                              batch_size=batch_size)
+                              batch_size=batch_size, compile=compile)
     return DecodeSettings(window=window or WindowSettings(), drafter=drafter, sampling=sampling, seed=seed,
-                          batch_size=batch_size)
+                          batch_size=batch_size, compile=compile)
 
 
 def method_settings(method: str, window: int, sampling: SamplingSettings, seed: int = 0,
                     batch_size: int = 1, coupled: bool = True, tree: TreeSettings = TreeSettings(),
-                    auto: bool = False, auto_tree: bool = False) -> DecodeSettings:
+                    auto: bool = False, auto_tree: bool = False, compile: bool = False) -> DecodeSettings:
     """DecodeSettings for a named method (see METHODS), with or without coupled drafting, a draft tree and
-    the automatic window (up to `window`) and tree; none of them for AR."""
+    the automatic window (up to `window`) and tree (none of them for AR), and the compiled step or not."""
     if method not in METHODS:
         raise ValueError(f"method={method!r} is unknown: choose one of {list(METHODS)}")
     drafter = METHODS[method]
     return decode_settings(None if drafter is None else replace(drafter, coupled=coupled),
                            WindowSettings(window, tree=tree, auto=auto, auto_tree=auto_tree), sampling, seed,
-                           batch_size)
+                           batch_size, compile)

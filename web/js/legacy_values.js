@@ -15,7 +15,8 @@ export const LEGACY = {
   "SJDVP_SpeculativeDecode": {
     "width": 0,
     "height": 0,
-    "sampling": "custom"
+    "sampling": "custom",
+    "compile": false
   },
   "SJDVP_JacobiWindow": {
     "tree_width": 1,

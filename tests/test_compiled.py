@@ -1,0 +1,72 @@
+"""The engine's step through torch.compile (engine/compiled.py): the same decodes as the eager step, one
+compilation reused by later decodes, and the eager step, with one warning, where compiling fails."""
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+import pytest
+import torch
+
+from sjdvp_core import decode
+from sjdvp_core.engine import compiled as compiled_module
+from sjdvp_core.engine.settings import DrafterSettings, SamplingSettings, method_settings
+from sjdvp_core.models.registry import load_model
+
+PROMPTS = ["a red circle on grass", "a blue square on snow"]
+
+
+@pytest.fixture(scope="module")
+def demo():
+    return load_model("demo")
+
+
+def tokens(adapter, settings, prompts=PROMPTS):
+    result = decode(adapter, prompts, replace(settings, batch_size=len(prompts)))
+    return result.tokens, result.stats.forward_passes
+
+
+@pytest.mark.parametrize("method,drafter", [
+    ("sjd-vp", {}),                                          # coupled, VP auto: the default
+    ("sjd", {"coupled": False, "continuation": True}),      # sampled re-drafts, continuation
+    ("lantern", {"coupled": False}),
+])
+def test_the_compiled_step_makes_the_eager_steps_decode(demo, method, drafter):
+    settings = method_settings(method, 12, demo.default_sampling, seed=3)
+    settings = replace(settings, drafter=replace(settings.drafter, **drafter))
+    eager, passes = tokens(demo, settings)
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    fast, fast_passes = tokens(demo, replace(settings, compile=True))
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] > graphs and not compiled_module._FAILED
+    assert passes == fast_passes and torch.equal(eager, fast)
+
+
+def test_a_compiled_step_is_reused_by_later_decodes(demo):
+    settings = method_settings("sjd", 8, demo.default_sampling, seed=0, compile=True)
+    tokens(demo, settings)
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    tokens(demo, replace(settings, seed=1), ["a green diamond on sand", "a red circle on grass"])
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs
+
+
+def test_where_compiling_fails_the_step_runs_eagerly_with_one_warning(demo, monkeypatch, caplog):
+    def broken(fn, **kwargs):
+        def raise_(*args):
+            raise torch._dynamo.exc.TorchDynamoException("no C++ compiler found")
+        return raise_
+    monkeypatch.setattr(compiled_module, "_FAILED", set())
+    monkeypatch.setattr(torch, "compile", broken)
+    settings = replace(method_settings("sjd", 8, demo.default_sampling, seed=5),
+                       drafter=DrafterSettings(coupled=False))
+    eager, _ = tokens(demo, settings)
+    with caplog.at_level(logging.WARNING, logger="sjdvp"):
+        fast, _ = tokens(demo, replace(settings, compile=True))
+        tokens(demo, replace(settings, compile=True))
+    assert torch.equal(eager, fast)
+    warnings = [r.getMessage() for r in caplog.records if "does not compile" in r.getMessage()]
+    assert len(warnings) == 2 and all("no C++ compiler found" in w for w in warnings)   # verify and draft, once
+
+
+def test_compile_is_validated():
+    with pytest.raises(ValueError, match="compile"):
+        replace(method_settings("sjd", 8, SamplingSettings()), compile="yes")
