@@ -4,7 +4,8 @@ through our adapters' real cache and mask code.
 1. Forward time of a window of W tokens (1 / 16 / 32 / 64) with CFG rows (R = 2) at mid-image: the premise
    of speculative decoding on a GPU is that t(W) / t(1) stays near 1.
 2. The engine's own cost per iteration (targets, verification, drafting: plain, coupled, coupled + VP
-   auto) at each family's image vocabulary, with a model that costs nothing, against 1.
+   auto, and the last through torch.compile, DecodeSettings.compile) at each family's image vocabulary,
+   with a model that costs nothing, against 1.
 3. Wall-clock on the demo model: AR vs SJD / SJD-VP (coupled) side by side.
 
     python -m benchmarks.gpu_check --out gpu_check.json            # on the GPU machine
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 
@@ -144,18 +146,37 @@ class FreeModel(ModelAdapter):
         return self.table[(positions + tokens) % 8]
 
 
+MODES = {"cuda": ("default", "reduce-overhead"), "cpu": ("default",)}   # torch.compile modes timed per device
+
+
 def engine_times(tiny: bool, device) -> list[dict]:
     rows = []
     drafters = {"sjd": DrafterSettings(coupled=False), "sjd coupled": DrafterSettings(coupled=True),
                 "sjd-vp auto coupled": DrafterSettings(vp=VPSettings(), coupled=True)}
+    last = list(drafters.items())[-1]     # the default drafter is also timed with the compiled step
     for name, K, grid in (("Lumina-mGPT", 8192, 48), ("Emu3", 32768, 90), ("Janus-Pro", 16384, 24)):
         model = FreeModel(K, 8 if tiny else grid, device)
-        for label, drafter in drafters.items():
-            s = DecodeSettings(window=WindowSettings(32), drafter=drafter, sampling=model.default_sampling)
-            res = decode(model, [None], s, timing=True)
+        eager = None
+        for (label, drafter), mode in [(d, None) for d in drafters.items()] + [(last, m) for m in MODES[device.type]]:
+            s = DecodeSettings(window=WindowSettings(32), drafter=drafter, sampling=model.default_sampling,
+                               compile=mode is not None)
+            os.environ["SJDVP_COMPILE_MODE"] = "" if mode in (None, "default") else mode
+            torch._dynamo.reset()
+            try:
+                if mode is not None:
+                    decode(model, [None], s)          # compiles (not timed)
+                res = decode(model, [None], s, timing=True)
+            except Exception as e:                    # an experimental mode may fail on this device: report it
+                rows.append(dict(vocab=name, drafter=label, compiled=mode, error=f"{type(e).__name__}: {e}"[:500]))
+                print(rows[-1], flush=True)
+                continue
+            finally:
+                os.environ.pop("SJDVP_COMPILE_MODE")
+            eager = res.tokens if mode is None else eager
             st = res.stats
             iters = st.forward_passes - 1
-            rows.append(dict(vocab=name, drafter=label, iterations=iters,
+            rows.append(dict(vocab=name, drafter=label, compiled=mode, iterations=iters,
+                             same_tokens_as_eager=None if mode is None else bool(torch.equal(res.tokens, eager)),
                              engine_ms_per_iteration=round(1000 * (st.time_draft + st.time_verify) / iters, 3),
                              draft_ms=round(1000 * st.time_draft / iters, 3),
                              verify_ms=round(1000 * st.time_verify / iters, 3)))

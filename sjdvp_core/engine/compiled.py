@@ -13,11 +13,16 @@ makes the changing dimension dynamic), and where compiling fails (no C++ compile
 the step runs eagerly, with one warning. The compiled and the eager step make the same draws from the
 same distributions; a rounding difference between fused and unfused kernels can flip a rare draw, so a
 seed reproduces an image with the same `compile` setting on the same device.
+
+torch.compile's default mode fuses the step's kernels. CUDA graph capture on top of it (mode
+"reduce-overhead", one replay per phase) is not the default: no GPU has run it yet. SJDVP_COMPILE_MODE
+selects a torch.compile mode for trying it (benchmarks/gpu_check.py does, when a GPU is lent).
 """
 from __future__ import annotations
 
 import functools
 import logging
+import os
 from typing import Callable
 
 import torch
@@ -32,7 +37,7 @@ def compiled(fn: Callable, name: str) -> Callable:
     if name in _FAILED:
         return fn
     try:
-        fast = torch.compile(fn, fullgraph=True)
+        fast = torch.compile(fn, fullgraph=True, mode=os.environ.get("SJDVP_COMPILE_MODE") or None)
     except RuntimeError as e:        # e.g. a Python version this torch's compiler does not support
         return _give_up(fn, name, e)
 
