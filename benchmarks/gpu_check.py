@@ -14,10 +14,12 @@ through our adapters' real cache and mask code.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
 import time
+from dataclasses import replace
 
 import torch
 
@@ -146,10 +148,17 @@ class FreeModel(ModelAdapter):
         return self.table[(positions + tokens) % 8]
 
 
+def _ms_per_iteration(runs, *phases: str) -> float:
+    """The median over decodes of the time their phases (draft, verify) took per iteration, in ms."""
+    return round(1000 * statistics.median(sum(getattr(r.stats, f"time_{p}") for p in phases)
+                                          / (r.stats.forward_passes - 1) for r in runs), 3)
+
+
 MODES = {"cuda": ("default", "reduce-overhead"), "cpu": ("default",)}   # torch.compile modes timed per device
 
 
-def engine_times(tiny: bool, device) -> list[dict]:
+def engine_times(tiny: bool, device, repeats: int = 3) -> list[dict]:
+    """Engine ms per iteration (draft and verify phases), the median over `repeats` seeds per row."""
     rows = []
     drafters = {"sjd": DrafterSettings(coupled=False), "sjd coupled": DrafterSettings(coupled=True),
                 "sjd-vp auto coupled": DrafterSettings(vp=VPSettings(), coupled=True)}
@@ -165,21 +174,21 @@ def engine_times(tiny: bool, device) -> list[dict]:
             try:
                 if mode is not None:
                     decode(model, [None], s)          # compiles (not timed)
-                res = decode(model, [None], s, timing=True)
+                runs = [decode(model, [None], replace(s, seed=seed), timing=True) for seed in range(repeats)]
             except Exception as e:                    # an experimental mode may fail on this device: report it
                 rows.append(dict(vocab=name, drafter=label, compiled=mode, error=f"{type(e).__name__}: {e}"[:500]))
                 print(rows[-1], flush=True)
                 continue
             finally:
                 os.environ.pop("SJDVP_COMPILE_MODE")
+            res = runs[0]
             eager = res.tokens if mode is None else eager
-            st = res.stats
-            iters = st.forward_passes - 1
+            per_iteration = functools.partial(_ms_per_iteration, runs)
+            iters = res.stats.forward_passes - 1
             rows.append(dict(vocab=name, drafter=label, compiled=mode, iterations=iters,
                              same_tokens_as_eager=None if mode is None else bool(torch.equal(res.tokens, eager)),
-                             engine_ms_per_iteration=round(1000 * (st.time_draft + st.time_verify) / iters, 3),
-                             draft_ms=round(1000 * st.time_draft / iters, 3),
-                             verify_ms=round(1000 * st.time_verify / iters, 3)))
+                             engine_ms_per_iteration=per_iteration("draft", "verify"),
+                             draft_ms=per_iteration("draft"), verify_ms=per_iteration("verify")))
             print(rows[-1], flush=True)
     return rows
 
@@ -196,7 +205,8 @@ def main(tiny=False, out=None, repeats=10, skip_demo=False):
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     report = dict(device=torch.cuda.get_device_name() if device.type == "cuda" else "cpu", tiny=tiny,
-                  forward=forward_times(tiny, device, dtype, repeats), engine=engine_times(tiny, device))
+                  forward=forward_times(tiny, device, dtype, repeats),
+                  engine=engine_times(tiny, device, max(1, repeats // 3)))
     if not skip_demo:
         report["demo"] = demo_wall_clock(device)
     if out:

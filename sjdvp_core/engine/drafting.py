@@ -24,7 +24,7 @@ from torch.nn import functional as F
 from .devices import wide_float
 from .settings import AUTO_STRENGTHS, DrafterSettings
 from .target import draw, residual, uniform
-from .vp import AutoStrength, fuse
+from .vp import AutoStrength, fuse, strength_weights
 from .window import FLAT, ROSE, UNKNOWN, History, LocalLayout, Slide, Window
 
 
@@ -124,6 +124,8 @@ class Drafter:
         self.fresh = FreshDrafts(scheme, local, slots, device)
         self.slots = torch.arange(slots, device=device)
         self.auto = AutoStrength(self.vp, AUTO_STRENGTHS, device) if self.vp is not None and self.vp.auto else None
+        fixed = self.vp is not None and not self.vp.auto
+        self.weights = strength_weights((self.vp.strength,), device) if fixed else None   # VP's, made once
 
     @staticmethod
     def follows_noise(settings: DrafterSettings) -> bool:
@@ -144,8 +146,10 @@ class Drafter:
         return Window(tokens, q, no, torch.full((B, S), UNKNOWN, device=dev), History.empty(B, S + 1, V, dev),
                       noise, candidates)
 
-    def draws(self, batch: int, gen: torch.Generator, device) -> RedraftDraws:
-        """The randomness `redraft` uses, drawn in a fixed order."""
+    def draws(self, batch: int, gen: torch.Generator, device) -> RedraftDraws | None:
+        """The randomness `redraft` uses, drawn in a fixed order (none for a window without drafts)."""
+        if self.S == 0:
+            return None
         shape = (batch, self.S)
         return RedraftDraws(self.fresh.random(shape, gen, device),
                             gumbel_noise((*shape, self.local.size), gen, device) if self.coupled else None,
@@ -154,7 +158,7 @@ class Drafter:
                             uniform(shape, gen, device) if self.continuation else None)
 
     def redraft(self, window: Window, p: Tensor, m: Tensor, n: Tensor, active: Tensor, canvas: Tensor,
-                draws: RedraftDraws) -> Window:
+                draws: RedraftDraws | None) -> Window:
         """The window after row b committed m[b] tokens (n[b] is its new count): positions this pass
         scored (p [B, w, V]) are re-drafted, drafts it did not score are carried, positions entering the
         window are drafted fresh. The drafts are written to canvas after the committed tokens: they are the
@@ -180,7 +184,7 @@ class Drafter:
             dist = self.auto.chosen(candidates)
             candidates = torch.where(redraw[None, ..., None], candidates, slide.take(window.candidates, dim=2))
         else:
-            dist = fuse(p, pbar_prev, pbar, growth, fused, self.vp) if self.vp is not None else p
+            dist = fuse(p, pbar_prev, pbar, growth, fused, self.vp, self.weights) if self.vp is not None else p
         if not self.coupled or self.continuation:   # sampled: slots not re-drafted get a harmless distribution
             dist = dist.masked_fill(~redraw[..., None], 1.0)
         noise = None

@@ -21,7 +21,8 @@ from .settings import VPSettings
 EPS = 1e-10
 
 
-def fuse(p: Tensor, pbar_prev: Tensor, pbar: Tensor, growth: Tensor, eligible: Tensor, s: VPSettings) -> Tensor:
+def fuse(p: Tensor, pbar_prev: Tensor, pbar: Tensor, growth: Tensor, eligible: Tensor, s: VPSettings,
+         coefficients: tuple[Tensor, Tensor] | None = None) -> Tensor:
     """p [B, S, V] -> p' [B, S, V]. pbar_prev is the history before this observation, pbar and growth
     the history after it; eligible [B, S] marks slots that may be fused (history, not forced).
 
@@ -31,13 +32,14 @@ def fuse(p: Tensor, pbar_prev: Tensor, pbar: Tensor, growth: Tensor, eligible: T
     mean-revert across iterations. Either way p' stays inside p's support. ("auto" is AutoStrength's.)"""
     if s.auto:
         raise ValueError("fuse() needs a numeric strength; strength='auto' is chosen per run by AutoStrength")
-    return fuse_many(p, pbar_prev, pbar, growth, eligible, s, [s.strength])[0]
+    return fuse_many(p, pbar_prev, pbar, growth, eligible, s, [s.strength], coefficients)[0]
 
 
 def fuse_many(p: Tensor, pbar_prev: Tensor, pbar: Tensor, growth: Tensor, eligible: Tensor, s: VPSettings,
-              strengths: Sequence[float]) -> Tensor:
+              strengths: Sequence[float], coefficients: tuple[Tensor, Tensor] | None = None) -> Tensor:
     """fuse() for several strengths at once (the other knobs from s) -> [C, B, S, V]; the top-k, the
-    log-gain score and the shrink direction are computed once for all of them."""
+    log-gain score and the shrink direction are computed once for all of them. coefficients: the strengths'
+    weights (`strength_weights`), which a decode makes once."""
     k = min(s.top_k, p.shape[-1])
     kth = p.topk(k, dim=-1).values[..., -1:]
     fused = (p >= kth) & (p > 0) & eligible[..., None]
@@ -49,7 +51,7 @@ def fuse_many(p: Tensor, pbar_prev: Tensor, pbar: Tensor, growth: Tensor, eligib
     if any(c < 0 for c in strengths):   # fused tokens have p > 0: logp is finite where the shrink is kept
         shrink = torch.where(fused, torch.log(pbar + EPS) - logp, 0.0)
     # every strength at once: log p' = log p + c * boost (c > 0) or |c| (at most 1) * shrink (c < 0)
-    up, down = _coefficients(tuple(strengths), p.device)
+    up, down = coefficients if coefficients is not None else strength_weights(strengths, p.device)
     shift = (up * boost if boost is not None else 0) + (down * shrink if shrink is not None else 0)
     out = (logp[None] + shift).expand(len(strengths), *p.shape).softmax(-1)
     if 0.0 in strengths:   # no fusion is p itself, not its round trip through log and softmax
@@ -57,18 +59,10 @@ def fuse_many(p: Tensor, pbar_prev: Tensor, pbar: Tensor, growth: Tensor, eligib
     return out
 
 
-_COEFFICIENTS: dict[tuple, tuple[Tensor, Tensor]] = {}
-
-
-def _coefficients(strengths: tuple[float, ...], device: torch.device) -> tuple[Tensor, Tensor]:
-    """[C, 1, 1, 1] each: the boost's and the shrinkage's weight for every strength (made once per device; a
-    plain dict rather than functools.lru_cache, which torch.compile does not trace)."""
-    key = (strengths, str(device))
-    if key not in _COEFFICIENTS:
-        up = torch.tensor([max(c, 0.0) for c in strengths], device=device).view(-1, 1, 1, 1)
-        down = torch.tensor([min(1.0, max(-c, 0.0)) for c in strengths], device=device).view(-1, 1, 1, 1)
-        _COEFFICIENTS[key] = up, down
-    return _COEFFICIENTS[key]
+def strength_weights(strengths: Sequence[float], device) -> tuple[Tensor, Tensor]:
+    """[C, 1, 1, 1] each: the boost's and the shrinkage's weight for every strength."""
+    up = torch.tensor([max(c, 0.0) for c in strengths], device=device).view(-1, 1, 1, 1)
+    return up, torch.tensor([min(1.0, max(-c, 0.0)) for c in strengths], device=device).view(-1, 1, 1, 1)
 
 
 class AutoStrength:
@@ -88,6 +82,7 @@ class AutoStrength:
         self.score = torch.zeros(len(candidates), dtype=wide_float(device), device=device)
         self.count = torch.zeros((), dtype=torch.long, device=device)
         self.plain = torch.tensor(candidates.index(0.0) if 0.0 in candidates else 0, device=device)
+        self.coefficients = strength_weights(candidates, device)   # made once: a compiled step sees constants
 
     @property
     def best(self) -> Tensor:
@@ -96,7 +91,7 @@ class AutoStrength:
 
     def fuse(self, p: Tensor, pbar_prev: Tensor, pbar: Tensor, growth: Tensor, eligible: Tensor) -> Tensor:
         """Every candidate's fused distribution [C, B, S, V]."""
-        return fuse_many(p, pbar_prev, pbar, growth, eligible, self.vp, self.strengths)
+        return fuse_many(p, pbar_prev, pbar, growth, eligible, self.vp, self.strengths, self.coefficients)
 
     def chosen(self, candidates: Tensor) -> Tensor:
         return candidates.index_select(0, self.best.view(1))[0]        # no host read (an index tensor is one)
