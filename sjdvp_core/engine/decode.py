@@ -9,7 +9,9 @@ and that token are committed; the window slides by what was committed and is re-
 Each image advances by its own count, and the model's cache is written by position, so rolling back
 rejected entries costs nothing. With a draft tree (tree.py) the first slots hold several candidates,
 scored in the same forward. W = 1 is plain AR. All randomness goes through one seeded
-torch.Generator. The loop reads one value back from the device per iteration: the new positions.
+torch.Generator, drawn up front each iteration, so a chain's step after its forward is a pure function
+that torch.compile may take (compiled.py). The loop reads one value back from the device per iteration:
+the new positions.
 """
 from __future__ import annotations
 
