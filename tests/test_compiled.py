@@ -70,3 +70,14 @@ def test_where_compiling_fails_the_step_runs_eagerly_with_one_warning(demo, monk
 def test_compile_is_validated():
     with pytest.raises(ValueError, match="compile"):
         replace(method_settings("sjd", 8, SamplingSettings()), compile="yes")
+
+
+def test_more_windows_than_torchs_default_recompile_limit_stay_compiled(caplog):
+    """An automatic window's calibration times a dozen windows, each its own shape (torch's default limit
+    is 8 graphs per function, past which fullgraph compilation fails)."""
+    from sjdvp_core.models.toy import ToyGridAdapter
+    toy = ToyGridAdapter(height=8, width=8, levels=8)
+    with caplog.at_level(logging.WARNING, logger="sjdvp"):
+        for window in (2, 3, 4, 6, 8, 12, 16, 24, 32, 48):
+            decode(toy, 0, method_settings("sjd", window, toy.default_sampling, seed=0, compile=True))
+    assert not compiled_module._FAILED and "does not compile" not in caplog.text

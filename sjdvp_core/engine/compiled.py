@@ -30,12 +30,17 @@ import torch
 log = logging.getLogger("sjdvp")
 
 _FAILED: set[str] = set()   # functions whose compilation failed in this process: not tried again
+# graphs one function may compile in a process (one per window size and state size, and a few settings):
+# torch's default of 8 is fewer than the windows an automatic window's calibration times
+RECOMPILES = 64
+_GAVE_UP = (torch._dynamo.exc.TorchDynamoException, torch._dynamo.exc.FailOnRecompileLimitHit)
 
 
 def compiled(fn: Callable, name: str) -> Callable:
     """fn through torch.compile(fullgraph=True), or fn itself once compiling it has failed (logged once)."""
     if name in _FAILED:
         return fn
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILES)
     try:
         fast = torch.compile(fn, fullgraph=True, mode=os.environ.get("SJDVP_COMPILE_MODE") or None)
     except RuntimeError as e:        # e.g. a Python version this torch's compiler does not support
@@ -47,7 +52,7 @@ def compiled(fn: Callable, name: str) -> Callable:
             return fn(*args)
         try:
             return fast(*args)
-        except torch._dynamo.exc.TorchDynamoException as e:   # it failed to compile: nothing ran
+        except _GAVE_UP as e:   # it failed to compile (or compiled too many graphs): nothing ran
             return _give_up(fn, name, e)(*args)
     return step
 

@@ -423,7 +423,7 @@ def _cache_key(adapter: ModelAdapter, settings: DecodeSettings) -> dict:
 
 
 def pass_cost(adapter: ModelAdapter, settings: DecodeSettings) -> PassCost:
-    """measure_cost, cached on disk per (weights, device, dtype, torch version, rows, method, window)."""
+    """measure_cost, cached on disk per (weights, device, dtype, torch version, rows, method, window, compile)."""
     return cached(_cache_key(adapter, settings), PassCost, lambda: measure_cost(adapter, settings),
                   f"the pass cost of {settings.drafter.name}")
 
@@ -464,10 +464,10 @@ def measure_profile(adapter: ModelAdapter, settings: DecodeSettings, plans: Sequ
 
 def acceptance_profile(adapter: ModelAdapter, settings: DecodeSettings, plans: Sequence[Plan]) -> Profile:
     """measure_profile, cached on disk per (weights, sampling, drafter, rows, plans): steps, not seconds, so
-    it holds on any device."""
+    it holds on any device, compiled or not."""
     key = _cache_key(adapter, settings) | {"sampling": repr(settings.sampling), "drafter": repr(settings.drafter),
                                            "plans": [p.to_json() for p in plans], "kind": "profile"}
-    del key["device"]
+    del key["device"], key["compile"]
     return cached(key, Profile, lambda: measure_profile(adapter, settings, plans),
                   f"the acceptance of {len(plans)} windows and trees for the automatic window")
 
