@@ -22,7 +22,7 @@ EPS = 1e-10
 
 
 def fuse(p: Tensor, pbar_prev: Tensor, pbar: Tensor, growth: Tensor, eligible: Tensor, s: VPSettings,
-         coefficients: tuple[Tensor, Tensor] | None = None) -> Tensor:
+         weights: tuple[Tensor, Tensor] | None = None) -> Tensor:
     """p [B, S, V] -> p' [B, S, V]. pbar_prev is the history before this observation, pbar and growth
     the history after it; eligible [B, S] marks slots that may be fused (history, not forced).
 
@@ -32,13 +32,13 @@ def fuse(p: Tensor, pbar_prev: Tensor, pbar: Tensor, growth: Tensor, eligible: T
     mean-revert across iterations. Either way p' stays inside p's support. ("auto" is AutoStrength's.)"""
     if s.auto:
         raise ValueError("fuse() needs a numeric strength; strength='auto' is chosen per run by AutoStrength")
-    return fuse_many(p, pbar_prev, pbar, growth, eligible, s, [s.strength], coefficients)[0]
+    return fuse_many(p, pbar_prev, pbar, growth, eligible, s, [s.strength], weights)[0]
 
 
 def fuse_many(p: Tensor, pbar_prev: Tensor, pbar: Tensor, growth: Tensor, eligible: Tensor, s: VPSettings,
-              strengths: Sequence[float], coefficients: tuple[Tensor, Tensor] | None = None) -> Tensor:
+              strengths: Sequence[float], weights: tuple[Tensor, Tensor] | None = None) -> Tensor:
     """fuse() for several strengths at once (the other knobs from s) -> [C, B, S, V]; the top-k, the
-    log-gain score and the shrink direction are computed once for all of them. coefficients: the strengths'
+    log-gain score and the shrink direction are computed once for all of them. weights: the strengths'
     weights (`strength_weights`), which a decode makes once."""
     k = min(s.top_k, p.shape[-1])
     kth = p.topk(k, dim=-1).values[..., -1:]
@@ -51,7 +51,7 @@ def fuse_many(p: Tensor, pbar_prev: Tensor, pbar: Tensor, growth: Tensor, eligib
     if any(c < 0 for c in strengths):   # fused tokens have p > 0: logp is finite where the shrink is kept
         shrink = torch.where(fused, torch.log(pbar + EPS) - logp, 0.0)
     # every strength at once: log p' = log p + c * boost (c > 0) or |c| (at most 1) * shrink (c < 0)
-    up, down = coefficients if coefficients is not None else strength_weights(strengths, p.device)
+    up, down = weights if weights is not None else strength_weights(strengths, p.device)
     shift = (up * boost if boost is not None else 0) + (down * shrink if shrink is not None else 0)
     out = (logp[None] + shift).expand(len(strengths), *p.shape).softmax(-1)
     if 0.0 in strengths:   # no fusion is p itself, not its round trip through log and softmax
@@ -82,7 +82,7 @@ class AutoStrength:
         self.score = torch.zeros(len(candidates), dtype=wide_float(device), device=device)
         self.count = torch.zeros((), dtype=torch.long, device=device)
         self.plain = torch.tensor(candidates.index(0.0) if 0.0 in candidates else 0, device=device)
-        self.coefficients = strength_weights(candidates, device)   # made once: a compiled step sees constants
+        self.weights = strength_weights(candidates, device)   # made once: a compiled step sees constants
 
     @property
     def best(self) -> Tensor:
@@ -91,7 +91,7 @@ class AutoStrength:
 
     def fuse(self, p: Tensor, pbar_prev: Tensor, pbar: Tensor, growth: Tensor, eligible: Tensor) -> Tensor:
         """Every candidate's fused distribution [C, B, S, V]."""
-        return fuse_many(p, pbar_prev, pbar, growth, eligible, self.vp, self.strengths, self.coefficients)
+        return fuse_many(p, pbar_prev, pbar, growth, eligible, self.vp, self.strengths, self.weights)
 
     def chosen(self, candidates: Tensor) -> Tensor:
         return candidates.index_select(0, self.best.view(1))[0]        # no host read (an index tensor is one)
