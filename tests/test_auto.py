@@ -8,6 +8,7 @@ from sjdvp_core import DecodeSettings, DrafterSettings, SamplingSettings, VPSett
 from sjdvp_core.engine import auto
 from sjdvp_core.engine.cost import DEVICES, SHAPES, PassCost, load_cached, monotone, roofline
 from sjdvp_core.engine.decode import acceptance_profile, measure_cost, pass_cost
+from sjdvp_core.engine.drafting import Drafter
 from sjdvp_core.engine.settings import TreeSettings, method_settings
 from sjdvp_core.models.toy import ToyGridAdapter
 
@@ -134,6 +135,31 @@ def test_greedy_auto_returns_the_ar_tokens(tree, monkeypatch):
                  cost=PassCost((1, 16), (1.0, 2.0), "synthetic"), profile=profile)
     assert torch.equal(out.tokens, ar.tokens)
     assert set(out.stats.auto_plans) == {"4" + "+3x1/0" * tree.on, "12" + "+3x1/0" * tree.on}
+
+
+def test_each_iteration_works_on_its_own_plans_slots(monkeypatch):
+    """The window's state follows the plan (narrowed or widened when auto switches), so an iteration's engine
+    step costs what the calibration timed for that plan, not the widest plan's."""
+    monkeypatch.setattr(auto, "EVERY", 1)
+    monkeypatch.setattr(auto, "PRIOR", 0.5)
+    monkeypatch.setattr(auto, "G_RANGE", (0.5, 20.0))
+    chosen, drafted = [], []
+    choose, redraft = auto.PlanChooser.choose, Drafter.redraft
+    monkeypatch.setattr(auto.PlanChooser, "choose", lambda self, it: chosen.append(choose(self, it)) or chosen[-1])
+
+    def recorded(self, window, *args):
+        after = redraft(self, window, *args)
+        drafted.append((window.slots, after.slots))
+        return after
+    monkeypatch.setattr(Drafter, "redraft", recorded)
+    toy = ToyGridAdapter(height=6, width=6, levels=8)
+    profile = auto.Profile((auto.Plan(12), auto.Plan(4)), (1.3, 1.1), "synthetic")
+    out = decode(toy, [0, 1], DecodeSettings(window=WindowSettings(16, auto=True), batch_size=2, seed=1,
+                                             drafter=DrafterSettings(vp=VPSettings()),   # auto strength: candidates too
+                                             sampling=SamplingSettings(greedy=True, cfg_scale=2.0)),
+                 cost=PassCost((1, 16), (1.0, 2.0), "synthetic"), profile=profile)
+    assert set(out.stats.auto_plans) == {"4", "12"} and out.stats.window == 12
+    assert drafted == [(p.window - 1, p.window - 1) for p in chosen]
 
 
 def test_the_same_cost_and_seed_give_the_same_image():

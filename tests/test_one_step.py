@@ -134,14 +134,14 @@ def test_vp_drafts_follow_the_fused_q_they_are_stored_with(coupled, strength):
     drafter = Drafter(settings, "random", local, S, "cpu")
     n = torch.ones(ROWS, dtype=torch.long)
     canvas = torch.zeros(ROWS, 16, dtype=torch.long)
-    window = drafter.start(n, canvas, gen)
+    window = drafter.start(n, canvas, gen, S)
     active = torch.ones(ROWS, dtype=torch.bool)
     first = torch.tensor([0.30, 0.25, 0.20, 0.10, 0.10, 0.05])
     second = torch.tensor([0.20, 0.35, 0.15, 0.15, 0.10, 0.05])   # token 1 and 3 rise, the others fall
     for p in (first, second):
         m = torch.ones(ROWS, dtype=torch.long)
         window = drafter.redraft(window, p.expand(ROWS, S + 1, V).clone(), m, n + m, active, canvas,
-                                 drafter.draws(ROWS, gen, "cpu"))
+                                 drafter.draws(ROWS, S, gen, "cpu"))
         n = n + m
     assert bool(window.fused[:, 0].all())
     q = window.q[0, 0]

@@ -144,10 +144,10 @@ def rate(profile: Profile, cost: PassCost, plan: Plan, g: float) -> float:
 
 def contenders(profile: Profile, cost: PassCost) -> Profile:
     """The profile's plans that are the best for some g in G_RANGE (the chooser's rate is linear in g, so
-    these are the upper envelope over that range; found on a fine grid of g). Only they can be chosen,
-    and the decode's window state is allocated for the widest of them rather than for every candidate
-    measured: every iteration's engine step works on the whole state, which on a CPU costs as much as a
-    wider pass."""
+    these are the upper envelope over that range; found on a fine grid of g). Only they can be chosen, and
+    the decode's memory (the canvas, a tree's scratch cache slots, the memory estimate) is sized for the widest
+    of them rather than for every candidate measured; each iteration's window state is its own plan's
+    (Drafter.resize)."""
     lo, hi = G_RANGE
     kept = {max(profile.plans, key=lambda p: rate(profile, cost, p, lo + (hi - lo) * i / 64)) for i in range(65)}
     chosen = [p for p in profile.plans if p in kept]

@@ -137,8 +137,8 @@ class JacobiDecoder:
         at_zero = torch.zeros(B, 1, dtype=torch.long, device=dev)
         canvas[:, 0] = sample(self.targets(first_logits[:, None], at_zero)[:, 0], self.gen)
         n = torch.ones(B, dtype=torch.long, device=dev)
-        window = self.drafter.start(n, canvas, self.gen)
-        canvas[:, 1:1 + self.S] = window.tokens
+        first = self.plan if self.chooser is None else self.chooser.choice
+        window = self.drafter.start(n, canvas, self.gen, first.window - 1)
         return _Loop(canvas, n, [1] * B, [[1] * B], torch.ones(B, dtype=torch.long, device=dev), window,
                      Recorder(max(self.S, 1), dev))
 
@@ -151,6 +151,8 @@ class JacobiDecoder:
         end, (lo, hi) = local.free_end, local.span
         n, canvas, window = loop.n, loop.canvas, loop.window
         plan = self.plan if self.chooser is None else self.chooser.choose(loop.it)
+        if plan.window - 1 != window.slots:   # auto changed plans: the state follows, so the step costs the plan's
+            window = self.drafter.resize(window, plan.window - 1, n, canvas, self.gen)
         # how far each row may accept drafts: to the end of the image grid, nothing outside it
         limit_host = [min(plan.window - 1, max(hi - c, 0)) if lo <= c < end else 0 for c in loop.n_host]
         limit, active = torch.tensor(limit_host, device=dev), n < end
@@ -171,7 +173,8 @@ class JacobiDecoder:
         rec.committed.append(m)
         n, loop.row_passes, loop.it = n + m, loop.row_passes + active, loop.it + 1
         t2 = self.clock.now()
-        loop.window = self.redraft(window, p, m, n, active, canvas, self.drafter.draws(self.B, self.gen, dev))
+        draws = self.drafter.draws(self.B, window.slots, self.gen, dev)
+        loop.window = self.redraft(window, p, m, n, active, canvas, draws)
         loop.n = n
         before, loop.n_host = loop.n_host, n.tolist()                                      # the one sync
         if self.chooser is not None:

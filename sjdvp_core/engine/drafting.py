@@ -116,10 +116,11 @@ class RedraftDraws:
 
 
 class Drafter:
-    """The drafting rules of one decode: fresh drafts, plain / VP-fused / auto re-drafts, coupling."""
+    """The drafting rules of one decode: fresh drafts, plain / VP-fused / auto re-drafts, coupling. slots: the
+    most draft slots its windows have (an automatic window's change from plan to plan within it, `resize`)."""
 
     def __init__(self, settings: DrafterSettings, scheme: str, local: LocalLayout, slots: int, device):
-        self.vp, self.coupled, self.local, self.S = settings.vp, settings.coupled, local, slots
+        self.vp, self.coupled, self.local = settings.vp, settings.coupled, local
         self.continuation = settings.continuation
         self.fresh = FreshDrafts(scheme, local, slots, device)
         self.slots = torch.arange(slots, device=device)
@@ -134,23 +135,40 @@ class Drafter:
         continuation (a kept draft ignores the noise) nor lossy VP (q is then not what was drawn from)."""
         return settings.coupled and not settings.continuation and (settings.vp is None or settings.vp.lossless)
 
-    def start(self, n: Tensor, canvas: Tensor, gen: torch.Generator) -> Window:
-        """The first window: every slot drafted fresh."""
-        B, S, V, dev = n.shape[0], self.S, self.local.size, n.device
-        tokens, q = self.fresh(n[:, None] + self.slots, canvas, n, self.fresh.random((B, S), gen, dev))
-        noise = gumbel_noise((B, S, V), gen, dev) if self.coupled else None
+    def start(self, n: Tensor, canvas: Tensor, gen: torch.Generator, slots: int) -> Window:
+        """The first window, `slots` draft slots wide: every slot drafted fresh."""
+        return self._fresh_window(n, canvas, gen, 0, slots)
+
+    def resize(self, window: Window, slots: int, n: Tensor, canvas: Tensor, gen: torch.Generator) -> Window:
+        """The window with `slots` draft slots, for an automatic window's next plan (auto.py): a narrower one
+        keeps its first slots, a wider one drafts its new slots fresh, as a window sliding into them would. So
+        each iteration's step works on its own plan's slots, not on the widest plan's."""
+        have = window.slots
+        if slots <= have:
+            return window.narrow(slots)
+        return window.joined(self._fresh_window(n, canvas, gen, have, slots - have))
+
+    def _fresh_window(self, n: Tensor, canvas: Tensor, gen: torch.Generator, first: int, count: int) -> Window:
+        """Draft slots first .. first + count - 1 drafted fresh after the canvas's drafts before them, and
+        written to the canvas."""
+        B, V, dev = n.shape[0], self.local.size, n.device
+        positions = n[:, None] + first + self.slots[:count]
+        tokens, q = self.fresh(positions, canvas, n + first, self.fresh.random((B, count), gen, dev))
+        noise = gumbel_noise((B, count, V), gen, dev) if self.coupled else None
         if self.coupled:
             tokens = coupled_draw(q, noise)
-        no = torch.zeros(B, S, dtype=torch.bool, device=dev)
-        candidates = torch.zeros(len(self.auto.strengths), B, S, V, device=dev) if self.auto else None
-        return Window(tokens, q, no, torch.full((B, S), UNKNOWN, device=dev), History.empty(B, S + 1, V, dev),
-                      noise, candidates)
+        canvas.scatter_(1, positions, tokens)
+        no = torch.zeros(B, count, dtype=torch.bool, device=dev)
+        candidates = torch.zeros(len(self.auto.strengths), B, count, V, device=dev) if self.auto else None
+        return Window(tokens, q, no, torch.full((B, count), UNKNOWN, device=dev),
+                      History.empty(B, count + 1, V, dev), noise, candidates)
 
-    def draws(self, batch: int, gen: torch.Generator, device) -> RedraftDraws | None:
-        """The randomness `redraft` uses, drawn in a fixed order (none for a window without drafts)."""
-        if self.S == 0:
+    def draws(self, batch: int, slots: int, gen: torch.Generator, device) -> RedraftDraws | None:
+        """The randomness `redraft` uses for a window of `slots` draft slots, drawn in a fixed order (none for a
+        window without drafts)."""
+        if slots == 0:
             return None
-        shape = (batch, self.S)
+        shape = (batch, slots)
         return RedraftDraws(self.fresh.random(shape, gen, device),
                             gumbel_noise((*shape, self.local.size), gen, device) if self.coupled else None,
                             None if self.coupled else uniform(shape, gen, device),
@@ -163,7 +181,7 @@ class Drafter:
         scored (p [B, w, V]) are re-drafted, drafts it did not score are carried, positions entering the
         window are drafted fresh. The drafts are written to canvas after the committed tokens: they are the
         next forward's inputs (and repeat inits copy from them). All randomness comes in draws (`draws`)."""
-        S = self.S
+        S = window.slots
         if S == 0:
             return window
         W, w = S + 1, p.shape[1]
@@ -175,7 +193,7 @@ class Drafter:
         had, old = before.seen[:, :S] > 0, slide.old[:, :S]
         redraw, new = old < w, old >= S
         kept, judged = ~(redraw | new), redraw & had      # judged: re-drafted from a target with a history
-        positions = n[:, None] + self.slots
+        positions = n[:, None] + self.slots[:S]
         fused = judged & (self.local.forced_at(positions) < 0) & (positions < self.local.length) & \
             (self.vp is not None)
         candidates = None

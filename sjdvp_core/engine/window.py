@@ -123,6 +123,16 @@ class History:
         return History(torch.where(obs, pbar, self.pbar), torch.where(obs, p, self.prev),
                        torch.where(obs, growth, self.growth), self.seen + observed), growth
 
+    def narrow(self, slots: int) -> "History":
+        """The first `slots` slots."""
+        return History(self.pbar[:, :slots], self.prev[:, :slots], self.growth[:, :slots], self.seen[:, :slots])
+
+    def joined(self, more: "History") -> "History":
+        """This history, then more's slots after its first: more begins at this one's last position (a window's
+        history has a slot past its drafts, and the next window's drafts begin there)."""
+        return History(*(torch.cat([a, b[:, 1:]], 1) for a, b in zip(
+            (self.pbar, self.prev, self.growth, self.seen), (more.pbar, more.prev, more.growth, more.seen))))
+
     def slide(self, slide: Slide) -> "History":
         """Slots new to the window start unseen (their other fields are stale and ignored until seen)."""
         seen = slide.take(self.seen)
@@ -142,3 +152,21 @@ class Window:
     history: History               # VP's probability history, [B, S + 1, ...]
     noise: Tensor | None = None    # [B, S, V] coupled drafting's Gumbel noise (float64)
     candidates: Tensor | None = None  # [C, B, S, V] VP auto: each candidate strength's draft distribution
+
+    @property
+    def slots(self) -> int:
+        return self.tokens.shape[1]
+
+    def narrow(self, slots: int) -> "Window":
+        """The first `slots` draft slots (and their history): a narrower plan's window (auto.py)."""
+        return Window(self.tokens[:, :slots], self.q[:, :slots], self.fused[:, :slots], self.rose[:, :slots],
+                      self.history.narrow(slots + 1), None if self.noise is None else self.noise[:, :slots],
+                      None if self.candidates is None else self.candidates[:, :, :slots])
+
+    def joined(self, more: "Window") -> "Window":
+        """This window's slots, then more's (drafted for the positions after them): a wider plan's window."""
+        def cat(a, b, dim=1):
+            return None if a is None else torch.cat([a, b], dim)
+        return Window(cat(self.tokens, more.tokens), cat(self.q, more.q), cat(self.fused, more.fused),
+                      cat(self.rose, more.rose), self.history.joined(more.history),
+                      cat(self.noise, more.noise), cat(self.candidates, more.candidates, 2))
