@@ -118,6 +118,14 @@ def test_a_noisy_measurement_is_fitted_non_decreasing():
     assert monotone([1.0, 1.0, 2.0]) == [1.0, 1.0, 2.0]
 
 
+def test_the_profile_is_fitted_non_decreasing_in_the_window_per_tree():
+    tree = TreeSettings(width=6, branch=4)
+    plans = (auto.Plan(48), auto.Plan(32), auto.Plan(16), auto.Plan(32, tree), auto.Plan(16, tree))
+    fitted = auto.Profile(plans, (4.27, 4.49, 3.2, 3.0, 3.5), "four seeds").fitted()
+    assert fitted.committed == pytest.approx((4.38, 4.38, 3.2, 3.25, 3.25))   # chains and trees apart
+    assert fitted.source == "four seeds"
+
+
 @pytest.mark.parametrize("tree", [TreeSettings(), TreeSettings(width=3)])
 def test_greedy_auto_returns_the_ar_tokens(tree, monkeypatch):
     monkeypatch.setattr(auto, "EVERY", 1)

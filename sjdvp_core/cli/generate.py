@@ -13,7 +13,7 @@ import time
 import torch
 
 from ..engine.adapter import KEEP_SIZE, at_size
-from ..engine.decode import decode
+from ..engine.decode import calibration, decode, warm_up
 from ..engine.devices import default_device
 from ..engine.settings import METHODS, DecodeSettings, DrafterSettings, SamplingSettings, TreeSettings, method_settings
 from ..models.placement import PLACEMENTS
@@ -51,14 +51,23 @@ def main(prompt: str, methods=("ar", "sjd-vp"), model: str = "demo", window: int
     adapter = at_size(load_model(model, device=device, precision=precision, placement=placement), width, height)
     sampling = chosen_sampling(adapter, cfg, top_k, top_p, temperature)
     os.makedirs(out, exist_ok=True)
-    rows = []
-    for name in methods:
+    rows, chosen = [], {}
+    for name in methods:   # calibrations and warm-ups first: the timed decodes below run in a warm process
         settings = method_settings(name, size, sampling, seed, coupled=coupled, auto=auto,
                                    auto_tree=auto and auto_tree and tree_width == 1,
                                    tree=TreeSettings(width=tree_width, depth=tree_depth, branch=tree_branch),
                                    compile=compile)
         t = time.perf_counter()
-        result = decode(adapter, prompt, settings)
+        auto_window = settings.window.auto and settings.window.size > 1
+        calibrated = calibration(adapter, settings) if auto_window else (None, None)
+        if time.perf_counter() - t > 1.0:
+            print(f"{name}: measured this device's pass cost and the automatic window's acceptance in "
+                  f"{time.perf_counter() - t:.1f} s (once per model and device; cached)")
+        warm_up(adapter, settings, calibrated[1].plans if calibrated[1] else ())
+        chosen[name] = settings, calibrated
+    for name, (settings, (cost, profile)) in chosen.items():
+        t = time.perf_counter()
+        result = decode(adapter, prompt, settings, cost=cost, profile=profile)
         decode_s = time.perf_counter() - t
         image = adapter.decode_image(result.codes)[0]
         path = os.path.join(out, f"{name}_seed{seed}.png")
@@ -77,7 +86,8 @@ def main(prompt: str, methods=("ar", "sjd-vp"), model: str = "demo", window: int
         print(f"{r['method']:<12}{r['nfe']:>16}{base['nfe'] / r['nfe']:>17.2f}x{r['accepted']:>13.2f}"
               f"{r['scored']:>13.1f}{r['acceptance']:>12.3f}{r['seconds']:>10.2f}"
               f"{base['seconds'] / r['seconds']:>9.2f}x  {r['path']}")
-    print("speed-up: wall-clock against the first method; tokens/pass: committed, scored/pass: fed to the model")
+    print("speed-up: wall-clock against the first method, each decode timed after a warm-up (calibration not "
+          "included); tokens/pass: committed, scored/pass: fed to the model")
     return rows
 
 
@@ -131,7 +141,7 @@ def decoding_arguments(ap: argparse.ArgumentParser) -> None:
                          "device scores its extra tokens almost for free; never with --tree-width above 1)")
     ap.add_argument("--compile", action="store_true",
                     help="run the engine's own step (verification, drafting) through torch.compile: it compiles "
-                         "once per setting (seconds, counted in the first image's time), then each iteration's "
+                         "once per setting (seconds; the command compiles before it times), then each iteration's "
                          "work is a few fused kernels instead of hundreds (for GPUs; same images' law)")
     ap.add_argument("--no-coupling", dest="coupled", action="store_false",
                     help="draw each draft with fresh randomness (classic SJD) instead of coupled drafting")

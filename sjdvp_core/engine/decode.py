@@ -335,9 +335,7 @@ def decode(adapter: ModelAdapter, conditions: Sequence[Any] | Any, settings: Dec
     conditions = _per_image(conditions, B, "conditions")
     negatives = None if negatives is None else _per_image(negatives, B, "negatives")
     if settings.window.auto and settings.window.size > 1:
-        cost = cost or pass_cost(adapter, settings)
-        profile = contenders(profile or acceptance_profile(adapter, settings, auto_plans(adapter, settings, cost)),
-                             cost)
+        cost, profile = calibration(adapter, settings, cost, profile)
         settings = replace(settings, window=replace(settings.window, size=max(p.window for p in profile.plans),
                                                     tree=largest_tree(profile.plans)))
     scratch = scratch_nodes(settings.window.size, settings.window.tree)
@@ -353,8 +351,33 @@ def decode(adapter: ModelAdapter, conditions: Sequence[Any] | Any, settings: Dec
             adapter.finish()
 
 
+def calibration(adapter: ModelAdapter, settings: DecodeSettings, cost: PassCost | None = None,
+                profile: Profile | None = None) -> tuple[PassCost, Profile]:
+    """What an automatic window chooses by: the pass cost (pass_cost unless given) and the acceptance profile
+    of the plans that can win at that cost (acceptance_profile unless given, then `contenders`). Measured once
+    per model and device and cached; a caller that times decodes calls this first, so that the first
+    decode's time does not include it."""
+    cost = cost or pass_cost(adapter, settings)
+    return cost, contenders(profile or acceptance_profile(adapter, settings, auto_plans(adapter, settings, cost)),
+                            cost)
+
+
+def warm_up(adapter: ModelAdapter, settings: DecodeSettings, plans: Sequence[Plan] = (), iterations: int = 4) -> None:
+    """A few untimed iterations with these settings at each plan (default: the settings' window and tree; give an
+    automatic window's contenders, `calibration`): the process's one-time costs (the allocator's first blocks,
+    libraries' first calls, compiling the step for each shape) land here rather than in the first timed
+    decode. Measured on the demo: a first AR decode in a fresh process took up to twice as long as the next,
+    which made the speed-up a comparison against a cold baseline."""
+    with torch.inference_mode():
+        for plan in plans or [Plan(settings.window.size, settings.window.tree)]:
+            for done, (decoder, loop) in enumerate(_fixed_decodes(adapter, settings, plan, [settings.seed])):
+                if done == iterations:
+                    break
+                decoder.iterate(loop)
+
+
 def measure_cost(adapter: ModelAdapter, settings: DecodeSettings, grid: Sequence[int] = GRID,
-                 iterations: int = 15, rounds: int = 3) -> PassCost:
+                 iterations: int = 30, rounds: int = 3) -> PassCost:
     """t(k) on the adapter's device: the median wall time of real iterations (the forward and the engine's
     step) of decodes with these settings at a fixed window of k tokens, for every k of grid up to the
     settings' window, stopping past the widest window auto would allocate (auto.MOST_FACTOR x t(1)); the
@@ -413,7 +436,7 @@ def _fixed(settings: DecodeSettings, plan: Plan) -> DecodeSettings:
                                             auto_tree=False))
 
 
-CALIBRATION = 2   # how calibrations are measured: a change re-measures what older versions cached
+CALIBRATION = 3   # how calibrations are measured: a change re-measures what older versions cached
 
 
 def _cache_key(adapter: ModelAdapter, settings: DecodeSettings) -> dict:
@@ -442,7 +465,8 @@ def measure_profile(adapter: ModelAdapter, settings: DecodeSettings, plans: Sequ
     """Committed tokens per pass per image with each plan: decodes of the adapter's example condition with
     these settings at that fixed plan (seeds 0 .. samples - 1), counted over span image tokens after the
     warm-up (auto.warmed; the same stretch for every plan, less where the image is shorter), as the decode
-    counts its own. About samples x plans x 50 passes; cached by acceptance_profile."""
+    counts its own; fitted non-decreasing in the window (Profile.fitted). About samples x plans x 50 passes;
+    cached by acceptance_profile."""
     start = warmed(adapter.layout.jacobi_span)
     stop = min(start + span, adapter.layout.jacobi_span[1])
     committed = []
@@ -462,7 +486,7 @@ def measure_profile(adapter: ModelAdapter, settings: DecodeSettings, plans: Sequ
                 won += (end - (end if begun is None else begun)) / settings.batch_size
             committed.append(max(1.0, won / max(passes, 1)))
     return Profile(tuple(plans), tuple(committed),
-                   f"measured on the example image, {samples} seeds, tokens {start}-{stop}")
+                   f"measured on the example image, {samples} seeds, tokens {start}-{stop}").fitted()
 
 
 def acceptance_profile(adapter: ModelAdapter, settings: DecodeSettings, plans: Sequence[Plan]) -> Profile:
