@@ -39,7 +39,7 @@ setup-browser:
 	else echo "browser tests: no Chromium and not root; install it (sudo apt-get install chromium) to run them"; fi
 
 demo: setup
-	$(BIN)/python -m sjdvp_core --prompt "a red circle on grass" --methods ar sjd sjd-vp --window 16 --out out
+	$(BIN)/python -m sjdvp_core --prompt "a red circle on grass" --methods ar sjd sjd-vp --out out
 
 test: setup setup-comfy setup-browser lint
 	$(BIN)/python -m pytest -q tests

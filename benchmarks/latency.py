@@ -24,7 +24,7 @@ import time
 import torch
 
 from sjdvp_core.engine.cost import roofline
-from sjdvp_core.engine.decode import decode, pass_cost
+from sjdvp_core.engine.decode import calibration, decode
 from sjdvp_core.engine.settings import TreeSettings, method_settings
 from sjdvp_core.models.registry import load_model
 
@@ -68,7 +68,8 @@ def main(argv=None):
     args = ap.parse_args(argv)
     adapter = load_model("demo")
     costs = {f"{d}/{m}": roofline(m, d) for d, m in MODELLED}
-    cpu = {row: pass_cost(adapter, settings(adapter, row, 0)) for row in ROWS if row[2]}   # measured, cached
+    # auto rows: this CPU's measured cost and the profile, measured (or read from the cache) before any timing
+    cpu = {row: calibration(adapter, settings(adapter, row, 0)) for row in ROWS if row[2]}
     runs = [(p, s) for p in PROMPTS for s in range(args.seeds)]
     model_runs = [(p, s) for p in PROMPTS for s in range(args.model_seeds)]
     seconds = {row: [] for row in ROWS}
@@ -78,7 +79,8 @@ def main(argv=None):
             total = 0.0
             for prompt, seed in runs:
                 t = time.perf_counter()
-                st = decode(adapter, prompt, settings(adapter, row, seed), cost=cpu.get(row)).stats
+                cost, profile = cpu.get(row, (None, None))
+                st = decode(adapter, prompt, settings(adapter, row, seed), cost=cost, profile=profile).stats
                 total += time.perf_counter() - t
                 if repeat == 0:
                     stats[row].append(st)
@@ -110,7 +112,7 @@ def write(rows, args, cpu):
         json.dump({"rows": rows, "prompts": PROMPTS, "seeds": args.seeds, "model_seeds": args.model_seeds,
                    "repeats": args.repeats,
                    "threads": torch.get_num_threads(), "torch": torch.__version__,
-                   "cpu_cost": {str(label(r)): c.to_json() for r, c in cpu.items()}}, f, indent=1)
+                   "cpu_cost": {str(label(r)): c.to_json() for r, (c, _) in cpu.items()}}, f, indent=1)
     keys = list(rows[0]["modeled"])
     lines = [f"`python -m benchmarks.latency --out {args.out}` (demo model; {len(PROMPTS)} prompts x {args.seeds} "
              f"seeds; CPU wall-clock: median of {args.repeats} repeats, rows interleaved, "

@@ -1,10 +1,16 @@
-"""The built-in demo model, as shipped: loads from the package, follows prompts, decodes exactly."""
+"""The built-in demo model, as shipped: loads from the package, follows prompts, decodes exactly; the
+command line that `make demo` runs."""
+import os
+
 import pytest
 import torch
 
 from sjdvp_core import DecodeSettings, SamplingSettings, TreeSettings, WindowSettings, decode
+from sjdvp_core.cli import generate
 from sjdvp_core.demo import DEMO_SAMPLING, load_demo, load_judge, scenes
 from sjdvp_core.demo.judge import attribute_match
+from sjdvp_core.engine import auto
+from sjdvp_core.engine.cost import PassCost
 from sjdvp_core.engine.settings import method_settings
 from sjdvp_core.models.registry import load_model
 
@@ -48,3 +54,20 @@ def test_demo_images_are_rgb_64px_and_match_their_prompts(demo):
     shape, colour, background = attribute_match(load_judge(), images.permute(0, 3, 1, 2) * 2 - 1, classes)
     # samples: an odd one may miss (seeds 0-7, 4 prompts: 1 miss in 32 with independent drafts, 1 with coupled)
     assert colour.sum() >= 7 and background.sum() >= 7, (colour, background)
+
+
+def test_the_command_line_calibrates_and_warms_up_every_method_before_it_times_any(tmp_path, monkeypatch, capsys):
+    """`make demo`'s command: an automatic window's calibration and each method's warm-up run before the first
+    timed decode (a cold first decode made the baseline slow), and the auto decode chooses by that calibration."""
+    events = []
+    cost = PassCost((1, 16), (1.0, 1.5), "synthetic")
+    profile = auto.Profile((auto.Plan(8), auto.Plan(4)), (2.5, 1.8), "synthetic")
+    monkeypatch.setattr(generate, "calibration", lambda adapter, s: events.append("calibrate") or (cost, profile))
+    warm, decode_ = generate.warm_up, generate.decode
+    monkeypatch.setattr(generate, "warm_up", lambda *a: events.append("warm") or warm(*a))
+    monkeypatch.setattr(generate, "decode", lambda *a, **k: events.append(("decode", k["cost"])) or decode_(*a, **k))
+    rows = generate.main("a red circle on grass", methods=("ar", "sjd-vp"), window="auto:8", out=str(tmp_path))
+    assert events == ["warm", "calibrate", "warm", ("decode", None), ("decode", cost)]
+    assert [r["method"] for r in rows] == ["ar", "sjd-vp"] and all(os.path.exists(r["path"]) for r in rows)
+    assert rows[1]["stats"].auto_plans and set(rows[1]["stats"].auto_plans) <= {"8", "4"}
+    assert "timed after a warm-up" in capsys.readouterr().out

@@ -194,8 +194,10 @@ class Drafter:
         redraw, new = old < w, old >= S
         kept, judged = ~(redraw | new), redraw & had      # judged: re-drafted from a target with a history
         positions = n[:, None] + self.slots[:S]
-        fused = judged & (self.local.forced_at(positions) < 0) & (positions < self.local.length) & \
-            (self.vp is not None)
+        if self.vp is not None:   # VP fuses judged slots of free positions inside the image
+            fused = judged & (self.local.forced_at(positions) < 0) & (positions < self.local.length)
+        else:
+            fused = torch.zeros_like(judged)
         candidates = None
         if self.auto is not None:
             candidates = self.auto.fuse(p, pbar_prev, pbar, growth, fused)
