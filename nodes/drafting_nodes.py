@@ -60,8 +60,9 @@ class JacobiWindow(io.ComfyNode):
                              tooltip="How many of the first undecided slots get tree candidates."),
                 io.Boolean.Input("window_auto", default=True, optional=True,
                                  tooltip="Choose the tokens per pass (up to window) that commit the most tokens per "
-                                         "second on this device: its pass cost is measured once (a few seconds, "
-                                         "then cached) and this run's acceptance decides. Exact. The same seed "
+                                         "second on this device: its pass cost and the model's acceptance are "
+                                         "measured once (seconds to a minute, then cached) and this run's "
+                                         "acceptance decides. Exact. The same seed "
                                          "gives the same image on the same device; for the same image on any "
                                          "device, turn it off."),
                 io.Boolean.Input("tree_auto", default=True, optional=True,
