@@ -58,7 +58,8 @@ def test_demo_images_are_rgb_64px_and_match_their_prompts(demo):
 
 def test_the_command_line_calibrates_and_warms_up_every_method_before_it_times_any(tmp_path, monkeypatch, capsys):
     """`make demo`'s command: an automatic window's calibration and each method's warm-up run before the first
-    timed decode (a cold first decode made the baseline slow), and the auto decode chooses by that calibration."""
+    timed decode (no method pays the process's one-time costs), and the auto decode chooses by that
+    calibration."""
     events = []
     cost = PassCost((1, 16), (1.0, 1.5), "synthetic")
     profile = auto.Profile((auto.Plan(8), auto.Plan(4)), (2.5, 1.8), "synthetic")

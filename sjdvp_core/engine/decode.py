@@ -365,9 +365,8 @@ def calibration(adapter: ModelAdapter, settings: DecodeSettings, cost: PassCost 
 def warm_up(adapter: ModelAdapter, settings: DecodeSettings, plans: Sequence[Plan] = (), iterations: int = 4) -> None:
     """A few untimed iterations with these settings at each plan (default: the settings' window and tree; give an
     automatic window's contenders, `calibration`): the process's one-time costs (the allocator's first blocks,
-    libraries' first calls, compiling the step for each shape) land here rather than in the first timed
-    decode. Measured on the demo: a first AR decode in a fresh process took up to twice as long as the next,
-    which made the speed-up a comparison against a cold baseline."""
+    libraries' first calls, compiling the step for each shape) land here rather than in whichever decode is
+    timed first."""
     with torch.inference_mode():
         for plan in plans or [Plan(settings.window.size, settings.window.tree)]:
             for done, (decoder, loop) in enumerate(_fixed_decodes(adapter, settings, plan, [settings.seed])):
