@@ -63,7 +63,7 @@ def main(prompt: str, methods=("ar", "sjd-vp"), model: str = "demo", window: int
         if time.perf_counter() - t > 1.0:
             print(f"{name}: measured this device's pass cost and the automatic window's acceptance in "
                   f"{time.perf_counter() - t:.1f} s (once per model and device; cached)")
-        warm_up(adapter, settings, calibrated[1].plans if calibrated[1] else ())
+        warm_up(adapter, settings, calibrated[1].plans if calibrated[1] is not None else ())
         chosen[name] = settings, calibrated
     for name, (settings, (cost, profile)) in chosen.items():
         t = time.perf_counter()
