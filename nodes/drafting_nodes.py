@@ -61,7 +61,8 @@ class JacobiWindow(io.ComfyNode):
                 io.Boolean.Input("window_auto", default=True, optional=True,
                                  tooltip="Choose the tokens per pass (up to window) that commit the most tokens per "
                                          "second on this device: its pass cost and the model's acceptance are "
-                                         "measured once (seconds to a minute, then cached) and this run's "
+                                         "measured once (15-21 s for the demo on a 2-core CPU, longer for large "
+                                         "models; then cached) and this run's "
                                          "acceptance decides. Exact. The same seed "
                                          "gives the same image on the same device; for the same image on any "
                                          "device, turn it off."),
