@@ -8,7 +8,7 @@ from comfy_api.latest import io, ui
 
 from ..sjdvp_core.demo import DEMO_SAMPLING
 from ..sjdvp_core.engine.adapter import KEEP_SIZE, at_size
-from ..sjdvp_core.engine.decode import DecodeResult, decode, decode_bytes, pass_cost
+from ..sjdvp_core.engine.decode import DecodeResult, calibration, decode, decode_bytes
 from ..sjdvp_core.engine.report import commit_figure, report_data, report_text
 from ..sjdvp_core.engine.settings import DecodeSettings, SamplingSettings, decode_settings
 from . import runtime
@@ -95,11 +95,12 @@ class SpeculativeDecode(io.ComfyNode):
             SamplingSettings(cfg_scale=cfg, temperature=temperature, top_k=top_k, top_p=top_p)
         settings = decode_settings(drafter, window, chosen, seed % 2**63, batch_size, compile)
         runtime.prepare(model, decode_bytes(adapter, settings, prompt, negative_prompt or None))
-        progress = runtime.Progress(adapter)
+        progress, measuring = runtime.Progress(adapter), runtime.Measuring()
         try:   # the device's pass cost (measured once per model, device and method, then cached): auto chooses
-            cost = None if drafter is None else pass_cost(adapter, settings)     # by it, the report prices by it
+            cost, profile = (None, None) if drafter is None else calibration(adapter, settings, progress=measuring)
+            measuring.finish()                                                  # by it, the report prices by it
             result = decode(adapter, prompt, settings, negatives=negative_prompt or None, progress=progress,
-                            cost=cost)
+                            cost=cost, profile=profile)
         except runtime.OOM as e:
             raise runtime.oom_message(e, settings.window.size, settings.window.tree.width) from e
         method = "AR" if drafter is None else drafter.name

@@ -187,6 +187,42 @@ class Progress:
         return Image.fromarray((image * 255).byte().numpy())
 
 
+class Measuring:
+    """A calibration's progress (the engine's decode.MeasureFn) -> ComfyUI's bar and a line of text on the node;
+    ComfyUI's interrupt stops it (nothing is cached). The first run of a speculative method on a model measures
+    the device (and, for an automatic window, how many drafts each window wins) before its first token: seconds
+    on the demo, a minute or more for a large model on a small card, which the node says rather than sitting
+    at 0%."""
+
+    def __init__(self):
+        self.pbar, self.what, self.started = None, None, None
+
+    def __call__(self, what: str, done: int, total: int) -> None:
+        mm.throw_exception_if_processing_interrupted()
+        if self.pbar is None:
+            self.pbar, self.started = comfy.utils.ProgressBar(total), time.monotonic()
+        if what != self.what:
+            self.what = what
+            say(f"sjdvp: measuring the {what} on this device, once per model, device and method (then cached)")
+        self.pbar.update_absolute(done, total)
+
+    def finish(self) -> None:
+        if self.started is not None:
+            say(f"sjdvp: measured this device in {time.monotonic() - self.started:.0f} s; later runs reuse it")
+
+
+def say(text: str) -> None:
+    """A line of text on the executing node (ComfyUI's progress text); nothing where ComfyUI has none."""
+    try:
+        from comfy_execution.utils import get_executing_context
+        from server import PromptServer
+    except ImportError:
+        return
+    context, server = get_executing_context(), getattr(PromptServer, "instance", None)
+    if context is not None and server is not None:
+        server.send_progress_text(text, context.node_id)
+
+
 def oom_message(error: Exception, window: int, tree_width: int = 1) -> RuntimeError:
     tree = f" or tree width (now {tree_width})" if tree_width > 1 else ""
     return RuntimeError(f"out of memory while decoding ({error}). Try a smaller Jacobi window (now {window}){tree}, "

@@ -7,7 +7,7 @@ import torch
 from sjdvp_core import DecodeSettings, DrafterSettings, SamplingSettings, VPSettings, WindowSettings, decode
 from sjdvp_core.engine import auto
 from sjdvp_core.engine.cost import DEVICES, SHAPES, PassCost, load_cached, monotone, roofline
-from sjdvp_core.engine.decode import acceptance_profile, measure_cost, pass_cost
+from sjdvp_core.engine.decode import acceptance_profile, calibration, measure_cost, pass_cost
 from sjdvp_core.engine.drafting import Drafter
 from sjdvp_core.engine.settings import TreeSettings, method_settings
 from sjdvp_core.models.toy import ToyGridAdapter
@@ -182,3 +182,33 @@ def test_the_same_cost_and_seed_give_the_same_image():
 def test_window_auto_is_checked():
     with pytest.raises(ValueError, match="window_auto"):
         WindowSettings(8, auto="yes")
+
+
+def test_a_calibration_reports_progress_and_an_abort_caches_nothing(tmp_path, monkeypatch):
+    """The first automatic run measures the device before its first token; progress says how far it got (the
+    node's bar and text, the command line's line), and raising from it (ComfyUI's interrupt) stops the
+    measurement without caching a partial one."""
+    monkeypatch.setenv("SJDVP_CACHE", str(tmp_path))
+    toy = ToyGridAdapter(height=8, width=8, levels=4)
+    settings = method_settings("sjd", 16, toy.default_sampling, auto=True)
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def stop_in_profile(what, done, total):
+        seen.append((what, done, total))
+        if what == "acceptance profile" and done > total // 2:
+            raise Stop
+    with pytest.raises(Stop):
+        calibration(toy, settings, progress=stop_in_profile)
+    assert len(list(tmp_path.rglob("*.json"))) == 1                           # the pass cost, not the profile
+    for what in ("pass cost", "acceptance profile"):
+        steps = [(done, total) for w, done, total in seen if w == what]
+        assert steps and all(0 <= d <= t for d, t in steps) and [d for d, _ in steps] == sorted(d for d, _ in steps)
+    seen.clear()
+    cost, profile = calibration(toy, settings, progress=lambda *a: seen.append(a))
+    assert {w for w, _, _ in seen} == {"acceptance profile"}                  # the cost was read back
+    assert seen[-1][1] == seen[-1][2] and profile is not None and len(list(tmp_path.rglob("*.json"))) == 2
+    fixed = method_settings("sjd", 16, toy.default_sampling)
+    assert calibration(toy, fixed, cost) == (cost, None)                  # a fixed window: the cost alone

@@ -30,9 +30,10 @@ def test_demo_workflows_run_with_progress_and_save_images(path, server, object_i
             png = Image.open(os.path.join(server.output, image["subfolder"], image["filename"]))
             assert png.size == (64, 64)
             assert "workflow" in png.info and "prompt" in png.info  # drag-and-drop metadata
-    progress = [m["data"] for m in messages if m["type"] == "progress"]
-    assert progress and all(p["max"] == 256 for p in progress)
-    assert progress[-1]["value"] == 256
+    decodes = [k for k, v in prompt.items() if v["class_type"] == "SJDVP_SpeculativeDecode"]
+    for node in decodes:
+        progress = decoding(messages, node)
+        assert progress and all(p["max"] == 256 for p in progress) and progress[-1]["value"] == 256
     # the last preview shows the finished image: it follows the last progress message
     last_progress = max(i for i, m in enumerate(messages) if m["type"] == "progress")
     assert any(m["type"] == "binary_preview" for m in messages[last_progress:])
@@ -51,6 +52,38 @@ def test_demo_workflows_run_with_progress_and_save_images(path, server, object_i
     ours = [k for k, v in prompt.items() if v["class_type"] in ("SJDVP_Report", "SJDVP_SpeculativeDecode")]
     assert ours and all(replayed[k] == first[k] and replayed[k]["sjdvp_report"] for k in ours)
     assert all(replayed[k]["images"] for k in ours if prompt[k]["class_type"] == "SJDVP_SpeculativeDecode")
+
+
+def decoding(messages: list[dict], node: str) -> list[dict]:
+    """A decode node's progress while it decodes: after its last line of text (a first run's measurement of the
+    device, which has its own bar) if it has one."""
+    said = [i for i, m in enumerate(messages) if m["type"] == "progress_text" and m["node"] == node]
+    return [m["data"] for m in messages[said[-1] + 1 if said else 0:]
+            if m["type"] == "progress" and m["data"]["node"] == node]
+
+
+def test_a_first_automatic_run_shows_its_measurement(server, object_info):
+    """The first run of an automatic window on a model measures the device (the pass cost, then how many drafts
+    each window wins) before its first token: the node says so and fills its bar meanwhile, then decodes; the
+    next run reuses the measurement (each test server has its own calibration cache, as a fresh install)."""
+    prompt = to_api(load(os.path.join(REPO, "workflows", "sjdvp_demo_sjd_vp.json")), object_info)
+    window = next(v for v in prompt.values() if v["class_type"] == "SJDVP_JacobiWindow")
+    window["inputs"].update(window=24, window_auto=True, tree_auto=False)   # a window no other test measures
+    decode = next(k for k, v in prompt.items() if v["class_type"] == "SJDVP_SpeculativeDecode")
+    history, messages = server.run(prompt)
+    assert history["status"]["status_str"] == "success", history["status"]
+    said = [m["text"] for m in messages if m["type"] == "progress_text" and m["node"] == decode]
+    assert [t.split(" on this device")[0] for t in said[:2]] == ["sjdvp: measuring the pass cost",
+                                                               "sjdvp: measuring the acceptance profile"]
+    assert said[-1].startswith("sjdvp: measured this device in")
+    bar = [m["data"] for m in messages if m["type"] == "progress" and m["data"]["node"] == decode]
+    measuring = bar[:len(bar) - len(decoding(messages, decode))]
+    assert measuring and measuring[-1]["value"] == measuring[-1]["max"] != 256
+    assert decoding(messages, decode)[-1]["value"] == 256
+    prompt[decode]["inputs"]["seed"] += 1                                      # not a cached result: a new run
+    history, messages = server.run(prompt)
+    assert history["status"]["status_str"] == "success", history["status"]
+    assert not [m for m in messages if m["type"] == "progress_text"]          # measured once
 
 
 def test_interrupt_stops_decoding_and_the_next_run_is_whole(server, object_info):

@@ -1,5 +1,6 @@
 """The built-in demo model, as shipped: loads from the package, follows prompts, decodes exactly; the
 command line that `make demo` runs."""
+import io
 import os
 
 import pytest
@@ -63,7 +64,7 @@ def test_the_command_line_calibrates_and_warms_up_every_method_before_it_times_a
     events = []
     cost = PassCost((1, 16), (1.0, 1.5), "synthetic")
     profile = auto.Profile((auto.Plan(8), auto.Plan(4)), (2.5, 1.8), "synthetic")
-    monkeypatch.setattr(generate, "calibration", lambda adapter, s: events.append("calibrate") or (cost, profile))
+    monkeypatch.setattr(generate, "calibration", lambda adapter, s, **k: events.append("calibrate") or (cost, profile))
     warm, decode_ = generate.warm_up, generate.decode
     monkeypatch.setattr(generate, "warm_up", lambda *a: events.append("warm") or warm(*a))
     monkeypatch.setattr(generate, "decode", lambda *a, **k: events.append(("decode", k["cost"])) or decode_(*a, **k))
@@ -72,3 +73,20 @@ def test_the_command_line_calibrates_and_warms_up_every_method_before_it_times_a
     assert [r["method"] for r in rows] == ["ar", "sjd-vp"] and all(os.path.exists(r["path"]) for r in rows)
     assert rows[1]["stats"].auto_plans and set(rows[1]["stats"].auto_plans) <= {"8", "4"}
     assert "timed after a warm-up" in capsys.readouterr().out
+
+
+def test_the_command_line_shows_a_calibration_on_a_terminal_and_clears_it():
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+    screen = Terminal()
+    with generate.Measuring("sjd-vp", screen) as shown:
+        shown("pass cost", 3, 12)
+        shown("acceptance profile", 12, 12)
+    text = screen.getvalue()
+    assert "sjd-vp: measuring" in text and "pass cost 25%" in text and "acceptance profile 100%" in text
+    assert text.endswith("\r") and text.rsplit("\r", 2)[-2].strip() == ""          # the line is blanked at the end
+    quiet = io.StringIO()                                                       # not a terminal: nothing
+    with generate.Measuring("sjd-vp", quiet) as shown:
+        shown("pass cost", 1, 2)
+    assert quiet.getvalue() == ""

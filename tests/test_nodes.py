@@ -284,3 +284,40 @@ def test_placed_models_are_kept_out_of_comfyuis_memory_manager(pack, tmp_path):
     out = run(pack, placed)
     assert out.values[0].result.tokens.shape[1] == placed.adapter.layout.length
     assert not mm.loads and mm.frees and mm.frees[-1][1] == torch.device("cpu")
+
+
+def test_the_first_run_shows_its_measurement_and_an_interrupt_stops_it(pack, demo, monkeypatch, tmp_path):
+    """Before its first token, a speculative method's first run on a model measures the device (the report's
+    estimate, the automatic window): the node's bar shows that measurement, ComfyUI's interrupt stops it with
+    nothing cached, and the next run measures from the start and decodes."""
+    import sys
+    runtime, mm, d = pack["runtime"], pack["mm"], pack["drafting"]
+    monkeypatch.setenv("SJDVP_CACHE", str(tmp_path))
+    monkeypatch.setattr(sys.modules["comfy.utils"], "ProgressBar", RecordingBar)
+    said = []
+    monkeypatch.setattr(runtime, "say", said.append)
+
+    class Interrupted(Exception):
+        pass
+    calls = []
+
+    def interrupt():
+        calls.append(1)
+        if len(calls) == 20:
+            raise Interrupted
+    monkeypatch.setattr(mm, "throw_exception_if_processing_interrupted", interrupt)
+    window = d.JacobiWindow.execute(16, "random").values[0]              # fixed: the pass cost alone
+    drafter = d.DrafterSJD.execute(True).values[0]
+    RecordingBar.bars.clear()
+    with pytest.raises(Interrupted):
+        run(pack, demo, drafter, window)
+    assert not list(tmp_path.rglob("*.json")) and len(RecordingBar.bars) == 1
+    assert [v for v, _ in RecordingBar.bars[0].updates] == list(range(1, 20))
+    assert said == ["sjdvp: measuring the pass cost on this device, once per model, device and method (then cached)"]
+    monkeypatch.setattr(mm, "throw_exception_if_processing_interrupted", lambda: None)
+    RecordingBar.bars.clear()
+    tokens = run(pack, demo, drafter, window).values[0]
+    measured, decoded = RecordingBar.bars                                    # the measurement's bar, the decode's
+    assert measured.updates[-1][0] == measured.updates[-1][1] and decoded.total == demo.adapter.layout.length
+    assert said[-1].startswith("sjdvp: measured this device in") and len(list(tmp_path.rglob("*.json"))) == 1
+    assert tokens.result.stats.pass_cost is not None

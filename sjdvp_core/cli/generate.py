@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import sys
 import time
 
 import torch
@@ -59,7 +60,8 @@ def main(prompt: str, methods=("ar", "sjd-vp"), model: str = "demo", window: int
                                    compile=compile)
         t = time.perf_counter()
         auto_window = settings.window.auto and settings.window.size > 1
-        calibrated = calibration(adapter, settings) if auto_window else (None, None)
+        with Measuring(name) as shown:
+            calibrated = calibration(adapter, settings, progress=shown) if auto_window else (None, None)
         measuring = time.perf_counter() - t
         if measuring > 1.0:   # read from the cache it takes milliseconds
             print(f"{name}: measured this device's pass cost and the automatic window's acceptance in "
@@ -90,6 +92,29 @@ def main(prompt: str, methods=("ar", "sjd-vp"), model: str = "demo", window: int
     print("speed-up: wall-clock against the first method, each decode timed after a warm-up (calibration not "
           "included); tokens/pass: committed, scored/pass: fed to the model")
     return rows
+
+
+class Measuring:
+    """A calibration's progress (decode.MeasureFn) on a terminal: one line, rewritten in place and cleared when
+    it ends; nothing where stderr is not a terminal (logs, CI)."""
+
+    def __init__(self, name: str, stream=None):
+        self.name, self.stream, self.width = name, stream or sys.stderr, 0
+
+    def __call__(self, what: str, done: int, total: int) -> None:
+        if self.stream.isatty():
+            line = f"{self.name}: measuring this device for the automatic window: {what} {100 * done // total}%"
+            self.stream.write("\r" + line.ljust(self.width))
+            self.stream.flush()
+            self.width = len(line)
+
+    def __enter__(self) -> "Measuring":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.width:
+            self.stream.write("\r" + " " * self.width + "\r")
+            self.stream.flush()
 
 
 def chosen_sampling(adapter, cfg=None, top_k=None, top_p=None, temperature=None) -> SamplingSettings:

@@ -48,6 +48,10 @@ from .verify import Verifier, accept, accept_uniforms
 from .window import LocalLayout
 
 ProgressFn = Callable[[int, int, Tensor], None]
+MeasureFn = Callable[[str, int, int], None]
+"""Calibration progress: (what is measured, steps done, steps in all), after every iteration; it may raise to
+abort (then nothing is cached). The first automatic run on a model measures the device for seconds to a minute
+or more (a large model on a small card): a caller shows this, and lets the user stop it."""
 
 
 @dataclass
@@ -352,14 +356,17 @@ def decode(adapter: ModelAdapter, conditions: Sequence[Any] | Any, settings: Dec
 
 
 def calibration(adapter: ModelAdapter, settings: DecodeSettings, cost: PassCost | None = None,
-                profile: Profile | None = None) -> tuple[PassCost, Profile]:
-    """What an automatic window chooses by: the pass cost (pass_cost unless given) and the acceptance profile
-    of the plans that can win at that cost (acceptance_profile unless given, then `contenders`). Measured once
-    per model and device and cached; a caller that times decodes calls this first, so that the first
-    decode's time does not include it."""
-    cost = cost or pass_cost(adapter, settings)
-    return cost, contenders(profile or acceptance_profile(adapter, settings, auto_plans(adapter, settings, cost)),
-                            cost)
+                profile: Profile | None = None, progress: MeasureFn | None = None) -> tuple[PassCost, Profile | None]:
+    """What an automatic window chooses by and a report prices by: the pass cost (pass_cost unless given) and,
+    for an automatic window, the acceptance profile of the plans that can win at that cost (acceptance_profile
+    unless given, then `contenders`; None for a fixed window). Measured once per model and device and cached
+    (progress: MeasureFn); a caller that times decodes calls this first, so that the first decode's time does
+    not include it."""
+    cost = cost or pass_cost(adapter, settings, progress)
+    if not (settings.window.auto and settings.window.size > 1):
+        return cost, None
+    plans = auto_plans(adapter, settings, cost)
+    return cost, contenders(profile or acceptance_profile(adapter, settings, plans, progress), cost)
 
 
 def warm_up(adapter: ModelAdapter, settings: DecodeSettings, plans: Sequence[Plan] = (), iterations: int = 4) -> None:
@@ -376,18 +383,19 @@ def warm_up(adapter: ModelAdapter, settings: DecodeSettings, plans: Sequence[Pla
 
 
 def measure_cost(adapter: ModelAdapter, settings: DecodeSettings, grid: Sequence[int] = GRID,
-                 iterations: int = 30, rounds: int = 3) -> PassCost:
+                 iterations: int = 30, rounds: int = 3, progress: MeasureFn | None = None) -> PassCost:
     """t(k) on the adapter's device: the median wall time of real iterations (the forward and the engine's
     step) of decodes with these settings at a fixed window of k tokens, for every k of grid up to the
     settings' window, stopping past the widest window auto would allocate (auto.MOST_FACTOR x t(1)); the
     engine's share beside it. The k take turns in `rounds` rounds (two iterations to warm up in each), so a
     drift of the machine's speed moves every k alike, and the medians are fitted non-decreasing in k (a
     pass never costs less for scoring more; `monotone`): auto compares plans by these ratios, and one noisy
-    median below its neighbour would send it to that window. A few seconds."""
+    median below its neighbour would send it to that window. A few seconds; progress counts iterations."""
     ks = [k for k in grid if k <= settings.window.size] or [1]
     walls: dict[int, list[float]] = {k: [] for k in ks}
     shares: dict[int, list[float]] = {k: [] for k in ks}
     per_round = max(1, -(-iterations // rounds))
+    done = 0
     with torch.inference_mode():
         for r in range(rounds):
             for k in list(ks):
@@ -400,7 +408,9 @@ def measure_cost(adapter: ModelAdapter, settings: DecodeSettings, grid: Sequence
                     if timed >= 2:
                         walls[k].append(decoder.clock.now() - t)
                         shares[k].append(sum(loop.rec.times[1:]) - before)
-                    timed += 1
+                    timed, done = timed + 1, done + 1
+                    if progress is not None:
+                        progress("pass cost", done, len(ks) * rounds * (per_round + 2))
                 if r == 0 and statistics.median(walls[k]) > MOST_FACTOR * statistics.median(walls[ks[0]]):
                     ks = ks[:ks.index(k) + 1]
                     break
@@ -447,9 +457,9 @@ def _cache_key(adapter: ModelAdapter, settings: DecodeSettings) -> dict:
             "length": adapter.layout.length, "compile": settings.compile, "calibration": CALIBRATION}
 
 
-def pass_cost(adapter: ModelAdapter, settings: DecodeSettings) -> PassCost:
+def pass_cost(adapter: ModelAdapter, settings: DecodeSettings, progress: MeasureFn | None = None) -> PassCost:
     """measure_cost, cached on disk per (weights, device, dtype, torch version, rows, method, window, compile)."""
-    return cached(_cache_key(adapter, settings), PassCost, lambda: measure_cost(adapter, settings),
+    return cached(_cache_key(adapter, settings), PassCost, lambda: measure_cost(adapter, settings, progress=progress),
                   f"the pass cost of {settings.drafter.name}")
 
 
@@ -460,17 +470,17 @@ def auto_plans(adapter: ModelAdapter, settings: DecodeSettings, cost: PassCost) 
 
 
 def measure_profile(adapter: ModelAdapter, settings: DecodeSettings, plans: Sequence[Plan],
-                    samples: int = 4, span: int = 128) -> Profile:
+                    samples: int = 4, span: int = 128, progress: MeasureFn | None = None) -> Profile:
     """Committed tokens per pass per image with each plan: decodes of the adapter's example condition with
     these settings at that fixed plan (seeds 0 .. samples - 1), counted over span image tokens after the
     warm-up (auto.warmed; the same stretch for every plan, less where the image is shorter), as the decode
     counts its own; fitted non-decreasing in the window (Profile.fitted). About samples x plans x 50 passes;
-    cached by acceptance_profile."""
+    cached by acceptance_profile. progress counts the tokens the decodes have to commit."""
     start = warmed(adapter.layout.jacobi_span)
     stop = min(start + span, adapter.layout.jacobi_span[1])
     committed = []
     with torch.inference_mode():
-        for plan in plans:
+        for i, plan in enumerate(plans):
             won = passes = 0
             for seed in range(samples):
                 begun = None    # tokens committed when the counted stretch began
@@ -481,6 +491,9 @@ def measure_profile(adapter: ModelAdapter, settings: DecodeSettings, plans: Sequ
                         begun = sum(min(c, stop) for c in loop.n_host)
                     decoder.iterate(loop)
                     passes += begun is not None
+                    if progress is not None:
+                        progress("acceptance profile", (i * samples + seed) * stop + min(min(loop.n_host), stop),
+                                 len(plans) * samples * stop)
                 end = sum(min(c, stop) for c in loop.n_host)
                 won += (end - (end if begun is None else begun)) / settings.batch_size
             committed.append(max(1.0, won / max(passes, 1)))
@@ -488,13 +501,14 @@ def measure_profile(adapter: ModelAdapter, settings: DecodeSettings, plans: Sequ
                    f"measured on the example image, {samples} seeds, tokens {start}-{stop}").fitted()
 
 
-def acceptance_profile(adapter: ModelAdapter, settings: DecodeSettings, plans: Sequence[Plan]) -> Profile:
+def acceptance_profile(adapter: ModelAdapter, settings: DecodeSettings, plans: Sequence[Plan],
+                       progress: MeasureFn | None = None) -> Profile:
     """measure_profile, cached on disk per (weights, sampling, drafter, rows, plans): steps, not seconds, so
     it holds on any device, compiled or not."""
     key = _cache_key(adapter, settings) | {"sampling": repr(settings.sampling), "drafter": repr(settings.drafter),
                                            "plans": [p.to_json() for p in plans], "kind": "profile"}
     del key["device"], key["compile"]
-    return cached(key, Profile, lambda: measure_profile(adapter, settings, plans),
+    return cached(key, Profile, lambda: measure_profile(adapter, settings, plans, progress=progress),
                   f"the acceptance of {len(plans)} windows and trees for the automatic window")
 
 

@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -52,6 +53,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def binary_message(raw: bytes) -> dict:
+    """ComfyUI's binary websocket frames: a 4-byte event type, then an image preview or (type 3) a line of text
+    for a node (its node id's length, the id, the text)."""
+    if struct.unpack(">I", raw[:4])[0] == 3:
+        n = struct.unpack(">I", raw[4:8])[0]
+        return {"type": "progress_text", "node": raw[8:8 + n].decode(), "text": raw[8 + n:].decode()}
+    return {"type": "binary_preview", "size": len(raw)}
+
+
 class ComfyServer:
     def __init__(self, workdir: str, python: str = sys.executable, args: tuple[str, ...] = ()):
         self.workdir, self.python, self.args = workdir, python, list(args)
@@ -74,7 +84,9 @@ class ComfyServer:
             f.write(f"sjdvp_test:\n    base_path: {self.workdir}\n    custom_nodes: custom_nodes\n"
                     f"    sjdvp: models/sjdvp\n    vae: models/vae\n")
         # offline: a workflow naming a model that is not there must never reach out to the hub from a test
-        env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"), HF_HUB_OFFLINE="1")
+        # and its own calibration cache: a server's first run of a method measures, as a user's first run does
+        env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"), HF_HUB_OFFLINE="1",
+                   SJDVP_CACHE=os.path.join(self.workdir, "cache"))
         self.log = open(os.path.join(self.workdir, "server.log"), "w")
         self.proc = subprocess.Popen(
             [self.python, "main.py", "--cpu", "--listen", "127.0.0.1", "--port", str(self.port),
@@ -144,7 +156,7 @@ class ComfyServer:
             while time.time() < deadline:
                 raw = ws.recv()
                 if not isinstance(raw, str):
-                    messages.append({"type": "binary_preview", "size": len(raw)})
+                    messages.append(binary_message(raw))
                     continue
                 msg = json.loads(raw)
                 messages.append(msg)
