@@ -59,8 +59,8 @@ def test_demo_images_are_rgb_64px_and_match_their_prompts(demo):
 
 def test_the_command_line_calibrates_and_warms_up_every_method_before_it_times_any(tmp_path, monkeypatch, capsys):
     """`make demo`'s command: an automatic window's calibration and each method's warm-up run before the first
-    timed decode (no method pays the process's one-time costs), and the auto decode chooses by that
-    calibration."""
+    timed decode (no method pays the process's one-time costs), the timed decodes take turns (the report gives
+    each method's median), and the auto decode chooses by that calibration."""
     events = []
     cost = PassCost((1, 16), (1.0, 1.5), "synthetic")
     profile = auto.Profile((auto.Plan(8), auto.Plan(4)), (2.5, 1.8), "synthetic")
@@ -69,10 +69,12 @@ def test_the_command_line_calibrates_and_warms_up_every_method_before_it_times_a
     monkeypatch.setattr(generate, "warm_up", lambda *a: events.append("warm") or warm(*a))
     monkeypatch.setattr(generate, "decode", lambda *a, **k: events.append(("decode", k["cost"])) or decode_(*a, **k))
     rows = generate.main("a red circle on grass", methods=("ar", "sjd-vp"), window="auto:8", out=str(tmp_path))
-    assert events == ["warm", "calibrate", "warm", ("decode", None), ("decode", cost)]
+    assert events == ["warm", "calibrate", "warm"] + [("decode", None), ("decode", cost)] * 3   # taking turns
     assert [r["method"] for r in rows] == ["ar", "sjd-vp"] and all(os.path.exists(r["path"]) for r in rows)
     assert rows[1]["stats"].auto_plans and set(rows[1]["stats"].auto_plans) <= {"8", "4"}
-    assert "timed after a warm-up" in capsys.readouterr().out
+    assert "the median of 3 decodes, methods taking turns, after a warm-up" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="repeats=0"):
+        generate.main("a red circle on grass", methods=("ar",), out=str(tmp_path), repeats=0)
 
 
 def test_the_command_line_shows_a_calibration_on_a_terminal_and_clears_it():

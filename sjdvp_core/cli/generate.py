@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import statistics
 import sys
 import time
 
@@ -47,7 +48,9 @@ def main(prompt: str, methods=("ar", "sjd-vp"), model: str = "demo", window: int
          coupled: bool = DrafterSettings().coupled, width: int = KEEP_SIZE, height: int = KEEP_SIZE,
          tree_width: int = TreeSettings().width, tree_depth: int = TreeSettings().depth,
          tree_branch: int = TreeSettings().branch, precision: str = "auto", placement: str | None = None,
-         auto_tree: bool = True, compile: bool = False) -> list[dict]:
+         auto_tree: bool = True, compile: bool = False, repeats: int = 3) -> list[dict]:
+    if repeats < 1:
+        raise ValueError(f"repeats={repeats}: time each method at least once")
     size, auto = window_arg(window) if isinstance(window, str) else (window, False)
     adapter = at_size(load_model(model, device=device, precision=precision, placement=placement), width, height)
     sampling = chosen_sampling(adapter, cfg, top_k, top_p, temperature)
@@ -68,10 +71,14 @@ def main(prompt: str, methods=("ar", "sjd-vp"), model: str = "demo", window: int
                   f"{measuring:.1f} s (once per model and device; cached)")
         warm_up(adapter, settings, calibrated[1].plans if calibrated[1] is not None else ())
         chosen[name] = settings, calibrated
-    for name, (settings, (cost, profile)) in chosen.items():
-        t = time.perf_counter()
-        result = decode(adapter, prompt, settings, cost=cost, profile=profile)
-        decode_s = time.perf_counter() - t
+    seconds, results = {name: [] for name in chosen}, {}
+    for _ in range(repeats):   # the methods take turns: a drift of the machine's speed moves each alike
+        for name, (settings, (cost, profile)) in chosen.items():
+            t = time.perf_counter()
+            results[name] = decode(adapter, prompt, settings, cost=cost, profile=profile)   # the same each time
+            seconds[name].append(time.perf_counter() - t)
+    for name, result in results.items():
+        decode_s = statistics.median(seconds[name])
         image = adapter.decode_image(result.codes)[0]
         path = os.path.join(out, f"{name}_seed{seed}.png")
         save_png(image, path)
@@ -89,8 +96,9 @@ def main(prompt: str, methods=("ar", "sjd-vp"), model: str = "demo", window: int
         print(f"{r['method']:<12}{r['nfe']:>16}{base['nfe'] / r['nfe']:>17.2f}x{r['accepted']:>13.2f}"
               f"{r['scored']:>13.1f}{r['acceptance']:>12.3f}{r['seconds']:>10.2f}"
               f"{base['seconds'] / r['seconds']:>9.2f}x  {r['path']}")
-    print("speed-up: wall-clock against the first method, each decode timed after a warm-up (calibration not "
-          "included); tokens/pass: committed, scored/pass: fed to the model")
+    timed = f"the median of {repeats} decodes, methods taking turns" if repeats > 1 else "one decode"
+    print(f"speed-up: wall-clock against the first method, {timed}, after a warm-up (calibration not included); "
+          "tokens/pass: committed, scored/pass: fed to the model")
     return rows
 
 
@@ -131,6 +139,9 @@ def parser() -> argparse.ArgumentParser:
                     help="decoding methods, the first is the baseline of the speed-up columns")
     ap.add_argument("--seed", type=int, default=DecodeSettings().seed)
     ap.add_argument("--out", default="out", help="folder for the PNGs")
+    ap.add_argument("--repeats", type=int, default=3,
+                    help="timed decodes per method, the methods taking turns; the report gives the median (a "
+                         "decode's time drifts from run to run with the machine's load)")
     decoding_arguments(ap)
     return ap
 
