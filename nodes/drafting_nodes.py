@@ -61,7 +61,7 @@ class JacobiWindow(io.ComfyNode):
                 io.Boolean.Input("window_auto", default=True, optional=True,
                                  tooltip="Choose the tokens per pass (up to window) that commit the most tokens per "
                                          "second on this device: its pass cost and the model's acceptance are "
-                                         "measured once (15-21 s for the demo on a 2-core CPU, longer for large "
+                                         "measured once (11-21 s for the demo on a 2-core CPU, longer for large "
                                          "models; then cached) and this run's "
                                          "acceptance decides. Exact. The same seed "
                                          "gives the same image on the same device; for the same image on any "
