@@ -96,9 +96,9 @@ class SpeculativeDecode(io.ComfyNode):
         settings = decode_settings(drafter, window, chosen, seed % 2**63, batch_size, compile)
         runtime.prepare(model, decode_bytes(adapter, settings, prompt, negative_prompt or None))
         progress, measuring = runtime.Progress(adapter), runtime.Measuring()
-        try:   # the device's pass cost (measured once per model, device and method, then cached): auto chooses
+        try:   # what auto chooses by and the report prices by: measured on a first run (its own bar), then cached
             cost, profile = (None, None) if drafter is None else calibration(adapter, settings, progress=measuring)
-            measuring.finish()                                                  # by it, the report prices by it
+            measuring.finish()
             result = decode(adapter, prompt, settings, negatives=negative_prompt or None, progress=progress,
                             cost=cost, profile=profile)
         except runtime.OOM as e:

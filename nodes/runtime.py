@@ -203,7 +203,7 @@ class Measuring:
             self.pbar, self.started = comfy.utils.ProgressBar(total), time.monotonic()
         if what != self.what:
             self.what = what
-            say(f"sjdvp: measuring the {what} on this device, once per model, device and method (then cached)")
+            say(f"sjdvp: measuring the {what} on this model and device (a first run; kept for later runs)")
         self.pbar.update_absolute(done, total)
 
     def finish(self) -> None:

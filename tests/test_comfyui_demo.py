@@ -73,7 +73,7 @@ def test_a_first_automatic_run_shows_its_measurement(server, object_info):
     history, messages = server.run(prompt)
     assert history["status"]["status_str"] == "success", history["status"]
     said = [m["text"] for m in messages if m["type"] == "progress_text" and m["node"] == decode]
-    assert [t.split(" on this device")[0] for t in said[:2]] == ["sjdvp: measuring the pass cost",
+    assert [t.split(" on this model")[0] for t in said[:2]] == ["sjdvp: measuring the pass cost",
                                                                "sjdvp: measuring the acceptance profile"]
     assert said[-1].startswith("sjdvp: measured this device in")
     bar = [m["data"] for m in messages if m["type"] == "progress" and m["data"]["node"] == decode]

@@ -313,7 +313,7 @@ def test_the_first_run_shows_its_measurement_and_an_interrupt_stops_it(pack, dem
         run(pack, demo, drafter, window)
     assert not list(tmp_path.rglob("*.json")) and len(RecordingBar.bars) == 1
     assert [v for v, _ in RecordingBar.bars[0].updates] == list(range(1, 20))
-    assert said == ["sjdvp: measuring the pass cost on this device, once per model, device and method (then cached)"]
+    assert said == ["sjdvp: measuring the pass cost on this model and device (a first run; kept for later runs)"]
     monkeypatch.setattr(mm, "throw_exception_if_processing_interrupted", lambda: None)
     RecordingBar.bars.clear()
     tokens = run(pack, demo, drafter, window).values[0]
