@@ -6,7 +6,7 @@ import torch
 
 from sjdvp_core import DecodeSettings, DrafterSettings, SamplingSettings, VPSettings, WindowSettings, decode
 from sjdvp_core.engine import auto
-from sjdvp_core.engine.cost import DEVICES, SHAPES, PassCost, load_cached, monotone, roofline
+from sjdvp_core.engine.cost import DEVICES, GRID, SHAPES, PassCost, load_cached, monotone, roofline
 from sjdvp_core.engine.decode import acceptance_profile, calibration, measure_cost, pass_cost
 from sjdvp_core.engine.drafting import Drafter
 from sjdvp_core.engine.settings import TreeSettings, method_settings
@@ -28,6 +28,7 @@ def test_roofline_knees_follow_the_devices():
     4090, where the same pass crosses into compute sooner."""
     h200, rtx = roofline("Lumina-mGPT 7B", "H200"), roofline("Lumina-mGPT 7B", "RTX 4090")
     assert h200.relative(32) < 1.02 and rtx.relative(32) < 1.02
+    assert h200.relative(89) < 1.02 < roofline("Lumina-mGPT 7B", "H200", grid=GRID).relative(89)   # no chord
     assert 1.0 < h200.relative(128) < rtx.relative(128)
     assert roofline("LlamaGen-XL", "H200").relative(128) > h200.relative(128)   # a small model is sooner compute-bound
     assert all(d.source and d.bandwidth > 0 and d.flops > 0 for d in DEVICES.values())
