@@ -191,8 +191,8 @@ class Measuring:
     """A calibration's progress (the engine's decode.MeasureFn) -> ComfyUI's bar and a line of text on the node;
     ComfyUI's interrupt stops it (nothing is cached). The first run of a speculative method on a model measures
     the device (and, for an automatic window, how many drafts each window wins) before its first token: seconds
-    on the demo, a minute or more for a large model on a small card, which the node says rather than sitting
-    at 0%."""
+    on the demo, about a thousand of its passes for a large model on a GPU, which the node says rather than
+    sitting at 0%."""
 
     def __init__(self):
         self.pbar, self.what, self.started = None, None, None
