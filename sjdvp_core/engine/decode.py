@@ -128,7 +128,7 @@ class JacobiDecoder:
     def targets(self, logits: Tensor, at: Tensor) -> Tensor:
         """Model logits [R, N, V_model] predicting positions at [B, N] -> p [B, N, V]."""
         s, local = self.s.sampling, self.local
-        mixed = cfg_mix(logits.index_select(-1, local.vocab), s.cfg_scale, s.uses_cfg)
+        mixed = cfg_mix(local.local_logits(logits), s.cfg_scale, s.uses_cfg)
         return target_probs(mixed, local.mask_at(at.clamp(max=local.length + self.W)), s)
 
     def rows(self, t: Tensor) -> Tensor:

@@ -59,7 +59,8 @@ def process_logits(logits: Tensor, mask: Tensor, s: SamplingSettings) -> Tensor:
     logits = logits + mask
     if s.greedy:
         return logits
-    logits = logits / s.temperature
+    if s.temperature != 1.0:
+        logits = logits / s.temperature
     return top_p_filter(top_k_filter(logits, s.top_k), s.top_p)
 
 

@@ -196,6 +196,8 @@ def accept(x: Tensor, q: Tensor, p: Tensor, limit: Tensor, verifier: Verifier, u
     rejection, else from p after the accepted prefix: together the committed tokens are distributed
     exactly as under p."""
     d = x.shape[1]
+    if d == 0:   # no drafts (AR): the next token is a draw from p, without the verification's ops around it
+        return torch.zeros_like(limit), draw(p[:, 0], u_next), torch.zeros_like(u, dtype=torch.bool)
     accepted = (u < verifier.accept_prob(p[:, :d], q, x)) & (torch.arange(d, device=x.device) < limit[:, None])
     k = first_rejection(accepted)
     pk = gather_slot(p, k)

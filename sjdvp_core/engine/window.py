@@ -65,6 +65,9 @@ class LocalLayout:
         self.layout, self.length = layout, layout.length
         self.vocab = torch.cat([layout.image_tokens, layout.special_tokens]).to(device)   # local id -> vocabulary id
         self.num_image, self.size = layout.image_tokens.numel(), self.vocab.numel()
+        first = int(self.vocab[0])
+        # local ids that are one run of model ids (LlamaGen's, Janus's): the logits' columns are a view
+        self.run = first if torch.equal(self.vocab.cpu(), torch.arange(first, first + self.size)) else None
         self.span = layout.jacobi_span
         self.grid = layout.grid.to(device)
         L = self.length
@@ -87,6 +90,13 @@ class LocalLayout:
         self.free_end = L
         while self.free_end > self.span[1] and forced[self.free_end - 1] >= 0:
             self.free_end -= 1
+
+    def local_logits(self, logits: Tensor) -> Tensor:
+        """Model logits [..., V_model] -> [..., size], in local order: a slice (no copy) where the local
+        vocabulary is one run of model ids, else a gather of its columns."""
+        if self.run is not None:
+            return logits[..., self.run:self.run + self.size]
+        return logits.index_select(-1, self.vocab)
 
     def forced_at(self, positions: Tensor) -> Tensor:
         return self.forced[positions]
