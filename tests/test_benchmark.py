@@ -32,3 +32,22 @@ def test_sharded_run_matches_one_process(tmp_path):
     assert "| sjd-vp | 4 | coupled | chain |" in (tmp_path / "two.md").read_text()
     assert "| sjd-vp | 4 | coupled | 3x1 |" in (tmp_path / "two.md").read_text()
     assert (tmp_path / "two_step_compression.png").stat().st_size > 1000
+
+
+def test_plain_ar_loop_is_the_same_model_run(monkeypatch):
+    """benchmarks.ar_baseline's plain loop feeds the demo as the engine does: with its draw made greedy it
+    gives the engine's greedy AR image, token for token."""
+    from dataclasses import replace
+
+    import torch
+
+    from benchmarks import ar_baseline
+    from sjdvp_core.demo import load_demo
+    from sjdvp_core.engine.decode import decode
+    from sjdvp_core.engine.settings import method_settings
+
+    adapter = load_demo()
+    greedy = method_settings("ar", 1, replace(adapter.default_sampling, greedy=True))
+    engine = decode(adapter, "a red circle on grass", greedy).tokens
+    monkeypatch.setattr(torch, "multinomial", lambda probs, n, generator=None: probs.argmax(-1, keepdim=True))
+    assert torch.equal(ar_baseline.plain_ar(adapter, "a red circle on grass", 0), engine)
