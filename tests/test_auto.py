@@ -1,5 +1,6 @@
 """The automatic window and the pass cost it chooses by (engine/auto.py, engine/cost.py)."""
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -91,6 +92,12 @@ def test_the_profile_is_measured_on_the_example_and_cached(tmp_path, monkeypatch
         assert acceptance_profile(toy, settings, plans) == profile          # read back, not remeasured
     assert "measuring" not in caplog.text
     assert len(list(tmp_path.rglob("*.json"))) == 1
+    # another CFG scale or temperature reads the same profile; greedy decoding (another kind of acceptance) does not
+    other = replace(settings, sampling=replace(settings.sampling, cfg_scale=4.5, temperature=0.8))
+    assert acceptance_profile(toy, other, plans) == profile
+    assert len(list(tmp_path.rglob("*.json"))) == 1
+    acceptance_profile(toy, replace(settings, sampling=replace(settings.sampling, greedy=True)), plans)
+    assert len(list(tmp_path.rglob("*.json"))) == 2
 
 
 def test_measured_cost_is_cached_per_model_and_device(tmp_path, monkeypatch):

@@ -504,9 +504,12 @@ def measure_profile(adapter: ModelAdapter, settings: DecodeSettings, plans: Sequ
 
 def acceptance_profile(adapter: ModelAdapter, settings: DecodeSettings, plans: Sequence[Plan],
                        progress: MeasureFn | None = None) -> Profile:
-    """measure_profile, cached on disk per (weights, sampling, drafter, rows, plans): steps, not seconds, so
-    it holds on any device, compiled or not."""
-    key = _cache_key(adapter, settings) | {"sampling": repr(settings.sampling), "drafter": repr(settings.drafter),
+    """measure_profile, cached on disk per (weights, drafter, rows, plans, greedy or sampled): steps, not seconds,
+    so it holds on any device, compiled or not. Not per CFG scale, temperature, top-k or top-p: a profile measured
+    at one of them serves the others (each decode scales it to its own acceptance, g), and a new value would
+    otherwise mean another measurement. Priced on this CPU, an H200 and an RTX 4090, the default sampling's profile
+    chose as well as or better than each setting's own (benchmarks/results/profile_reuse.md)."""
+    key = _cache_key(adapter, settings) | {"greedy": settings.sampling.greedy, "drafter": repr(settings.drafter),
                                            "plans": [p.to_json() for p in plans], "kind": "profile"}
     del key["device"], key["compile"]
     return cached(key, Profile, lambda: measure_profile(adapter, settings, plans, progress=progress),
