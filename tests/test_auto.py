@@ -119,6 +119,32 @@ def test_measuring_stops_past_the_widest_window_auto_allocates():
     assert list(cost.seconds) == sorted(cost.seconds)          # a wider pass never measures cheaper
 
 
+def test_a_slow_stretch_does_not_cut_the_measured_grid(monkeypatch):
+    """Round one stops at the first window costing more than MOST_FACTOR x t(1), but only once t(1) and that
+    window timed again agree: here window 4's first timing falls in a stretch where everything is 5x slower."""
+    import time
+
+    from sjdvp_core.engine.decode import JacobiDecoder
+    iterate, slow = JacobiDecoder.iterate, {"left": 5}    # one timing of window 4: 2 warm-up + 3 timed
+
+    def paced(self, loop):   # 20 ms + 2 ms per token scored (the toy's own time is far less): t(24) = 3.1 t(1)
+        iterate(self, loop)
+        stretch = self.W == 4 and slow["left"] > 0
+        slow["left"] -= stretch
+        time.sleep((20e-3 + 2e-3 * self.W) * (5 if stretch else 1))
+    monkeypatch.setattr(JacobiDecoder, "iterate", paced)
+    toy = ToyGridAdapter(height=8, width=8, levels=4)
+    cost = measure_cost(toy, method_settings("sjd", 32, toy.default_sampling), iterations=9)
+    assert slow["left"] == 0 and cost.tokens[-1] == 24      # timed past 4, up to the first window beyond 3 x t(1)
+    assert 2 < cost.relative(16) < auto.MOST_FACTOR and cost.relative(4) < 2       # 52 / 22 and 28 / 22 paced
+
+
+def test_auto_never_picks_a_window_past_the_measured_cost():
+    flat = PassCost((1, 2, 4), (1.0, 1.2, 1.21), "a grid cut short at 4 tokens")
+    assert flat.relative(128) < auto.MOST_FACTOR            # the line past 4 would price 128 cheap
+    assert auto.most_tokens(flat, 128) == 4 and auto.most_tokens(RISING, 64) == RISING.largest_within(3.0, 16)
+
+
 def test_a_noisy_measurement_is_fitted_non_decreasing():
     # a median below its neighbour (t(24) < t(16), as this CPU once measured) pools with it
     assert monotone([1.0, 2.0, 2.6, 2.2, 3.0]) == pytest.approx([1.0, 2.0, 2.4, 2.4, 3.0])

@@ -59,8 +59,9 @@ def warmed(span: tuple[int, int]) -> int:
 
 def most_tokens(cost: PassCost, cap: int) -> int:
     """The largest window auto may pick (its state is allocated at this size): a pass costing more than
-    MOST_FACTOR x t(1) needs more than that many tokens per pass to pay; the demo commits at most about 4."""
-    return max(2, cost.largest_within(MOST_FACTOR, cap)) if cap > 1 else 1
+    MOST_FACTOR x t(1) needs more than that many tokens per pass to pay; the demo commits at most about 4. Never
+    past the cost's last point: what it says beyond is a straight line from its last two points, not a price."""
+    return max(2, cost.largest_within(MOST_FACTOR, min(cap, cost.tokens[-1]))) if cap > 1 else 1
 
 
 @dataclass(frozen=True)

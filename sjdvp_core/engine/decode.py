@@ -387,34 +387,49 @@ def measure_cost(adapter: ModelAdapter, settings: DecodeSettings, grid: Sequence
                  iterations: int = 30, rounds: int = 3, progress: MeasureFn | None = None) -> PassCost:
     """t(k) on the adapter's device: the median wall time of real iterations (the forward and the engine's
     step) of decodes with these settings at a fixed window of k tokens, for every k of grid up to the
-    settings' window, stopping past the widest window auto would allocate (auto.MOST_FACTOR x t(1)); the
-    engine's share beside it. The k take turns in `rounds` rounds (two iterations to warm up in each), so a
-    drift of the machine's speed moves every k alike, and the medians are fitted non-decreasing in k (a
-    pass never costs less for scoring more; `monotone`): auto compares plans by these ratios, and one noisy
-    median below its neighbour would send it to that window. A few seconds; progress counts iterations."""
-    ks = [k for k in grid if k <= settings.window.size] or [1]
+    settings' window and that window itself, stopping past the widest window auto would allocate
+    (auto.MOST_FACTOR x t(1), confirmed by timing t(1) and t(k) again); the engine's share beside it. The k
+    take turns in `rounds` rounds (two iterations to warm up in each), so a drift of the machine's speed moves
+    every k alike, and the medians are fitted non-decreasing in k (a pass never costs less for scoring more;
+    `monotone`): auto compares plans by these ratios, and one noisy median below its neighbour would send it to
+    that window. A few seconds; progress counts iterations."""
+    ks = sorted({k for k in grid if k <= settings.window.size} | {1, settings.window.size})   # up to the cap itself
     walls: dict[int, list[float]] = {k: [] for k in ks}
     shares: dict[int, list[float]] = {k: [] for k in ks}
     per_round = max(1, -(-iterations // rounds))
-    done = 0
+    done, extra = 0, 0
+
+    def measure(k: int) -> float:
+        """per_round timed iterations at window k (after two to warm up) -> their median, kept in walls[k]."""
+        nonlocal done
+        timed, these = 0, []
+        for decoder, loop in _fixed_decodes(adapter, settings, Plan(k), itertools.count(), timing=True):
+            if timed == per_round + 2:
+                break
+            before, t = sum(loop.rec.times[1:]), decoder.clock.now()
+            decoder.iterate(loop)
+            if timed >= 2:
+                these.append(decoder.clock.now() - t)
+                shares[k].append(sum(loop.rec.times[1:]) - before)
+            timed, done = timed + 1, done + 1
+            if progress is not None:
+                progress("pass cost", done, (len(ks) * rounds + extra) * (per_round + 2))
+        walls[k] += these
+        return statistics.median(these)
+
     with torch.inference_mode():
         for r in range(rounds):
             for k in list(ks):
-                timed = 0
-                for decoder, loop in _fixed_decodes(adapter, settings, Plan(k), itertools.count(), timing=True):
-                    if timed == per_round + 2:
-                        break
-                    before, t = sum(loop.rec.times[1:]), decoder.clock.now()
-                    decoder.iterate(loop)
-                    if timed >= 2:
-                        walls[k].append(decoder.clock.now() - t)
-                        shares[k].append(sum(loop.rec.times[1:]) - before)
-                    timed, done = timed + 1, done + 1
-                    if progress is not None:
-                        progress("pass cost", done, len(ks) * rounds * (per_round + 2))
+                measure(k)
                 if r == 0 and statistics.median(walls[k]) > MOST_FACTOR * statistics.median(walls[ks[0]]):
-                    ks = ks[:ks.index(k) + 1]
-                    break
+                    # confirmed against t(1) timed again beside it before the grid is cut for good: the machine's
+                    # speed drifts (a slow stretch once cut a CPU's grid at 4 tokens, and auto then priced wider
+                    # windows from the flat segment before them)
+                    extra += 2
+                    one = measure(ks[0])
+                    if measure(k) > MOST_FACTOR * one:
+                        ks = ks[:ks.index(k) + 1]
+                        break
     seconds = monotone([max(statistics.median(walls[k]), 1e-9) for k in ks])
     ks = ks[:next((i + 1 for i, t in enumerate(seconds) if t > MOST_FACTOR * seconds[0]), len(ks))]
     return PassCost(tuple(ks), tuple(seconds[:len(ks)]), f"measured on {device_name(adapter.device)}",
@@ -446,7 +461,7 @@ def _fixed(settings: DecodeSettings, plan: Plan) -> DecodeSettings:
                                             auto_tree=False))
 
 
-CALIBRATION = 3   # how calibrations are measured: a change re-measures what older versions cached
+CALIBRATION = 4   # how calibrations are measured: a change re-measures what older versions cached
 
 
 def _cache_key(adapter: ModelAdapter, settings: DecodeSettings) -> dict:
