@@ -1,5 +1,6 @@
 """The automatic window and the pass cost it chooses by (engine/auto.py, engine/cost.py)."""
 import json
+import time
 from dataclasses import replace
 
 import pytest
@@ -8,7 +9,7 @@ import torch
 from sjdvp_core import DecodeSettings, DrafterSettings, SamplingSettings, VPSettings, WindowSettings, decode
 from sjdvp_core.engine import auto
 from sjdvp_core.engine.cost import DEVICES, GRID, SHAPES, PassCost, load_cached, monotone, roofline
-from sjdvp_core.engine.decode import acceptance_profile, calibration, measure_cost, pass_cost
+from sjdvp_core.engine.decode import JacobiDecoder, acceptance_profile, calibration, measure_cost, pass_cost
 from sjdvp_core.engine.drafting import Drafter
 from sjdvp_core.engine.settings import TreeSettings, method_settings
 from sjdvp_core.models.toy import ToyGridAdapter
@@ -122,9 +123,6 @@ def test_measuring_stops_past_the_widest_window_auto_allocates():
 def test_a_slow_stretch_does_not_cut_the_measured_grid(monkeypatch):
     """Round one stops at the first window costing more than MOST_FACTOR x t(1), but only once t(1) and that
     window timed again agree: here window 4's first timing falls in a stretch where everything is 5x slower."""
-    import time
-
-    from sjdvp_core.engine.decode import JacobiDecoder
     iterate, slow = JacobiDecoder.iterate, {"left": 5}    # one timing of window 4: 2 warm-up + 3 timed
 
     def paced(self, loop):   # 20 ms + 2 ms per token scored (the toy's own time is far less): t(24) = 3.1 t(1)
@@ -142,7 +140,8 @@ def test_a_slow_stretch_does_not_cut_the_measured_grid(monkeypatch):
 def test_auto_never_picks_a_window_past_the_measured_cost():
     flat = PassCost((1, 2, 4), (1.0, 1.2, 1.21), "a grid cut short at 4 tokens")
     assert flat.relative(128) < auto.MOST_FACTOR            # the line past 4 would price 128 cheap
-    assert auto.most_tokens(flat, 128) == 4 and auto.most_tokens(RISING, 64) == RISING.largest_within(3.0, 16)
+    assert auto.most_tokens(flat, 128) == 4
+    assert auto.most_tokens(RISING, 64) == RISING.largest_within(auto.MOST_FACTOR, 16)   # RISING ends at 16
 
 
 def test_a_noisy_measurement_is_fitted_non_decreasing():

@@ -4,6 +4,14 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
+
+import torch
+
+from benchmarks import ar_baseline
+from sjdvp_core.demo import load_demo
+from sjdvp_core.engine.decode import decode
+from sjdvp_core.engine.settings import method_settings
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ARGS = ["--model", "toy", "--windows", "4", "--seeds", "2", "--prompts", "2", "--methods", "ar", "sjd", "sjd-vp",
@@ -37,15 +45,6 @@ def test_sharded_run_matches_one_process(tmp_path):
 def test_plain_ar_loop_is_the_same_model_run(monkeypatch):
     """benchmarks.ar_baseline's plain loop feeds the demo as the engine does: with its draw made greedy it
     gives the engine's greedy AR image, token for token."""
-    from dataclasses import replace
-
-    import torch
-
-    from benchmarks import ar_baseline
-    from sjdvp_core.demo import load_demo
-    from sjdvp_core.engine.decode import decode
-    from sjdvp_core.engine.settings import method_settings
-
     adapter = load_demo()
     greedy = method_settings("ar", 1, replace(adapter.default_sampling, greedy=True))
     engine = decode(adapter, "a red circle on grass", greedy).tokens
