@@ -117,6 +117,24 @@ def test_window_cache_matches_full_recompute(files):
         n = n + torch.tensor(acc) + 1
 
 
+@torch.inference_mode()
+def test_attention_cut_to_the_written_slots_equals_the_whole_cache(files, monkeypatch):
+    """On the CPU attention reads the cache only up to the last slot a forward writes (LlamaGenGPT.keys); with
+    junk in every slot past it, the logits are those of attention over the whole cache."""
+    ad = adapter(files)
+    gpt = ad.gpt
+    ad.start([1, 2], None, False)
+    for cache in gpt.caches():
+        cache.k.normal_(), cache.v.normal_()
+    tokens = torch.randint(0, 64, (2, 4), generator=torch.Generator().manual_seed(0))
+    positions = torch.tensor([[3, 4, 5, 6], [8, 9, 10, 11]])
+    assert gpt.keys(positions) == 12 < gpt.cache_len
+    cut = ad.forward(tokens, positions)
+    monkeypatch.setattr(LlamaGenGPT, "keys", lambda self, slots: self.cache_len)
+    assert torch.allclose(cut, ad.forward(tokens, positions), atol=1e-5)
+    ad.finish()
+
+
 def test_tree_forward_equals_its_chains(files):
     assert_tree_matches_chains(adapter(files), [1, 2, 3], True, w=6, tree=TreeSettings(width=4, depth=3))
 

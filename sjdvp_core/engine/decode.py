@@ -461,7 +461,7 @@ def _fixed(settings: DecodeSettings, plan: Plan) -> DecodeSettings:
                                             auto_tree=False))
 
 
-CALIBRATION = 4   # how calibrations are measured: a change re-measures what older versions cached
+CALIBRATION = 5   # how calibrations are measured: a change re-measures what older versions cached
 
 
 def _cache_key(adapter: ModelAdapter, settings: DecodeSettings) -> dict:
