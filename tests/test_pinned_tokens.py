@@ -57,7 +57,7 @@ PINS = {
     ('demo', 'sjd-vp+1', True): (136, '84cfcab99a6e2a21'),
     ('demo', 'sjd-vp-1', False): (136, '3de4847c6dfa31fc'),
     ('demo', 'sjd-vp-1', True): (107, 'c8d0ad2ba6961728'),
-    ('demo', 'sjd-vp-auto', False): (125, '6a21a0cedf483bd1'),
+    ('demo', 'sjd-vp-auto', False): (125, '7f657267f8e54a15'),
     ('demo', 'sjd-vp-auto', True): (108, '60b8680e0c4a3bc8'),
     ('demo', 'lantern', False): (97, '2c2da84a5fb0a4c1'),
     ('demo', 'lantern', True): (95, '598528fa1390ef33'),
