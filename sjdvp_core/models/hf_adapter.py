@@ -26,7 +26,16 @@ from transformers.cache_utils import Cache
 
 from ..engine.adapter import ModelAdapter, TokenLayout, weights_device
 from .checkpoint import CheckpointError
-from .kv_cache import ForwardShape, StaticKVCache, TreeBranches, forward_bytes, kv_bytes, tree_mask, window_mask
+from .kv_cache import (
+    ForwardShape,
+    StaticKVCache,
+    TreeBranches,
+    additive_mask,
+    forward_bytes,
+    kv_bytes,
+    tree_mask,
+    window_mask,
+)
 from .optional import require
 from .quantize import adopt_stored, stored_quantisation
 
@@ -270,7 +279,7 @@ class HFAdapter(ModelAdapter):
         S = self.cache.max_len
         if mask is None:
             mask = window_mask(slots, S, self.key_valid)                                   # [R, 1, W, S]
-        additive = torch.zeros(mask.shape, dtype=x.dtype, device=x.device).masked_fill(~mask, torch.finfo(x.dtype).min)
+        additive = additive_mask(mask.to(x.device), x.dtype)
         self.cache.slots = slots
         out = self.lm(inputs_embeds=x, attention_mask=additive, position_ids=position_ids, use_cache=True,
                       **{self._cache_arg: self.cache})

@@ -60,6 +60,13 @@ def window_mask(slots: Tensor, max_len: int, key_valid: Tensor | None = None) ->
     return causal_mask(slots, max_len, key_valid) | own
 
 
+def additive_mask(mask: Tensor, dtype: torch.dtype) -> Tensor:
+    """A bool attention mask -> the additive one SDPA takes: 0 where a key is seen, the dtype's lowest value
+    where not (as transformers does: a row with no key seen stays finite). Made once per forward rather than
+    inside every layer's attention."""
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, torch.finfo(dtype).min)
+
+
 def kv_bytes(layers: int, rows: int, kv_heads: int, entries: int, head_dim: int, itemsize: int) -> int:
     """Bytes of a K and V cache of `entries` slots per row in every layer."""
     return 2 * layers * rows * kv_heads * entries * head_dim * itemsize

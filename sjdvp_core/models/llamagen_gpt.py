@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from ..engine.adapter import weights_device
-from .kv_cache import StaticKVCache, tree_mask, window_mask
+from .kv_cache import StaticKVCache, additive_mask, tree_mask, window_mask
 
 
 def find_multiple(n: int, k: int) -> int:
@@ -279,7 +279,7 @@ class LlamaGenGPT(nn.Module):
             if mask is None:
                 keys = self.keys(slots)
                 mask = window_mask(slots, keys, self._valid(keys))
-            mask = torch.zeros(mask.shape, dtype=h.dtype, device=h.device).masked_fill_(~mask, float("-inf"))
+            mask = additive_mask(mask, h.dtype)
         for layer in self.layers:
             h = layer(h, rope, slots if cached else None, mask)
         return self.output(self.norm(h)).float()
