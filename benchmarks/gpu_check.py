@@ -149,7 +149,8 @@ class FreeModel(ModelAdapter):
 
 
 def _ms_per_iteration(runs, *phases: str) -> float:
-    """The median over decodes of the time their phases (draft, verify) took per iteration, in ms."""
+    """The median over decodes of the time their phases (draft, verify, step: DecodeStats.time_*) took per
+    iteration, in ms."""
     return round(1000 * statistics.median(sum(getattr(r.stats, f"time_{p}") for p in phases)
                                           / (r.stats.forward_passes - 1) for r in runs), 3)
 
@@ -158,7 +159,8 @@ MODES = {"cuda": ("default", "reduce-overhead"), "cpu": ("default",)}   # torch.
 
 
 def engine_times(tiny: bool, device, repeats: int = 3) -> list[dict]:
-    """Engine ms per iteration (draft and verify phases), the median over `repeats` seeds per row."""
+    """Engine ms per iteration (draft and verify phases, or the compiled step's one), the median over `repeats`
+    seeds per row."""
     rows = []
     drafters = {"sjd": DrafterSettings(coupled=False), "sjd coupled": DrafterSettings(coupled=True),
                 "sjd-vp auto coupled": DrafterSettings(vp=VPSettings(), coupled=True)}
@@ -171,6 +173,7 @@ def engine_times(tiny: bool, device, repeats: int = 3) -> list[dict]:
                                compile=mode is not None)
             os.environ["SJDVP_COMPILE_MODE"] = "" if mode in (None, "default") else mode
             torch._dynamo.reset()
+            skips = torch._dynamo.utils.counters["inductor"]["cudagraph_skips"]
             try:
                 if mode is not None:
                     decode(model, [None], s)          # compiles (not timed)
@@ -187,8 +190,11 @@ def engine_times(tiny: bool, device, repeats: int = 3) -> list[dict]:
             iters = res.stats.forward_passes - 1
             rows.append(dict(vocab=name, drafter=label, compiled=mode, iterations=iters,
                              same_tokens_as_eager=None if mode is None else bool(torch.equal(res.tokens, eager)),
-                             engine_ms_per_iteration=per_iteration("draft", "verify"),
-                             draft_ms=per_iteration("draft"), verify_ms=per_iteration("verify")))
+                             engine_ms_per_iteration=per_iteration("draft", "verify", "step"),
+                             draft_ms=per_iteration("draft"), verify_ms=per_iteration("verify"),
+                             compiled_step_ms=per_iteration("step"),
+                             # graphs inductor ran without CUDA graphs under reduce-overhead (mutated inputs...)
+                             cudagraph_skips=torch._dynamo.utils.counters["inductor"]["cudagraph_skips"] - skips))
             print(rows[-1], flush=True)
     return rows
 

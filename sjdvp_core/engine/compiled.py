@@ -15,9 +15,12 @@ RECOMPILES graphs) the step runs eagerly, with one warning. The compiled and the
 same distributions; a rounding difference between fused and unfused kernels can flip a rare draw, so a
 seed reproduces an image with the same `compile` setting on the same device.
 
-torch.compile's default mode fuses the step's kernels. CUDA graph capture on top of it (mode
-"reduce-overhead", one replay per phase) is not the default: no GPU has run it yet. SJDVP_COMPILE_MODE
-selects a torch.compile mode for trying it (benchmarks/gpu_check.py does, when a GPU is lent).
+torch.compile's default mode fuses the step's kernels; a chain's whole step (verification and drafting) is
+one function, so one graph. CUDA graph capture on top of it (mode "reduce-overhead", one replay per step) is not
+the default: no GPU has run it yet, and the step writes into tensors it is given (the canvas, the statistics,
+VP auto's scores), which inductor's CUDA graphs only take at static addresses (it skips the capture otherwise;
+benchmarks/gpu_check.py counts the skips). SJDVP_COMPILE_MODE selects a torch.compile mode for trying it
+(gpu_check does, when a GPU is lent).
 """
 from __future__ import annotations
 

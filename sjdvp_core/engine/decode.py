@@ -121,9 +121,10 @@ class JacobiDecoder:
         self.chooser = PlanChooser(cost, profile) if auto else None
         self.warm = warmed(layout.jacobi_span)
         self.steps = torch.arange(self.W + 1, device=self.device)   # slot offsets, made once
-        self.check, self.redraft = self._check, self.drafter.redraft
+        # compiled: a chain's whole step (verification and drafting) is one graph; a tree's drafting is its own
+        self.step, self.redraft = None, self.drafter.redraft
         if settings.compile:
-            self.check, self.redraft = compiled(self._check, "verify"), compiled(self.drafter.redraft, "draft")
+            self.step, self.redraft = compiled(self._step, "step"), compiled(self.drafter.redraft, "draft")
 
     def targets(self, logits: Tensor, at: Tensor) -> Tensor:
         """Model logits [R, N, V_model] predicting positions at [B, N] -> p [B, N, V]."""
@@ -162,24 +163,33 @@ class JacobiDecoder:
         limit_host = [min(plan.window - 1, max(hi - c, 0)) if lo <= c < end else 0 for c in loop.n_host]
         limit, active = torch.tensor(limit_host, device=dev), n < end
         t0 = self.clock.now()
-        w = max(limit_host) + 1
+        w, one_step = max(limit_host) + 1, False
         if plan.tree.on and w > 1:
             step = self._tree_step(window, canvas, n, w, limit, plan.tree)
             p, t1, scored = step.p, step.forward_end, step.scored
             m = self.commit(rec, window, canvas, n, limit, active, p, step.k, step.next, step.accepted)
             rec.tree_outcome(*step.tree)
+            t2, n_next = self.clock.now(), n + m
+            loop.window = self.redraft(window, p, m, n_next, active, canvas,
+                                       self.drafter.draws(self.B, window.slots, self.gen, dev))
         else:   # the plan's full window even where the image's end leaves fewer drafts: one shape per plan
             scored, at = plan.window, n[:, None] + self.steps[:plan.window]
             logits = self._chain_forward(canvas, at)
             t1 = self.clock.now()
-            p, m = self.check(rec, logits, at, window, canvas, n, limit, active,
-                              *accept_uniforms(self.B, scored - 1, self.gen, dev))
+            # the step's randomness in the generator's order: the verification's, then the drafts'
+            u = accept_uniforms(self.B, scored - 1, self.gen, dev)
+            draws = self.drafter.draws(self.B, window.slots, self.gen, dev)
+            one_step = self.step is not None
+            if one_step:   # one compiled graph (timed as one: DecodeStats.time_step)
+                m, n_next, loop.window = self.step(rec, logits, at, window, canvas, n, limit, active, *u, draws)
+                t2 = self.clock.now()
+            else:
+                p, m = self._check(rec, logits, at, window, canvas, n, limit, active, *u)
+                t2, n_next = self.clock.now(), n + m
+                loop.window = self.drafter.redraft(window, p, m, n_next, active, canvas, draws)
         rec.scored.append(scored)
         rec.committed.append(m)
-        n, loop.row_passes, loop.it = n + m, loop.row_passes + active, loop.it + 1
-        t2 = self.clock.now()
-        draws = self.drafter.draws(self.B, window.slots, self.gen, dev)
-        loop.window = self.redraft(window, p, m, n, active, canvas, draws)
+        n, loop.row_passes, loop.it = n_next, loop.row_passes + active, loop.it + 1
         loop.n = n
         before, loop.n_host = loop.n_host, n.tolist()                                      # the one sync
         if self.chooser is not None:
@@ -187,7 +197,7 @@ class JacobiDecoder:
             if min(before) >= self.warm:
                 self.chooser.record(plan, sum(b - a for a, b in zip(before, loop.n_host)) / self.B)
         loop.trace.append(loop.n_host)
-        rec.phases(t0, t1, t2, self.clock.now())
+        rec.phases(t0, t1, t2, self.clock.now(), one_step)
 
     def run(self, first_logits: Tensor, progress: ProgressFn | None) -> DecodeResult:
         """Iterate until every image is complete, then fill in the known tail."""
@@ -218,12 +228,20 @@ class JacobiDecoder:
         positions = (at - 1).clamp(max=self.local.length - 1)
         return self.adapter.forward(self.rows(self.local.vocab[canvas.gather(1, at - 1)]), self.rows(positions))
 
+    def _step(self, rec: Recorder, logits: Tensor, at: Tensor, window, canvas: Tensor, n: Tensor, limit: Tensor,
+              active: Tensor, u: Tensor, u_next: Tensor, draws) -> tuple[Tensor, Tensor, Any]:
+        """A chain's whole step after its forward, `_check` then the re-draft (draws: Drafter.draws) -> (tokens
+        committed [B], the new counts [B], the next window): one function, so that torch.compile makes the step
+        one graph, which CUDA can capture and replay (compiled.py)."""
+        p, m = self._check(rec, logits, at, window, canvas, n, limit, active, u, u_next)
+        n = n + m
+        return m, n, self.drafter.redraft(window, p, m, n, active, canvas, draws)
+
     def _check(self, rec: Recorder, logits: Tensor, at: Tensor, window, canvas: Tensor, n: Tensor, limit: Tensor,
                active: Tensor, u: Tensor, u_next: Tensor) -> tuple[Tensor, Tensor]:
-        """A chain's step after its forward (logits predicting positions at [B, w]): targets, verification
+        """A chain's verification after its forward (logits predicting positions at [B, w]): targets, accept
         (uniforms u [B, w - 1], u_next [B]: verify.accept_uniforms) and the commit -> (p [B, w, V], tokens
-        committed [B]). Pure but for the canvas and the statistics it writes, so it may be compiled
-        (compiled.py)."""
+        committed [B]). Pure but for the canvas and the statistics it writes."""
         w = at.shape[1]
         p = self.targets(logits, at)                                                              # [B, w, V]
         k, nxt, accepted = accept(window.tokens[:, :w - 1], window.q[:, :w - 1], p, limit, self.verifier, u,

@@ -48,6 +48,7 @@ class DecodeStats:
     time_forward: float = 0.0
     time_draft: float = 0.0
     time_verify: float = 0.0
+    time_step: float = 0.0             # compiled chain steps: verification and drafting in one graph, not split
     time_total: float = 0.0
 
     @property
@@ -108,7 +109,8 @@ class DecodeStats:
                "mean_entropy": round(self.mean_entropy, 4),
                "tokens_per_forward": round(self.tokens_per_forward, 4),
                "time_total_s": round(self.time_total, 4), "time_forward_s": round(self.time_forward, 4),
-               "time_draft_s": round(self.time_draft, 4), "time_verify_s": round(self.time_verify, 4)}
+               "time_draft_s": round(self.time_draft, 4), "time_verify_s": round(self.time_verify, 4),
+               "time_step_s": round(self.time_step, 4)}
         out.update({k: round(v, 4) for k, v in self.momentum().items()})
         if self.tree_tried:
             out.update(tree_tried=self.tree_tried, tree_guess_accepted=self.tree_guess_accepted,
@@ -136,12 +138,17 @@ class Recorder:
         self.tree = torch.zeros(3, dtype=torch.long, device=device)       # tried, guess accepted, draw accepted
         self.committed: list[Tensor] = []                    # [B] per iteration
         self.scored: list[int] = []                          # tokens fed through the model per row, per iteration
-        self.times = [0.0, 0.0, 0.0]                         # forward, verify, draft (seconds, when timed)
+        self.times = [0.0, 0.0, 0.0, 0.0]   # forward, verify, draft, both as one compiled step (seconds, when timed)
 
-    def phases(self, t0: float, t1: float, t2: float, t3: float) -> None:
-        """One iteration's clock readings: forward t0..t1, verification t1..t2, drafting t2..t3."""
-        for i, dt in enumerate((t1 - t0, t2 - t1, t3 - t2)):
-            self.times[i] += dt
+    def phases(self, t0: float, t1: float, t2: float, t3: float, one_step: bool = False) -> None:
+        """One iteration's clock readings: forward t0..t1, verification t1..t2, drafting t2..t3; one_step: a
+        compiled step did both in one graph, t1..t2, counted as such (t2..t3 is then the loop's own work)."""
+        self.times[0] += t1 - t0
+        if one_step:
+            self.times[3] += t2 - t1
+        else:
+            self.times[1] += t2 - t1
+            self.times[2] += t3 - t2
 
     def outcomes(self, verified: Tensor, accepted: Tensor, rose: Tensor) -> None:
         """Verified drafts [B, w] per window slot and which were accepted, by whether their probability rose
@@ -173,5 +180,5 @@ class Recorder:
         stats.tree_tried, stats.tree_guess_accepted, stats.tree_draw_accepted = self.tree.tolist()
         stats.committed_per_iter = [m.cpu() for m in torch.stack(self.committed).unbind()] if self.committed else []
         stats.scored_per_iter, stats.tokens_scored = list(self.scored), sum(self.scored)
-        stats.time_forward, stats.time_verify, stats.time_draft = self.times
+        stats.time_forward, stats.time_verify, stats.time_draft, stats.time_step = self.times
         return stats
