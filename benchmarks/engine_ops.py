@@ -11,6 +11,7 @@ import argparse
 import json
 from collections import Counter
 from contextlib import contextmanager
+from dataclasses import replace
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -78,8 +79,6 @@ def compiled_kernels(adapter, settings, prompt: str) -> tuple[int, int]:
     """-> (graphs, kernels) torch.compile makes of the engine's step for one decode with these settings (the
     compiled step, DecodeSettings.compile; Inductor's generated kernels, counted with its cache off so every
     graph is generated here): on a GPU each kernel is one launch, and one graph is one CUDA graph to replay."""
-    from dataclasses import replace
-
     from torch._inductor import config, metrics
     torch._dynamo.reset()
     metrics.reset()

@@ -186,7 +186,7 @@ class JacobiDecoder:
             else:
                 p, m = self._check(rec, logits, at, window, canvas, n, limit, active, *u)
                 t2, n_next = self.clock.now(), n + m
-                loop.window = self.drafter.redraft(window, p, m, n_next, active, canvas, draws)
+                loop.window = self.redraft(window, p, m, n_next, active, canvas, draws)
         rec.scored.append(scored)
         rec.committed.append(m)
         n, loop.row_passes, loop.it = n_next, loop.row_passes + active, loop.it + 1

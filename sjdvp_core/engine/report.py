@@ -90,6 +90,8 @@ def report_text(result: DecodeResult, method: str) -> str:
     st = result.stats
     m = st.momentum()
     per_iter = torch.cat(st.committed_per_iter).float() if st.committed_per_iter else torch.zeros(1)
+    phases = [f"forward {st.time_forward:.2f}", f"verify {st.time_verify:.2f}", f"draft {st.time_draft:.2f}"]
+    phases += [f"compiled step {st.time_step:.2f}"] if st.time_step else []
     split = st.time_forward + st.time_verify + st.time_draft + st.time_step
     verified = int(st.slot_verified.sum()) if st.slot_verified is not None else 0
     lines = [
@@ -97,10 +99,7 @@ def report_text(result: DecodeResult, method: str) -> str:
         f"(AR needs {st.ar_passes}): {st.step_compression:.2f}x fewer steps",
         f"tokens per pass: mean {st.mean_accepted:.2f}, max {int(per_iter.max())}"
         + (f"; drafts accepted {st.acceptance_rate:.1%}" if verified else ""),
-        f"time: {st.time_total:.2f} s" + (f" (forward {st.time_forward:.2f}, verify {st.time_verify:.2f}, "
-                                         f"draft {st.time_draft:.2f}"
-                                         + (f", compiled step {st.time_step:.2f}" if st.time_step else "") + ")"
-                                         if split else ""),
+        f"time: {st.time_total:.2f} s" + (f" ({', '.join(phases)})" if split else ""),
     ]
     if st.pass_cost is not None and st.scored_per_iter:
         lines.append(f"estimated wall-clock speed-up on this device: {st.estimated_speedup():.2f}x (an estimate: "
