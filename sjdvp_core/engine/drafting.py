@@ -19,7 +19,6 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
-from torch.nn import functional as F
 
 from .devices import wide_float
 from .settings import AUTO_STRENGTHS, DrafterSettings
@@ -33,8 +32,10 @@ class FreshDrafts:
 
     def __init__(self, scheme: str, local: LocalLayout, slots: int, device):
         self.scheme, self.local = scheme, local
+        self.ids = torch.arange(local.size, device=device)
         self.uniform = torch.zeros(local.size, device=device)
         self.uniform[:local.num_image] = 1.0 / local.num_image
+        self.log_uniform = torch.log(self.uniform[0])   # an image token's log q under a uniform draft
         # a cell's source above is one grid row up; positions at most `slots` past the known ones need at most
         # this many steps up to reach a known cell (a fixed count: no loop on a value read from the device)
         rows = local.layout.grid
@@ -45,11 +46,13 @@ class FreshDrafts:
         """The random image tokens `__call__` may use, through the run's generator."""
         return torch.randint(self.local.num_image, shape, generator=generator, device=device)
 
-    def __call__(self, positions: Tensor, canvas: Tensor, known_end: Tensor,
-                 random: Tensor) -> tuple[Tensor, Tensor]:
+    def __call__(self, positions: Tensor, canvas: Tensor, known_end: Tensor, random: Tensor,
+                 noise: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """Drafts for positions [B, S] given canvas [B, L + pad] known below known_end [B], and random image
-        tokens [B, S] (`random`). Returns tokens [B, S] and their draft distributions q [B, S, V]."""
-        tokens = random
+        tokens [B, S] (`random`), or with coupled drafting's noise [B, S, V] the Gumbel-max of the uniform q
+        (coupled_draw's draw, over the image tokens alone). Returns tokens [B, S] and their draft
+        distributions q [B, S, V]."""
+        tokens = random if noise is None else (noise[..., :self.local.num_image] + self.log_uniform).argmax(-1)
         one_hot = torch.zeros_like(tokens, dtype=torch.bool)
         if self.scheme != "random":
             src = self._source(positions, known_end)
@@ -59,9 +62,7 @@ class FreshDrafts:
         forced = self.local.forced_at(positions)
         tokens = torch.where(forced >= 0, forced, tokens)
         one_hot |= forced >= 0
-        q = torch.where(one_hot[..., None], F.one_hot(tokens, self.local.size).float(),
-                        self.uniform.expand(*tokens.shape, -1))
-        return tokens, q
+        return tokens, torch.where(one_hot[..., None], (self.ids == tokens[..., None]).float(), self.uniform)
 
     def _source(self, positions: Tensor, known_end: Tensor) -> Tensor:
         """Position to copy from, or -1. Unknown sources chain back to known ones."""
@@ -153,10 +154,9 @@ class Drafter:
         written to the canvas."""
         B, V, dev = n.shape[0], self.local.size, n.device
         positions = n[:, None] + first + self.slots[:count]
-        tokens, q = self.fresh(positions, canvas, n + first, self.fresh.random((B, count), gen, dev))
+        random = self.fresh.random((B, count), gen, dev)
         noise = gumbel_noise((B, count, V), gen, dev) if self.coupled else None
-        if self.coupled:
-            tokens = coupled_draw(q, noise)
+        tokens, q = self.fresh(positions, canvas, n + first, random, noise)
         canvas.scatter_(1, positions, tokens)
         no = torch.zeros(B, count, dtype=torch.bool, device=dev)
         candidates = torch.zeros(len(self.auto.strengths), B, count, V, device=dev) if self.auto else None
@@ -198,11 +198,24 @@ class Drafter:
             fused = judged & (self.local.forced_at(positions) < 0) & (positions < self.local.length)
         else:
             fused = torch.zeros_like(judged)
+        # a slot keeps its old draft only where this pass did not score it (a draft tree's pass narrower than the
+        # window) or under continuation: a chain's pass scores every slot, and its step skips the old drafts' fields
+        carried = w < S or self.continuation
+
+        def prior(field: Tensor, dim: int = 1) -> Tensor | None:
+            return slide.take(field, dim=dim) if carried else None
+
+        def update(drafted: Tensor, fresh, old: Tensor | None, mask: Tensor = redraw) -> Tensor:
+            """A field in the new slots: drafted where mask, else the old value (slid) where the slot was kept,
+            else fresh; masks [B, S] broadcast over the field's trailing axes."""
+            rest = fresh if old is None else torch.where(_along(kept, old), old, fresh)
+            return torch.where(_along(mask, drafted), drafted, rest)
+
         candidates = None
-        if self.auto is not None:
+        if self.auto is not None:   # (a new slot's are never read: its draft is not fused)
             candidates = self.auto.fuse(p, pbar_prev, pbar, growth, fused)
             dist = self.auto.chosen(candidates)
-            candidates = torch.where(redraw[None, ..., None], candidates, slide.take(window.candidates, dim=2))
+            candidates = update(candidates, candidates, prior(window.candidates, dim=2))
         else:
             dist = fuse(p, pbar_prev, pbar, growth, fused, self.vp, self.weights) if self.vp is not None else p
         if not self.coupled or self.continuation:   # sampled: slots not re-drafted get a harmless distribution
@@ -211,21 +224,22 @@ class Drafter:
         if self.coupled:   # positions new to the draft slots get their noise now, the rest keep theirs
             noise = torch.where(new[..., None], draws.noise, slide.take(window.noise))
         tok = coupled_draw(dist, noise) if self.coupled else draw(dist, draws.draft)
-        old_tokens, old_q = slide.take(window.tokens), slide.take(window.q)
+        old_tokens, old_q = prior(window.tokens), prior(window.q)
         if self.continuation:   # where the slot held a draft (the window's last scored position held none)
             tok = torch.where(new, tok, continue_draft(old_tokens.masked_fill(new, 0),
                                                        old_q.masked_fill(new[..., None], 0), dist, draws.keep,
                                                        draws.residual))
         rose = growth.gather(-1, tok[..., None])[..., 0] > 0          # p(tok) rose at this observation
         q = dist if (self.vp is None or self.vp.lossless) else p
-        canvas.scatter_(1, positions, torch.where(redraw, tok, old_tokens))   # sources for repeat inits
-        fresh_tok, fresh_q = self.fresh(positions, canvas, n + (~new).sum(1), draws.fresh)
-        if self.coupled:
-            fresh_tok = coupled_draw(fresh_q, noise)
-        tokens = torch.where(redraw, tok, torch.where(kept, old_tokens, fresh_tok))
+        canvas.scatter_(1, positions, update(tok, tok, old_tokens))   # sources for repeat inits
+        fresh_tok, fresh_q = self.fresh(positions, canvas, n + (~new).sum(1), draws.fresh, noise)
+        tokens = update(tok, fresh_tok, old_tokens)
         canvas.scatter_(1, positions, tokens)
-        return Window(tokens, torch.where(redraw[..., None], q, torch.where(kept[..., None], old_q, fresh_q)),
-                      torch.where(redraw, fused, kept & slide.take(window.fused)),
-                      torch.where(judged, torch.where(rose, ROSE, FLAT), torch.where(kept, slide.take(window.rose),
-                                                                                      UNKNOWN)),
+        return Window(tokens, update(q, fresh_q, old_q), update(fused, False, prior(window.fused)),
+                      update(torch.where(rose, ROSE, FLAT), UNKNOWN, prior(window.rose), judged),
                       history, noise, candidates)
+
+
+def _along(mask: Tensor, field: Tensor) -> Tensor:
+    """mask [B, S] for a window field: [B, S], or with a vocabulary axis after its slots ([B, S, V], [C, B, S, V])."""
+    return mask[..., None] if field.dim() > 2 else mask

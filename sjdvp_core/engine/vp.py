@@ -50,19 +50,21 @@ def fuse_many(p: Tensor, pbar_prev: Tensor, pbar: Tensor, growth: Tensor, eligib
         boost = torch.where(fused & (growth >= s.growth_steps), score, 0.0)
     if any(c < 0 for c in strengths):   # fused tokens have p > 0: logp is finite where the shrink is kept
         shrink = torch.where(fused, torch.log(pbar + EPS) - logp, 0.0)
-    # every strength at once: log p' = log p + c * boost (c > 0) or |c| (at most 1) * shrink (c < 0)
+    # every strength but 0 at once: log p' = log p + c * boost (c > 0) or |c| (at most 1) * shrink (c < 0)
     up, down = weights if weights is not None else strength_weights(strengths, p.device)
     shift = (up * boost if boost is not None else 0) + (down * shrink if shrink is not None else 0)
-    out = (logp[None] + shift).expand(len(strengths), *p.shape).softmax(-1)
-    if 0.0 in strengths:   # no fusion is p itself, not its round trip through log and softmax
-        out[strengths.index(0.0)] = p
-    return out
+    moved = (logp[None] + shift).expand(up.shape[0], *p.shape).softmax(-1)
+    if 0.0 not in strengths:
+        return moved
+    plain = strengths.index(0.0)   # no fusion is p itself, not its round trip through log and softmax
+    return torch.cat([moved[:plain], p[None], moved[plain:]])
 
 
 def strength_weights(strengths: Sequence[float], device) -> tuple[Tensor, Tensor]:
-    """[C, 1, 1, 1] each: the boost's and the shrinkage's weight for every strength."""
-    up = torch.tensor([max(c, 0.0) for c in strengths], device=device).view(-1, 1, 1, 1)
-    return up, torch.tensor([min(1.0, max(-c, 0.0)) for c in strengths], device=device).view(-1, 1, 1, 1)
+    """[C', 1, 1, 1] each: the boost's and the shrinkage's weight of every strength but 0 (which is p itself)."""
+    moved = [c for c in strengths if c != 0.0]
+    up = torch.tensor([max(c, 0.0) for c in moved], device=device).view(-1, 1, 1, 1)
+    return up, torch.tensor([min(1.0, max(-c, 0.0)) for c in moved], device=device).view(-1, 1, 1, 1)
 
 
 class AutoStrength:
