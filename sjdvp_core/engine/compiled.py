@@ -8,11 +8,12 @@ beforehand (torch.compile takes no torch.Generator), it reads nothing back to th
 shapes are fixed per window size (decode.py pads the image's last passes to the plan's window).
 
 Compiling is optional and never required: the first call of each function compiles it (seconds; torch's
-own caches make later processes faster); each new window or state size compiles its own graph (an
-automatic window's calibration times a dozen, once per device), a changed float setting (cfg, temperature)
-one more that takes any value; and where compiling fails (no C++ compiler, an unsupported Python, more than
-RECOMPILES graphs) the step runs eagerly, with one warning. The compiled and the eager step make the same draws from the
-same distributions; a rounding difference between fused and unfused kernels can flip a rare draw, so a
+own caches make later processes faster); the second window size compiles a graph for any window size
+(torch's automatic dynamic shapes), which every later one reuses (an automatic window's calibration times a
+dozen: two compilations, not twelve), a changed float setting (cfg, temperature) one more that takes any
+value; and where compiling fails (no C++ compiler, an unsupported Python, more than RECOMPILES graphs) the
+step runs eagerly, with one warning. The compiled and the eager step make the same draws from the same
+distributions; a rounding difference between fused and unfused kernels can flip a rare draw, so a
 seed reproduces an image with the same `compile` setting on the same device.
 
 torch.compile's default mode fuses the step's kernels; a chain's whole step (verification and drafting) is

@@ -30,16 +30,20 @@ class Slide:
     def take(self, t: Tensor, width: int | None = None, dim: int = 1) -> Tensor:
         """t [..., B, S_t, ...] with slots at dim -> the slid field, `width` slots wide (default: as t)."""
         have, width = t.shape[dim], width or t.shape[dim]
+        compiling = torch.compiler.is_compiling()   # a graph shares the index itself; keys would fix its shapes
         key = (width, dim, t.shape)
-        at = self._index.get(key)
+        at = None if compiling else self._index.get(key)
         if at is None:
-            at = self._clamped.get((width, have))
+            at = None if compiling else self._clamped.get((width, have))
             if at is None:
-                at = self._clamped[(width, have)] = self.old[:, :width].clamp(max=have - 1)
+                at = self.old[:, :width].clamp(max=have - 1)
+                if not compiling:
+                    self._clamped[(width, have)] = at
             if t.dim() > 2 or dim != 1:
                 at = at.view(*([1] * (dim - 1)), *at.shape, *([1] * (t.dim() - dim - 1)))
                 at = at.expand(*t.shape[:dim - 1], -1, -1, *t.shape[dim + 1:])
-            self._index[key] = at
+            if not compiling:
+                self._index[key] = at
         return t.gather(dim, at)
 
     def new(self, width: int) -> Tensor:
