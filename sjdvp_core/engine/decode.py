@@ -546,7 +546,8 @@ def acceptance_profile(adapter: ModelAdapter, settings: DecodeSettings, plans: S
     key = _cache_key(adapter, settings) | {"greedy": settings.sampling.greedy, "drafter": repr(settings.drafter),
                                            "plans": [p.to_json() for p in plans], "kind": "profile"}
     del key["device"], key["compile"]
-    return cached(key, Profile, lambda: measure_profile(adapter, settings, plans, progress=progress),
+    eager = replace(settings, compile=False)   # counted, not timed: compiling each plan's step would only cost time
+    return cached(key, Profile, lambda: measure_profile(adapter, eager, plans, progress=progress),
                   f"the acceptance of {len(plans)} windows and trees for the automatic window")
 
 
