@@ -479,7 +479,8 @@ def _fixed(settings: DecodeSettings, plan: Plan) -> DecodeSettings:
                                             auto_tree=False))
 
 
-CALIBRATION = 5   # how calibrations are measured: a change re-measures what older versions cached
+CALIBRATION = 6   # how calibrations are measured, or what they measure changed (6: a cheaper engine step): a change
+                  # re-measures what older versions cached
 
 
 def _cache_key(adapter: ModelAdapter, settings: DecodeSettings) -> dict:
