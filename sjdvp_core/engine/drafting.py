@@ -212,10 +212,11 @@ class Drafter:
             return torch.where(_along(mask, drafted), drafted, rest)
 
         candidates = None
-        if self.auto is not None:   # (a new slot's are never read: its draft is not fused)
+        if self.auto is not None:
             candidates = self.auto.fuse(p, pbar_prev, pbar, growth, fused)
             dist = self.auto.chosen(candidates)
-            candidates = update(candidates, candidates, prior(window.candidates, dim=2))
+            if carried:   # (elsewhere the new slots' are never read: their drafts are fresh, not fused)
+                candidates = torch.where(_along(redraw, candidates), candidates, prior(window.candidates, dim=2))
         else:
             dist = fuse(p, pbar_prev, pbar, growth, fused, self.vp, self.weights) if self.vp is not None else p
         if not self.coupled or self.continuation:   # sampled: slots not re-drafted get a harmless distribution
@@ -231,7 +232,8 @@ class Drafter:
                                                        draws.residual))
         rose = growth.gather(-1, tok[..., None])[..., 0] > 0          # p(tok) rose at this observation
         q = dist if (self.vp is None or self.vp.lossless) else p
-        canvas.scatter_(1, positions, update(tok, tok, old_tokens))   # sources for repeat inits
+        # sources for repeat inits (a new slot gets tok as a placeholder: fresh drafts copy only from before them)
+        canvas.scatter_(1, positions, update(tok, tok, old_tokens))
         fresh_tok, fresh_q = self.fresh(positions, canvas, n + (~new).sum(1), draws.fresh, noise)
         tokens = update(tok, fresh_tok, old_tokens)
         canvas.scatter_(1, positions, tokens)

@@ -30,25 +30,28 @@ class Slide:
     def take(self, t: Tensor, width: int | None = None, dim: int = 1) -> Tensor:
         """t [..., B, S_t, ...] with slots at dim -> the slid field, `width` slots wide (default: as t)."""
         have, width = t.shape[dim], width or t.shape[dim]
-        compiling = torch.compiler.is_compiling()   # a graph shares the index itself; keys would fix its shapes
+        if torch.compiler.is_compiling():   # a graph shares the index itself; keys would fix its shapes
+            return t.gather(dim, _along_slots(self.old[:, :width].clamp(max=have - 1), t, dim))
         key = (width, dim, t.shape)
-        at = None if compiling else self._index.get(key)
+        at = self._index.get(key)
         if at is None:
-            at = None if compiling else self._clamped.get((width, have))
-            if at is None:
-                at = self.old[:, :width].clamp(max=have - 1)
-                if not compiling:
-                    self._clamped[(width, have)] = at
-            if t.dim() > 2 or dim != 1:
-                at = at.view(*([1] * (dim - 1)), *at.shape, *([1] * (t.dim() - dim - 1)))
-                at = at.expand(*t.shape[:dim - 1], -1, -1, *t.shape[dim + 1:])
-            if not compiling:
-                self._index[key] = at
+            clamped = self._clamped.get((width, have))
+            if clamped is None:
+                clamped = self._clamped[(width, have)] = self.old[:, :width].clamp(max=have - 1)
+            at = self._index[key] = _along_slots(clamped, t, dim)
         return t.gather(dim, at)
 
     def new(self, width: int) -> Tensor:
         """[B, width] slots that did not exist before the slide."""
         return self.old[:, :width] >= width
+
+
+def _along_slots(at: Tensor, t: Tensor, dim: int) -> Tensor:
+    """A slot index [B, width] shaped to gather t's slots at dim (viewed and expanded over t's other axes)."""
+    if t.dim() == 2 and dim == 1:
+        return at
+    at = at.view(*([1] * (dim - 1)), *at.shape, *([1] * (t.dim() - dim - 1)))
+    return at.expand(*t.shape[:dim - 1], -1, -1, *t.shape[dim + 1:])
 
 
 UNKNOWN, ROSE, FLAT = 0, 1, 2   # Window.rose: the momentum statistic's classes
