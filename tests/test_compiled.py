@@ -66,6 +66,23 @@ def test_windows_after_the_second_reuse_its_graph(demo):
     assert added == [1, 1, 0, 0] and not compiled_module._FAILED
 
 
+def host_reads(adapter, settings) -> int:
+    """Values a decode reads back from the device (on a GPU each one waits for it)."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU]) as trace:
+        decode(adapter, PROMPTS[0], settings)
+    return sum(e.name == "aten::_local_scalar_dense" for e in trace.events())
+
+
+@pytest.mark.parametrize("method,window", [("sjd-vp", 8), ("ar", 1)])
+def test_the_compiled_step_reads_nothing_back(demo, method, window):
+    """Calling the compiled step, guards included, reads no value back: as many reads as the eager decode (a
+    guard on a 0-d float input reads its value at every call)."""
+    settings = method_settings(method, window, demo.default_sampling, seed=0)
+    decode(demo, PROMPTS[0], replace(settings, compile=True))          # compiled before it is counted
+    assert host_reads(demo, replace(settings, compile=True)) == host_reads(demo, settings)
+
+
 def test_a_compiled_step_is_reused_by_later_decodes(demo):
     settings = method_settings("sjd", 8, demo.default_sampling, seed=0, compile=True)
     tokens(demo, settings)

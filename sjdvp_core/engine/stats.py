@@ -134,7 +134,8 @@ class Recorder:
         self.cells = torch.arange(slots, device=device) * 9           # each slot's first cell in outcome_counts
         self.one = torch.ones((), dtype=torch.long, device=device)
         self.vp = torch.zeros(3, dtype=acc, device=device)   # fused drafts, their sum min(p, q), the plain q's
-        self.entropy = torch.zeros((), dtype=acc, device=device)
+        # [1], not a scalar: torch.compile guards a 0-d float input on its value, a read back to the host per step
+        self.entropy = torch.zeros(1, dtype=acc, device=device)
         self.tree = torch.zeros(3, dtype=torch.long, device=device)       # tried, guess accepted, draw accepted
         self.committed: list[Tensor] = []                    # [B] per iteration
         self.scored: list[int] = []                          # tokens fed through the model per row, per iteration
@@ -176,7 +177,7 @@ class Recorder:
         stats.rose_accepted, stats.flat_accepted = counts[:, [ROSE, FLAT], 2].sum(0).tolist()
         drafts, stats.vp_expected_accept, stats.plain_expected_accept = self.vp.tolist()
         stats.vp_drafts = int(drafts)
-        stats.entropy_sum = float(self.entropy)
+        stats.entropy_sum = float(self.entropy[0])
         stats.tree_tried, stats.tree_guess_accepted, stats.tree_draw_accepted = self.tree.tolist()
         stats.committed_per_iter = [m.cpu() for m in torch.stack(self.committed).unbind()] if self.committed else []
         stats.scored_per_iter, stats.tokens_scored = list(self.scored), sum(self.scored)
