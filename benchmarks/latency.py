@@ -1,6 +1,7 @@
-"""What the user gets in seconds: for every row (method, window or auto, tree, coupling) the step
-compression, the tokens each pass scored per row, the CPU wall-clock speed-up over AR (median of the
-repeats, every method interleaved in each repeat, one process, one thread pool), and the modelled latency
+"""What the user gets in seconds: for every row (method, window or auto, tree, coupling, the engine's step eager or
+through torch.compile) the step compression, the tokens each pass scored per row, the CPU wall-clock speed-up over
+the faster AR row (median of the repeats, every row interleaved in each repeat after one warm-up each, one process,
+one thread pool), and the modelled latency
 speed-up on named GPUs for the shapes of Lumina-mGPT 7B, Janus-Pro-7B and LlamaGen-XL:
 
     modelled speed-up = AR's passes x t(1) / sum over this decode's passes of t(tokens it scored)
@@ -24,14 +25,14 @@ import time
 import torch
 
 from sjdvp_core.engine.cost import roofline
-from sjdvp_core.engine.decode import calibration, decode
+from sjdvp_core.engine.decode import calibration, decode, warm_up
 from sjdvp_core.engine.settings import TreeSettings, method_settings
 from sjdvp_core.models.registry import load_model
 
 PROMPTS = ("a red circle on grass", "a blue square on snow", "a green diamond on sand")
 MODELLED = [(d, m) for d in ("H200", "RTX 4090") for m in ("Lumina-mGPT 7B", "Janus-Pro-7B", "LlamaGen-XL")]
 CAPPED = TreeSettings(width=6, branch=4)   # auto.TREES: each alternative followed by at most 4 drafts
-ROWS = (  # method, window, auto ("chain": windows only, "tree": capped trees too), tree, coupled
+EAGER = (  # method, window, auto ("chain": windows only, "tree": capped trees too), tree, coupled
     ("ar", 1, "", TreeSettings(), True),
     ("sjd", 8, "", TreeSettings(), True), ("sjd", 32, "", TreeSettings(), True),
     ("sjd-vp", 4, "", TreeSettings(), True), ("sjd-vp", 8, "", TreeSettings(), True),
@@ -42,20 +43,25 @@ ROWS = (  # method, window, auto ("chain": windows only, "tree": capped trees to
     ("sjd", 128, "tree", TreeSettings(), True), ("sjd-vp", 128, "chain", TreeSettings(), True),
     ("sjd-vp", 128, "tree", TreeSettings(), True),
 )
+# the engine's step through torch.compile (`--compile`) in AR, the fixed coupled chains of 8 and 16 tokens and the
+# automatic windows; the speed-up's baseline is the faster AR row
+COMPILED = tuple(row + (True,) for row in EAGER if row[0] == "ar" or row[2] or (row[1] in (8, 16) and not row[3].on
+                                                                                and row[4]))
+ROWS = tuple(row + (False,) for row in EAGER) + COMPILED
 
 
 def settings(adapter, row, seed):
-    method, window, auto, tree, coupled = row
+    method, window, auto, tree, coupled, compiled = row
     return method_settings(method, window, adapter.default_sampling, seed, coupled=coupled, auto=bool(auto),
-                           auto_tree=auto == "tree", tree=tree)
+                           auto_tree=auto == "tree", tree=tree, compile=compiled)
 
 
 def label(row) -> dict:
-    method, window, auto, tree, coupled = row
+    method, window, auto, tree, coupled, compiled = row
     shape = f"{tree.width}x{tree.depth}" + (f"/{tree.branch}" if tree.branch else "") if tree.on else "chain"
     return {"method": method, "window": f"auto<={window}" if auto else window,
             "tree": {"tree": "auto", "chain": "chain"}.get(auto, shape),
-            "coupling": "coupled" if coupled else "independent"}
+            "coupling": "coupled" if coupled else "independent", "step": "compiled" if compiled else "eager"}
 
 
 def main(argv=None):
@@ -70,6 +76,8 @@ def main(argv=None):
     costs = {f"{d}/{m}": roofline(m, d) for d, m in MODELLED}
     # auto rows: this CPU's measured cost and the profile, measured (or read from the cache) before any timing
     cpu = {row: calibration(adapter, settings(adapter, row, 0)) for row in ROWS if row[2]}
+    for row in ROWS:   # one-time costs (compiling the step for each shape) before anything is timed
+        warm_up(adapter, settings(adapter, row, 0), cpu[row][1].plans if row in cpu else ())
     runs = [(p, s) for p in PROMPTS for s in range(args.seeds)]
     model_runs = [(p, s) for p in PROMPTS for s in range(args.model_seeds)]
     seconds = {row: [] for row in ROWS}
@@ -85,15 +93,19 @@ def main(argv=None):
                 if repeat == 0:
                     stats[row].append(st)
             seconds[row].append(total)
-    ar_seconds = statistics.median(seconds[ROWS[0]])
-    out = []
+    ar_seconds = min(statistics.median(seconds[row]) for row in ROWS if row[0] == "ar")
+    out, priced_rows = [], {}
     for row in ROWS:
-        modelled, steps = {}, None
-        for key, cost in costs.items():
-            if steps is None or row[2]:   # a fixed plan takes the same steps on any device; auto chooses by cost
-                priced = [decode(adapter, p, settings(adapter, row, s), cost=cost).stats for p, s in model_runs]
-                steps = steps or priced
-            modelled[key] = round(statistics.mean(st.estimated_speedup(cost) for st in priced), 3)
+        eager = row[:-1] + (False,)   # compiling changes no step count: a compiled row is priced as its eager twin
+        if eager not in priced_rows:
+            modelled, steps = {}, None
+            for key, cost in costs.items():
+                if steps is None or row[2]:   # a fixed plan takes the same steps on any device; auto chooses by cost
+                    priced = [decode(adapter, p, settings(adapter, eager, s), cost=cost).stats for p, s in model_runs]
+                    steps = steps or priced
+                modelled[key] = round(statistics.mean(st.estimated_speedup(cost) for st in priced), 3)
+            priced_rows[eager] = modelled, steps
+        modelled, steps = priced_rows[eager]
         sts = stats[row] if row[2] else steps       # auto's own steps: as chosen on this CPU
         out.append(label(row) | {
             "step_compression": round(statistics.mean(st.step_compression for st in sts), 3),
@@ -115,14 +127,15 @@ def write(rows, args, cpu):
                    "cpu_cost": {str(label(r)): c.to_json() for r, (c, _) in cpu.items()}}, f, indent=1)
     keys = list(rows[0]["modeled"])
     lines = [f"`python -m benchmarks.latency --out {args.out}` (demo model; {len(PROMPTS)} prompts x {args.seeds} "
-             f"seeds; CPU wall-clock: median of {args.repeats} repeats, rows interleaved, "
+             f"seeds; CPU wall-clock: median of {args.repeats} repeats, rows interleaved after a warm-up each, "
+             "speed-up over the faster AR row, "
              f"{torch.get_num_threads()} threads; modelled columns: the demo's steps over {args.model_seeds} seeds "
              "per prompt priced by engine/cost.py's roofline for that model on that device; step compression and "
              "scored per pass: fixed rows over those seeds, auto rows as auto chose on this CPU)", "",
-             "| method | window | tree | coupling | step compression | scored / pass / row | CPU s | CPU speed-up | "
-             + " | ".join(keys) + " |", "|" + "---|" * (8 + len(keys))]
+             "| method | window | tree | coupling | step | step compression | scored / pass / row | CPU s | "
+             "CPU speed-up | " + " | ".join(keys) + " |", "|" + "---|" * (9 + len(keys))]
     for r in rows:
-        lines.append(f"| {r['method']} | {r['window']} | {r['tree']} | {r['coupling']} | "
+        lines.append(f"| {r['method']} | {r['window']} | {r['tree']} | {r['coupling']} | {r['step']} | "
                      f"{r['step_compression']:.2f}x | {r['tokens_per_row']:.1f} | {r['cpu_seconds']:.2f} | "
                      f"{r['cpu_speedup']:.2f}x | "
                      + " | ".join(f"{r['modeled'][k]:.2f}x" for k in keys) + " |")
