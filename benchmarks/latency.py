@@ -45,8 +45,8 @@ EAGER = (  # method, window, auto ("chain": windows only, "tree": capped trees t
 )
 # the engine's step through torch.compile (`--compile`) in AR, the fixed coupled chains of 8 and 16 tokens and the
 # automatic windows; the speed-up's baseline is the faster AR row
-COMPILED = tuple(row + (True,) for row in EAGER if row[0] == "ar" or row[2] or (row[1] in (8, 16) and not row[3].on
-                                                                                and row[4]))
+COMPILED = tuple(row + (True,) for row in EAGER
+                 if row[0] == "ar" or row[2] or (row[1] in (8, 16) and not row[3].on and row[4]))
 ROWS = tuple(row + (False,) for row in EAGER) + COMPILED
 
 

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from torch.profiler import ProfilerActivity, profile
 
 from sjdvp_core import decode
 from sjdvp_core.engine import compiled as compiled_module
@@ -68,7 +69,6 @@ def test_windows_after_the_second_reuse_its_graph(demo):
 
 def host_reads(adapter, settings) -> int:
     """Values a decode reads back from the device (on a GPU each one waits for it)."""
-    from torch.profiler import ProfilerActivity, profile
     with profile(activities=[ProfilerActivity.CPU]) as trace:
         decode(adapter, PROMPTS[0], settings)
     return sum(e.name == "aten::_local_scalar_dense" for e in trace.events())
