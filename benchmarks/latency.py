@@ -21,6 +21,7 @@ import argparse
 import json
 import statistics
 import time
+from typing import NamedTuple
 
 import torch
 
@@ -32,31 +33,36 @@ from sjdvp_core.models.registry import load_model
 PROMPTS = ("a red circle on grass", "a blue square on snow", "a green diamond on sand")
 MODELLED = [(d, m) for d in ("H200", "RTX 4090") for m in ("Lumina-mGPT 7B", "Janus-Pro-7B", "LlamaGen-XL")]
 CAPPED = TreeSettings(width=6, branch=4)   # auto.TREES: each alternative followed by at most 4 drafts
-EAGER = (  # method, window, auto ("chain": windows only, "tree": capped trees too), tree, coupled
-    ("ar", 1, "", TreeSettings(), True),
-    ("sjd", 8, "", TreeSettings(), True), ("sjd", 32, "", TreeSettings(), True),
-    ("sjd-vp", 4, "", TreeSettings(), True), ("sjd-vp", 8, "", TreeSettings(), True),
-    ("sjd-vp", 16, "", TreeSettings(), True), ("sjd-vp", 32, "", TreeSettings(), True),
-    ("sjd-vp", 64, "", TreeSettings(), True), ("sjd-vp", 128, "", TreeSettings(), True),
-    ("sjd-vp", 32, "", TreeSettings(width=6), True), ("sjd-vp", 32, "", CAPPED, True),
-    ("sjd-vp", 64, "", CAPPED, True), ("sjd-vp", 32, "", TreeSettings(), False),
-    ("sjd", 128, "tree", TreeSettings(), True), ("sjd-vp", 128, "chain", TreeSettings(), True),
-    ("sjd-vp", 128, "tree", TreeSettings(), True),
+
+class Row(NamedTuple):
+    method: str
+    window: int
+    auto: str                 # "": a fixed window; "chain": windows only; "tree": capped trees too
+    tree: TreeSettings = TreeSettings()
+    coupled: bool = True
+    compiled: bool = False    # the engine's step through torch.compile (`--compile`)
+
+
+EAGER = (
+    Row("ar", 1, ""), Row("sjd", 8, ""), Row("sjd", 32, ""),
+    Row("sjd-vp", 4, ""), Row("sjd-vp", 8, ""), Row("sjd-vp", 16, ""), Row("sjd-vp", 32, ""),
+    Row("sjd-vp", 64, ""), Row("sjd-vp", 128, ""),
+    Row("sjd-vp", 32, "", TreeSettings(width=6)), Row("sjd-vp", 32, "", CAPPED), Row("sjd-vp", 64, "", CAPPED),
+    Row("sjd-vp", 32, "", coupled=False),
+    Row("sjd", 128, "tree"), Row("sjd-vp", 128, "chain"), Row("sjd-vp", 128, "tree"),
 )
-# the engine's step through torch.compile (`--compile`) in AR, the fixed coupled chains of 8 and 16 tokens and the
-# automatic windows; the speed-up's baseline is the faster AR row
-COMPILED = tuple(row + (True,) for row in EAGER
-                 if row[0] == "ar" or row[2] or (row[1] in (8, 16) and not row[3].on and row[4]))
-ROWS = tuple(row + (False,) for row in EAGER) + COMPILED
+# compiled twins of AR, the fixed coupled chains of 8 and 16 tokens and the automatic windows; the speed-up's
+# baseline is the faster AR row
+COMPILED = tuple(row._replace(compiled=True) for row in EAGER if row.method == "ar" or row.auto
+                 or (row.window in (8, 16) and not row.tree.on and row.coupled))
+ROWS = EAGER + COMPILED
+
+def settings(adapter, row: Row, seed):
+    return method_settings(row.method, row.window, adapter.default_sampling, seed, coupled=row.coupled,
+                           auto=bool(row.auto), auto_tree=row.auto == "tree", tree=row.tree, compile=row.compiled)
 
 
-def settings(adapter, row, seed):
-    method, window, auto, tree, coupled, compiled = row
-    return method_settings(method, window, adapter.default_sampling, seed, coupled=coupled, auto=bool(auto),
-                           auto_tree=auto == "tree", tree=tree, compile=compiled)
-
-
-def label(row) -> dict:
+def label(row: Row) -> dict:
     method, window, auto, tree, coupled, compiled = row
     shape = f"{tree.width}x{tree.depth}" + (f"/{tree.branch}" if tree.branch else "") if tree.on else "chain"
     return {"method": method, "window": f"auto<={window}" if auto else window,
@@ -75,7 +81,7 @@ def main(argv=None):
     adapter = load_model("demo")
     costs = {f"{d}/{m}": roofline(m, d) for d, m in MODELLED}
     # auto rows: this CPU's measured cost and the profile, measured (or read from the cache) before any timing
-    cpu = {row: calibration(adapter, settings(adapter, row, 0)) for row in ROWS if row[2]}
+    cpu = {row: calibration(adapter, settings(adapter, row, 0)) for row in ROWS if row.auto}
     for row in ROWS:   # one-time costs (compiling the step for each shape) before anything is timed
         warm_up(adapter, settings(adapter, row, 0), cpu[row][1].plans if row in cpu else ())
     runs = [(p, s) for p in PROMPTS for s in range(args.seeds)]
@@ -93,20 +99,20 @@ def main(argv=None):
                 if repeat == 0:
                     stats[row].append(st)
             seconds[row].append(total)
-    ar_seconds = min(statistics.median(seconds[row]) for row in ROWS if row[0] == "ar")
+    ar_seconds = min(statistics.median(seconds[row]) for row in ROWS if row.method == "ar")
     out, priced_rows = [], {}
     for row in ROWS:
-        eager = row[:-1] + (False,)   # compiling changes no step count: a compiled row is priced as its eager twin
+        eager = row._replace(compiled=False)   # compiling changes no step: priced as its eager twin
         if eager not in priced_rows:
             modelled, steps = {}, None
             for key, cost in costs.items():
-                if steps is None or row[2]:   # a fixed plan takes the same steps on any device; auto chooses by cost
+                if steps is None or row.auto:   # a fixed plan takes the same steps on any device; auto chooses by cost
                     priced = [decode(adapter, p, settings(adapter, eager, s), cost=cost).stats for p, s in model_runs]
                     steps = steps or priced
                 modelled[key] = round(statistics.mean(st.estimated_speedup(cost) for st in priced), 3)
             priced_rows[eager] = modelled, steps
         modelled, steps = priced_rows[eager]
-        sts = stats[row] if row[2] else steps       # auto's own steps: as chosen on this CPU
+        sts = stats[row] if row.auto else steps       # auto's own steps: as chosen on this CPU
         out.append(label(row) | {
             "step_compression": round(statistics.mean(st.step_compression for st in sts), 3),
             "tokens_per_row": round(statistics.mean(st.tokens_per_forward for st in sts), 1),
