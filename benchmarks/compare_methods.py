@@ -33,7 +33,7 @@ import torch
 
 from sjdvp_core import decode
 from sjdvp_core.engine.decode import decode_bytes
-from sjdvp_core.engine.settings import METHODS, TreeSettings, method_settings
+from sjdvp_core.engine.settings import DRAFT_INITS, METHODS, TreeSettings, WindowSettings, method_settings
 
 from . import shards
 
@@ -68,6 +68,7 @@ def load_model(name: str, prompts: int, prompts_file: str = PROMPTS_T2I, device:
     return adapter, read_prompts(prompts_file)[:prompts], adapter.default_sampling, None
 
 
+INIT = WindowSettings().init   # how a new Jacobi Window starts fresh drafts (--inits' default)
 DRAFTING = {"off": "independent", "on": "coupled", "continued": "coupled + continued"}   # --coupling values
 
 
@@ -85,11 +86,12 @@ def tree_name(tree: TreeSettings) -> str:
     return f"{tree.width}x{tree.depth}" + ("" if tree.guesses else "n") + (f"/{tree.branch}" if tree.branch else "")
 
 
-def settings_for(adapter, method: str, window: int, drafting: str, tree: str, sampling, seed: int,
+def settings_for(adapter, method: str, window: int, drafting: str, tree: str, init: str, sampling, seed: int,
                  batch_size: int = 1):
     """drafting: off (independent draws), on (coupled), continued (coupled, and re-drafts by maximal coupling);
-    tree: a --trees spec."""
+    tree: a --trees spec; init: how fresh drafts start (settings.DRAFT_INITS)."""
     s = method_settings(method, window, sampling, seed, batch_size, coupled=drafting != "off", tree=parse_tree(tree))
+    s = replace(s, window=replace(s.window, init=init))
     d = replace(s.drafter, continuation=drafting == "continued")
     if d.verifier == "lantern":
         d = replace(d, lantern_k=max(1, round(adapter.codebook().shape[0] * 1000 / 16384)))
@@ -135,7 +137,7 @@ def code_histogram_tv(a: list[list[int]], b: list[list[int]], size: int) -> floa
 
 
 def summarise(key: tuple, runs: list[dict], ar: dict | None, codebook_size: int, extra: int = 0) -> dict:
-    method, window, drafting, tree = key
+    method, window, drafting, tree, init = key
     nfe = statistics.mean(r["nfe"] for r in runs)
     wall = statistics.median(r["seconds"] for r in runs)
     mom = [r["momentum"] for r in runs]
@@ -149,7 +151,7 @@ def summarise(key: tuple, runs: list[dict], ar: dict | None, codebook_size: int,
     matches = [r["match"] for r in runs if r["match"] is not None]
     autos = [r["vp_auto"]["vp_auto_strength"] for r in runs if r["vp_auto"]]
     return dict(
-        method=method, window=window, coupled=drafting != "off", drafting=drafting, runs=len(runs), nfe=nfe,
+        method=method, window=window, coupled=drafting != "off", drafting=drafting, init=init, runs=len(runs), nfe=nfe,
         tree=tree_name(parse_tree(tree)), tree_width=parse_tree(tree).width, tree_depth=parse_tree(tree).depth,
         tree_guesses=parse_tree(tree).guesses, extra_mib=extra / 2**20,
         tree_accept_rate=(sum(r["tree_accepted"] for r in runs) / max(1, sum(r["tree_tried"] for r in runs))),
@@ -175,16 +177,16 @@ def summarise(key: tuple, runs: list[dict], ar: dict | None, codebook_size: int,
 
 def markdown(results: list[dict], header: str) -> str:
     lines = [header, "",
-             "| method | W | drafts | tree | NFE | step compression | tokens/pass | scored/pass | extra MiB "
+             "| method | W | drafts | init | tree | NFE | step compression | tokens/pass | scored/pass | extra MiB "
              "| acceptance | tree rescues | latency s (median) | latency speed-up | ms / iteration | draft share "
              "| prompt match | TV from AR | accept if rose / not |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         match = "-" if r["prompt_match"] is None else f"{r['prompt_match']:.2f}"
-        drafts = DRAFTING[r['drafting']] if r['method'] != 'ar' else '-'
+        drafts, init = (DRAFTING[r['drafting']], r['init']) if r['method'] != 'ar' else ('-', '-')
         rescues = '-' if r['tree'] == 'chain' else format(r['tree_accept_rate'], '.2f')
         lines.append(
-            f"| {r['method']} | {r['window']} | {drafts} | {r['tree']} | "
+            f"| {r['method']} | {r['window']} | {drafts} | {init} | {r['tree']} | "
             f"{r['nfe']:.1f} | {r['step_compression']:.2f}x | {r['mean_accepted']:.2f} | "
             f"{r['tokens_per_forward']:.1f} | {r['extra_mib']:.1f} | {r['acceptance']:.3f} | {rescues} | "
             f"{r['wall_s']:.3f} | {r['latency_speedup']:.2f}x | {r['iteration_ms']:.2f} | "
@@ -204,13 +206,14 @@ def write_table(text: str, out: str | None) -> None:
 
 def main(model: str = "demo", windows=(16, 32, 64), seeds: int = 2, prompts: int = 6,
          methods=tuple(METHODS), coupling=("off", "on"), repeats: int = 1, out: str | None = None,
-         threads: int = 1, prompts_file: str = PROMPTS_T2I, device: str = "cpu", trees=("1x1",)) -> list[dict]:
+         threads: int = 1, prompts_file: str = PROMPTS_T2I, device: str = "cpu", trees=("1x1",),
+         inits=(INIT,)) -> list[dict]:
     torch.set_num_threads(threads)
     rank, world, device = shards.init(device)
     adapter, conditions, sampling, judge = load_model(model, prompts, prompts_file, device)
     codebook_size = adapter.codebook().shape[0]
-    configs = [("ar", 1, "off", "1x1")] + [(m, W, c, t) for W in windows for c in coupling for t in trees
-                                           for m in methods if METHODS[m] is not None]
+    configs = [("ar", 1, "off", "1x1", inits[0])] + [(m, W, c, t, i) for W in windows for c in coupling for t in trees
+                                                     for i in inits for m in methods if METHODS[m] is not None]
     jobs = [(ci, cond, seed) for ci in range(len(configs)) for cond in conditions for seed in range(seeds)]
     mine = [(ci, cond, seed, run_one(adapter, judge, cond,
                                      settings_for(adapter, *configs[ci], sampling, seed), repeats))
@@ -259,6 +262,8 @@ if __name__ == "__main__":
     ap.add_argument("--trees", nargs="+", default=["1x1"],
                     help="draft trees, width x depth (1x1 = the chain; 4x2n: no spatial guesses; 4x2/3: branches "
                          "of at most 3 drafts)")
+    ap.add_argument("--inits", nargs="+", default=[INIT], choices=list(DRAFT_INITS),
+                    help="how fresh drafts start: random image tokens, or a copy of the known cell to the left / above")
     ap.add_argument("--seeds", type=int, default=2, help="seeds per condition")
     ap.add_argument("--repeats", type=int, default=1, help="timed repeats of each decode (latency = median)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per process")

@@ -11,8 +11,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 def _label(r: dict) -> str:
     tree = r.get("tree", "chain")
     drafting = r.get("drafting", "on" if r["coupled"] else "off")
+    init = r.get("init", "random")   # older results predate --inits: random, then the only default
     return r["method"] + {"off": "", "on": " coupled", "continued": " continued"}[drafting] + \
-        ("" if tree == "chain" else f" tree {tree}")
+        ("" if tree == "chain" else f" tree {tree}") + ("" if init == "random" else f" {init}")
 
 
 def plot_all(results: list[dict], out: str) -> list[str]:

@@ -16,7 +16,7 @@ from sjdvp_core import decode
 from sjdvp_core.demo import load_demo, load_judge, scenes
 from sjdvp_core.demo.judge import HEADS, prompt_match
 
-from .compare_methods import settings_for, write_table
+from .compare_methods import INIT, settings_for, write_table
 
 METHODS = ("sjd", "lantern", "lantern-vp", "gsd", "gsd-vp")
 
@@ -48,13 +48,13 @@ def main(samples=64, prompts=2, window=32, out=None, threads=1):
     chosen = scenes.PROMPTS[5::max(1, len(scenes.PROMPTS) // prompts)][:prompts]
     rows = []
     for prompt in chosen:
-        ar = sample(demo, judge, prompt, settings_for(demo, "ar", 1, "off", "1x1", sampling, 0, samples))
-        floor = sample(demo, judge, prompt, settings_for(demo, "ar", 1, "off", "1x1", sampling, 1, samples))
+        ar = sample(demo, judge, prompt, settings_for(demo, "ar", 1, "off", "1x1", INIT, sampling, 0, samples))
+        floor = sample(demo, judge, prompt, settings_for(demo, "ar", 1, "off", "1x1", INIT, sampling, 1, samples))
         rows.append((prompt, "ar (second batch)", False, *distance(floor, ar), floor["match"], ar["match"]))
         for method in METHODS:
             for coupled in (False, True):
                 drafting = "on" if coupled else "off"
-                settings = settings_for(demo, method, window, drafting, "1x1", sampling, 2, samples)
+                settings = settings_for(demo, method, window, drafting, "1x1", INIT, sampling, 2, samples)
                 x = sample(demo, judge, prompt, settings)
                 rows.append((prompt, method, coupled, *distance(x, ar), x["match"], ar["match"]))
                 print(rows[-1], flush=True)
