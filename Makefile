@@ -55,8 +55,8 @@ bench: setup
 	$(BIN)/python -m benchmarks.sweep_vp --prompts 12 --out benchmarks/results/vp_sweep
 	$(BIN)/python -m benchmarks.quality --out benchmarks/results/quality
 
-workflows:
-	$(PY) tools/make_workflows.py
+workflows: setup
+	$(BIN)/python tools/make_workflows.py
 
 clean:
 	rm -rf .venv .venv-comfy .cache

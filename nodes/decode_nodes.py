@@ -10,7 +10,7 @@ from ..sjdvp_core.demo import DEMO_SAMPLING
 from ..sjdvp_core.engine.adapter import KEEP_SIZE, at_size
 from ..sjdvp_core.engine.decode import DecodeResult, calibration, decode, decode_bytes
 from ..sjdvp_core.engine.report import commit_figure, report_data, report_text
-from ..sjdvp_core.engine.settings import DecodeSettings, SamplingSettings, decode_settings
+from ..sjdvp_core.engine.settings import DecodeSettings, SamplingSettings, WindowSettings, decode_settings
 from . import runtime
 from .drafting_nodes import DRAFTER, WINDOW
 from .legacy import LEGACY
@@ -21,6 +21,8 @@ TOKENS = io.Custom("SJDVP_TOKENS")
 MODEL_DEFAULTS, CUSTOM = "model defaults", "custom"
 SAMPLING_SOURCES = (MODEL_DEFAULTS, CUSTOM)
 RUN = DecodeSettings()   # seed and batch size defaults; sampling widgets show the built-in demo model's
+NO_WINDOW = WindowSettings(16, init="random")   # a drafter without a Jacobi Window: what it meant since the first
+                                                # release (the engine's default init has since changed)
 
 
 @dataclass
@@ -93,7 +95,7 @@ class SpeculativeDecode(io.ComfyNode):
             raise ValueError(f"sampling={sampling!r}: choose one of {list(SAMPLING_SOURCES)}")
         chosen = adapter.default_sampling if sampling == MODEL_DEFAULTS else \
             SamplingSettings(cfg_scale=cfg, temperature=temperature, top_k=top_k, top_p=top_p)
-        settings = decode_settings(drafter, window, chosen, seed % 2**63, batch_size, compile)
+        settings = decode_settings(drafter, window or NO_WINDOW, chosen, seed % 2**63, batch_size, compile)
         runtime.prepare(model, decode_bytes(adapter, settings, prompt, negative_prompt or None))
         progress, measuring = runtime.Progress(adapter), runtime.Measuring()
         try:   # what auto chooses by and the report prices by: measured on a first run (its own bar), then cached

@@ -49,8 +49,9 @@ class JacobiWindow(io.ComfyNode):
                                      "score. 1 is plain AR. Fixed: 16-64 suit GPUs; on a CPU a wide window is not "
                                      "free, prefer 4-8."),
                 io.Combo.Input("init", options=list(DRAFT_INITS), default=WINDOW_DEFAULTS.init,
-                               tooltip="How fresh drafts start: random image tokens, or a copy of the cell to "
-                                       "the left / above. All are exact."),
+                               tooltip="How fresh drafts start: a copy of the known cell above (the most tokens "
+                                       "per pass on the demo, as the SJD paper found), to the left, or random "
+                                       "image tokens. All are exact."),
                 io.Int.Input("tree_width", default=TREE_DEFAULTS.width, min=1, max=MAX_TREE_WIDTH, optional=True,
                              tooltip="Draft tree: candidates at each of the first undecided slots (the draft, the "
                                      "cells left of and above it, further draws). 1 = a plain chain. Exact; fewer "

@@ -28,7 +28,7 @@ import torch
 from .cli.generate import chosen_sampling, decoding_arguments, save_png, window_arg
 from .engine.adapter import at_size
 from .engine.decode import decode
-from .engine.settings import METHODS, TreeSettings, method_settings
+from .engine.settings import METHODS, TreeSettings, WindowSettings, method_settings
 from .models.registry import load_model
 
 
@@ -128,7 +128,8 @@ def ranks() -> tuple[int, int, int]:
 def run(prompts: str, seeds: list[str], methods: list[str], out: str, model: str = "demo", precision: str = "auto",
         window: str = "auto", cfg=None, top_k=None, top_p=None, temperature=None, device: str | None = None,
         width: int = 0, height: int = 0, tree_width: int = 1, tree_depth: int = 1, tree_branch: int = 0,
-        coupled: bool = True, placement: str | None = None, auto_tree: bool = True, compile: bool = False) -> int:
+        coupled: bool = True, placement: str | None = None, auto_tree: bool = True, compile: bool = False,
+        init: str = WindowSettings.init) -> int:
     """Decode this rank's share of the jobs not done yet; -> images this rank wrote. placement: as load_model's
     (each rank places its own copy, e.g. "offload" onto its GPU)."""
     rank, world, local = ranks()
@@ -150,7 +151,7 @@ def run(prompts: str, seeds: list[str], methods: list[str], out: str, model: str
         written = _decode_jobs(mine, out, rank, world, model, precision, device, window, width, height,
                                dict(cfg=cfg, top_k=top_k, top_p=top_p, temperature=temperature),
                                TreeSettings(width=tree_width, depth=tree_depth, branch=tree_branch), coupled,
-                               placement, auto_tree, compile)
+                               placement, auto_tree, compile, init)
     if distributed:
         dist.barrier()
     if rank == 0:
@@ -163,7 +164,7 @@ def run(prompts: str, seeds: list[str], methods: list[str], out: str, model: str
 
 def _decode_jobs(mine: list[Job], out: str, rank: int, world: int, model: str, precision: str, device: str,
                  window: str, width: int, height: int, sampling_args: dict, tree: TreeSettings, coupled: bool,
-                 placement: str | None, auto_tree: bool, compile: bool) -> int:
+                 placement: str | None, auto_tree: bool, compile: bool, init: str) -> int:
     from tqdm import tqdm
     size, auto = window_arg(window)
     auto_tree = auto and auto_tree and not tree.on
@@ -174,7 +175,7 @@ def _decode_jobs(mine: list[Job], out: str, rank: int, world: int, model: str, p
     bar = tqdm(mine, desc=f"rank {rank}/{world}", position=rank, unit="image", dynamic_ncols=True)
     for job in bar:
         settings = method_settings(job.method, size, sampling, job.seed, coupled=coupled, auto=auto,
-                                   auto_tree=auto_tree, tree=tree, compile=compile)
+                                   auto_tree=auto_tree, tree=tree, compile=compile, init=init)
         t = time.perf_counter()
         result = decode(adapter, job.prompt, settings, negatives=job.negative)
         seconds = time.perf_counter() - t
@@ -186,7 +187,7 @@ def _decode_jobs(mine: list[Job], out: str, rank: int, world: int, model: str, p
         record = dict(image=image, index=job.index, prompt=job.prompt, negative=job.negative, seed=job.seed,
                       method=job.method, model=model, precision=adapter.precision or precision,
                       settings=dict(window=settings.window.size, window_auto=settings.window.auto,
-                                    tree_auto=settings.window.auto_tree,
+                                    tree_auto=settings.window.auto_tree, init=settings.window.init,
                                     tree=dataclasses.asdict(settings.window.tree), coupled=coupled,
                                     sampling=dataclasses.asdict(sampling)),
                       stats=dict(tokens=st.length, forward_passes=st.forward_passes, ar_passes=st.ar_passes,

@@ -2,7 +2,7 @@
 the support: 6 image cells, top-2 of 4 codes, CFG 1.5, row-end and end-of-image tokens forced).
 200k samples: a Pearson chi-square test that rejects a 2%-TV deviation (checked below) accepts SJD and
 SJD-VP (any strength, with or without coupled drafting or continuation, with the automatic window, chain
-and tree), and rejects VP drafts verified against the unfused q."""
+and tree, with every draft init), and rejects VP drafts verified against the unfused q."""
 import pytest
 import torch
 
@@ -10,7 +10,7 @@ from sjdvp_core import DecodeSettings, DrafterSettings, SamplingSettings, VPSett
 from sjdvp_core.engine import auto
 from sjdvp_core.engine import decode as decoding
 from sjdvp_core.engine.cost import PassCost
-from sjdvp_core.engine.settings import TreeSettings
+from sjdvp_core.engine.settings import DRAFT_INITS, TreeSettings
 from sjdvp_core.models.toy import ToyGridAdapter
 from tests.toy_reference import chi2_pvalue, code_index, exact_distribution
 
@@ -23,8 +23,9 @@ _, EXACT = exact_distribution(TOY, 1, cfg_scale=1.5, top_k=2)
 STRONG_VP = dict(growth_steps=1, top_k=4, beta=0.5)
 
 
-def sample_counts(drafter, W=6, seed=0):
-    s = DecodeSettings(window=WindowSettings(W), drafter=drafter, sampling=SAMPLING, seed=seed, batch_size=N)
+def sample_counts(drafter, W=6, seed=0, init=WindowSettings.init):
+    s = DecodeSettings(window=WindowSettings(W, init=init), drafter=drafter, sampling=SAMPLING, seed=seed,
+                       batch_size=N)
     res = decode(TOY, 1, s)
     forced = TOY.layout.forced
     assert torch.equal(res.tokens[:, forced >= 0], forced[forced >= 0].expand(N, -1))
@@ -74,6 +75,17 @@ def test_exact_decoders_sample_the_model_distribution(name, drafter, W):
     assert tv(counts) < 0.012
     if drafter.vp is not None and drafter.vp.strength not in (0, "auto"):
         assert stats.vp_drafts > 10_000  # the fusion really ran
+
+
+@pytest.mark.parametrize("init", [i for i in DRAFT_INITS if i != WindowSettings.init])
+@pytest.mark.parametrize("drafter", [DrafterSettings(coupled=False),
+                                     DrafterSettings(vp=VPSettings(**STRONG_VP, strength="auto"))],
+                         ids=["sjd", "sjd-vp-auto-coupled"])
+def test_every_draft_init_keeps_the_law(init, drafter):
+    """The cases above start fresh drafts as the default does (a copy of the cell above, one-hot q); the other
+    inits (uniform q, or a one-hot copy of the cell to the left) likewise."""
+    counts, _ = sample_counts(drafter, init=init)
+    assert chi2_pvalue(counts, EXACT * N) > ALPHA and tv(counts) < 0.012
 
 
 def test_vp_verified_against_unfused_q_is_flagged():

@@ -17,7 +17,16 @@ import torch
 from ..engine.adapter import KEEP_SIZE, at_size
 from ..engine.decode import calibration, decode, warm_up
 from ..engine.devices import default_device
-from ..engine.settings import METHODS, DecodeSettings, DrafterSettings, SamplingSettings, TreeSettings, method_settings
+from ..engine.settings import (
+    DRAFT_INITS,
+    METHODS,
+    DecodeSettings,
+    DrafterSettings,
+    SamplingSettings,
+    TreeSettings,
+    WindowSettings,
+    method_settings,
+)
 from ..models.placement import PLACEMENTS
 from ..models.registry import PRECISIONS, load_model
 
@@ -48,7 +57,8 @@ def main(prompt: str, methods=("ar", "sjd-vp"), model: str = "demo", window: int
          coupled: bool = DrafterSettings().coupled, width: int = KEEP_SIZE, height: int = KEEP_SIZE,
          tree_width: int = TreeSettings().width, tree_depth: int = TreeSettings().depth,
          tree_branch: int = TreeSettings().branch, precision: str = "auto", placement: str | None = None,
-         auto_tree: bool = True, compile: bool = False, repeats: int = 3) -> list[dict]:
+         auto_tree: bool = True, compile: bool = False, repeats: int = 3,
+         init: str = WindowSettings.init) -> list[dict]:
     if repeats < 1:
         raise ValueError(f"repeats={repeats}: time each method at least once")
     size, auto = window_arg(window) if isinstance(window, str) else (window, False)
@@ -60,7 +70,7 @@ def main(prompt: str, methods=("ar", "sjd-vp"), model: str = "demo", window: int
         settings = method_settings(name, size, sampling, seed, coupled=coupled, auto=auto,
                                    auto_tree=auto and auto_tree and tree_width == 1,
                                    tree=TreeSettings(width=tree_width, depth=tree_depth, branch=tree_branch),
-                                   compile=compile)
+                                   compile=compile, init=init)
         t = time.perf_counter()
         auto_window = settings.window.auto and settings.window.size > 1
         with Measuring(name) as shown:
@@ -180,5 +190,8 @@ def decoding_arguments(ap: argparse.ArgumentParser) -> None:
                     help="run the engine's own step (verification, drafting) through torch.compile: it compiles "
                          "once per setting (seconds; the command compiles before it times), then each iteration's "
                          "work is a few fused kernels instead of hundreds (for GPUs; same images' law)")
+    ap.add_argument("--init", default=WindowSettings.init, choices=DRAFT_INITS,
+                    help="how fresh drafts start: a copy of the known cell above (default), to the left, or random "
+                         "image tokens (exact, all of them; the default before 2026-12 was random)")
     ap.add_argument("--no-coupling", dest="coupled", action="store_false",
                     help="draw each draft with fresh randomness (classic SJD) instead of coupled drafting")

@@ -538,14 +538,15 @@ def measure_profile(adapter: ModelAdapter, settings: DecodeSettings, plans: Sequ
 
 def acceptance_profile(adapter: ModelAdapter, settings: DecodeSettings, plans: Sequence[Plan],
                        progress: MeasureFn | None = None) -> Profile:
-    """measure_profile, cached on disk per (weights, drafter, rows, plans, greedy or sampled): steps, not seconds,
-    so it holds on any device, compiled or not. Not per CFG scale, temperature, top-k or top-p: a profile measured
-    at one of them serves the others (each decode scales it to its own acceptance, g), and a new value would
-    otherwise mean another measurement. Priced on the H200 and RTX 4090 rooflines, auto chose the same plans with
-    the default sampling's profile as with each setting's own; on a 2-core CPU, where neighbouring windows differ
-    by a few percent, the choices moved either way (benchmarks/results/profile_reuse.md)."""
+    """measure_profile, cached on disk per (weights, drafter, draft init, rows, plans, greedy or sampled): steps,
+    not seconds, so it holds on any device, compiled or not. Not per CFG scale, temperature, top-k or top-p: a
+    profile measured at one of them serves the others (each decode scales it to its own acceptance, g), and a new
+    value would otherwise mean another measurement. Priced on the H200 and RTX 4090 rooflines, auto chose the same
+    plans with the default sampling's profile as with each setting's own; on a 2-core CPU, where neighbouring
+    windows differ by a few percent, the choices moved either way (benchmarks/results/profile_reuse.md)."""
     key = _cache_key(adapter, settings) | {"greedy": settings.sampling.greedy, "drafter": repr(settings.drafter),
-                                           "plans": [p.to_json() for p in plans], "kind": "profile"}
+                                           "init": settings.window.init, "plans": [p.to_json() for p in plans],
+                                           "kind": "profile"}
     del key["device"], key["compile"]
     eager = replace(settings, compile=False)   # counted, not timed: compiling each plan's step would only cost time
     return cached(key, Profile, lambda: measure_profile(adapter, eager, plans, progress=progress),

@@ -1,10 +1,10 @@
 """How drafts are made: fresh ones for positions entering the window, and re-drafts of the positions a
 forward pass scored but did not commit.
 
-Fresh drafts: random over the image vocabulary (stored with q = that uniform distribution, the
+Fresh drafts: a copy of the nearest known cell above (the default: the SJD paper's vertical repeat) or to
+the left (one-hot q), or random over the image vocabulary (stored with q = that uniform distribution, the
 distribution they were really drawn from: exact, and accepted more often than declaring the draw
-one-hot), or a copy of the nearest known cell to the left / above (one-hot q). Forced positions always
-get their forced token.
+one-hot). Forced positions always get their forced token.
 Re-drafts: from the position's new target p (plain SJD), or from VP's fusion of p with the position's
 probability history (vp.py; the strength fixed or chosen by AutoStrength); stored with q = the
 distribution drawn from, so verification stays exact.

@@ -84,7 +84,9 @@ class WindowSettings:
     at its first slots. With auto, size is the most a pass may score: every iteration scores the number
     of tokens that maximises expected committed tokens per second (engine/auto.py)."""
     size: int = 16          # W; 1 is plain AR through the same loop
-    init: str = "random"    # random over the image vocabulary | repeat_left | repeat_above
+    init: str = "repeat_above"   # repeat_above | repeat_left | random over the image vocabulary. A copy of the cell
+                                 # above: the most tokens per pass on the demo at every window tried (as the SJD
+                                 # paper's Fig. 9 found on Lumina-mGPT; benchmarks/results/draft_init.md)
     tree: TreeSettings = field(default_factory=TreeSettings)
     auto: bool = False      # choose the tokens per pass (up to size) from this decode's acceptance and the
                             # device's measured pass cost (engine/cost.py)
@@ -198,12 +200,14 @@ def decode_settings(drafter: DrafterSettings | None, window: WindowSettings | No
 
 def method_settings(method: str, window: int, sampling: SamplingSettings, seed: int = 0,
                     batch_size: int = 1, coupled: bool = True, tree: TreeSettings = TreeSettings(),
-                    auto: bool = False, auto_tree: bool = False, compile: bool = False) -> DecodeSettings:
-    """DecodeSettings for a named method (see METHODS), with or without coupled drafting, a draft tree and
-    the automatic window (up to `window`) and tree (none of them for AR), and the compiled step or not."""
+                    auto: bool = False, auto_tree: bool = False, compile: bool = False,
+                    init: str = WindowSettings.init) -> DecodeSettings:
+    """DecodeSettings for a named method (see METHODS), with or without coupled drafting, a draft tree, the
+    automatic window (up to `window`) and tree, and a draft init (none of them for AR), and the compiled step
+    or not."""
     if method not in METHODS:
         raise ValueError(f"method={method!r} is unknown: choose one of {list(METHODS)}")
     drafter = METHODS[method]
     return decode_settings(None if drafter is None else replace(drafter, coupled=coupled),
-                           WindowSettings(window, tree=tree, auto=auto, auto_tree=auto_tree), sampling, seed,
+                           WindowSettings(window, init=init, tree=tree, auto=auto, auto_tree=auto_tree), sampling, seed,
                            batch_size, compile)
