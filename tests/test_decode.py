@@ -4,6 +4,8 @@ import pytest
 import torch
 
 from sjdvp_core import DecodeSettings, DrafterSettings, SamplingSettings, VPSettings, WindowSettings, decode
+from sjdvp_core.engine.drafting import copy_sources
+from sjdvp_core.engine.window import LocalLayout
 from sjdvp_core.models.toy import ToyGridAdapter
 from tests.toy_reference import ar_greedy
 
@@ -40,6 +42,21 @@ def test_draft_inits_keep_greedy_exact_and_compress(init):
     res = decode(TOY, 2, settings(16, DRAFTERS["sjd"], greedy=True, temperature=0.0, init=init))
     assert torch.equal(res.tokens[0], ar_greedy(TOY, 2))
     assert res.stats.forward_passes < TOY.layout.length
+
+
+@pytest.mark.parametrize("scheme", ["repeat_left", "repeat_above"])
+def test_fresh_drafts_copy_the_nearest_known_cell(scheme):
+    """The copy table against walking the layout: with positions before e known, position e + d copies the cell
+    above it, or the one above that while unknown (repeat_above), else the last known cell (row ends in between)."""
+    local = LocalLayout(TOY.layout, 18, "cpu")
+    sources = copy_sources(scheme, local, 16)
+    for e in range(sources.shape[0]):
+        left = int(local.last_cell[max(e - 1, 0)])
+        for d in range(16):
+            src = int(local.above[min(e + d, sources.shape[0] - 1)]) if scheme == "repeat_above" else -1
+            while src >= e:
+                src = int(local.above[src])
+            assert int(sources[e, d]) == (src if src >= 0 else left), (e, d)
 
 
 def test_window_one_is_plain_ar():

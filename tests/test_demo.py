@@ -47,14 +47,15 @@ def test_greedy_sjd_vp_equals_ar_on_the_demo(demo):
 
 def test_demo_images_are_rgb_64px_and_match_their_prompts(demo):
     prompts = ["a red circle on grass", "a yellow triangle on night", "a purple diamond on sand",
-               "a green square on snow"] * 2
-    res = decode(demo, prompts, method_settings("sjd-vp", 16, DEMO_SAMPLING, seed=1, batch_size=8))
+               "a green square on snow"] * 4
+    res = decode(demo, prompts, method_settings("sjd-vp", 16, DEMO_SAMPLING, seed=1, batch_size=16))
     images = demo.decode_image(res.codes)
-    assert images.shape == (8, 64, 64, 3) and images.min() >= 0 and images.max() <= 1
+    assert images.shape == (16, 64, 64, 3) and images.min() >= 0 and images.max() <= 1
     classes = torch.tensor([scenes.prompt_to_class(p) for p in prompts])
     shape, colour, background = attribute_match(load_judge(), images.permute(0, 3, 1, 2) * 2 - 1, classes)
-    # samples: an odd one may miss (seeds 0-7, 4 prompts: 1 miss in 32 with independent drafts, 1 with coupled)
-    assert colour.sum() >= 7 and background.sum() >= 7, (colour, background)
+    # samples: some miss. These 4 prompts x 24 images (seeds 10-15): colour matched 88 of 96 with AR, 87 with
+    # SJD-VP (cells above as fresh drafts), 83 with random fresh drafts; background 96, 94, 96
+    assert colour.sum() >= 13 and background.sum() >= 14, (colour, background)
 
 
 def test_the_command_line_calibrates_and_warms_up_every_method_before_it_times_any(tmp_path, monkeypatch, capsys):

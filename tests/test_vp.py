@@ -116,7 +116,8 @@ def test_auto_strength_differs_between_models_with_different_dynamics():
     """Whole decodes with independent drafts: on the mean-reverting grid toy auto shrinks (pooled over the
     decodes, a shrinking strength scores best, and no decode extrapolates; one class of the grid is a near
     tie between shrinking and plain drafting); on the drifting trend toy, where shrinkage costs forward
-    passes, it never shrinks."""
+    passes, it never shrinks. Random fresh drafts: with copies of the cells above (the default) the trend toy's
+    drafts pass so often that plain and shrinking drafts tie there (0.912 against 0.912 in one decode)."""
     from sjdvp_core import DecodeSettings, DrafterSettings, WindowSettings, decode
     from sjdvp_core.models.toy import ToyGridAdapter, ToyTrendAdapter
     grid = ToyGridAdapter(height=16, width=16, levels=8, sharpness=12.0)
@@ -124,7 +125,7 @@ def test_auto_strength_differs_between_models_with_different_dynamics():
     picks = {}
     for name, toy in (("grid", grid), ("trend", trend)):
         independent = DrafterSettings(vp=VPSettings(), coupled=False)
-        picks[name] = [decode(toy, c, DecodeSettings(window=WindowSettings(16), drafter=independent,
+        picks[name] = [decode(toy, c, DecodeSettings(window=WindowSettings(16, init="random"), drafter=independent,
                                                      sampling=toy.default_sampling, seed=c)).stats.vp_auto
                        for c in range(4)]
     pooled = {c: sum(p["vp_auto_rates"][str(c)] for p in picks["grid"]) for c in AUTO_STRENGTHS}
