@@ -34,8 +34,11 @@ TOP_P = SamplingSettings(cfg_scale=1.5, top_p=0.8)
 EXACT = {TOP_K: exact(TOP_K), TOP_P: exact(TOP_P)}
 
 
-def counts(drafter, tree, sampling=TOP_K, W=5, seed=0):
-    s = DecodeSettings(window=WindowSettings(W, tree=tree), drafter=drafter, sampling=sampling, seed=seed, batch_size=N)
+def counts(drafter, tree, sampling=TOP_K, W=5, seed=0, init="random"):
+    """Random fresh drafts by default: copies of the cells above pass so often on this toy that alternatives
+    are rarely needed, and a guess of the cell above repeats the draft (test_default_init_keeps_the_law)."""
+    s = DecodeSettings(window=WindowSettings(W, init=init, tree=tree), drafter=drafter, sampling=sampling, seed=seed,
+                       batch_size=N)
     res = decode(WIDE, 1, s)
     return torch.bincount(code_index(res.codes.flatten(1), 9), minlength=EXACT[sampling].numel()).float(), res.stats
 
@@ -54,6 +57,14 @@ def test_shape_hangs_each_alternative_off_the_main_chain():
     short = tree_shape(5, TreeSettings(width=2, branch=1), "cpu")
     assert branch_paths(short)[1] == [0, 5, 6] and short.nodes == 7
     assert scratch_nodes(5, TreeSettings()) == 0 and scratch_nodes(1, TreeSettings(width=4)) == 0
+
+
+@pytest.mark.statistical
+def test_default_init_keeps_the_law():
+    """Trees with fresh drafts as the default starts them (copies of the cells above)."""
+    c, stats = counts(DrafterSettings(vp=VPSettings(**STRONG_VP)), TreeSettings(width=4, depth=2),
+                      init=WindowSettings.init)
+    assert chi2_pvalue(c, EXACT[TOP_K] * N) > ALPHA and stats.tree_tried > 0
 
 
 @pytest.mark.statistical
