@@ -31,7 +31,7 @@ class FreshDrafts:
     """Drafts for positions with no target yet."""
 
     def __init__(self, scheme: str, local: LocalLayout, slots: int, device):
-        self.scheme, self.local = scheme, local
+        self.local = local
         self.ids = torch.arange(local.size, device=device)
         self.uniform = torch.zeros(local.size, device=device)
         self.uniform[:local.num_image] = 1.0 / local.num_image
