@@ -132,7 +132,9 @@ def write(rows, args, cpu):
                    "threads": torch.get_num_threads(), "torch": torch.__version__,
                    "cpu_cost": {str(label(r)): c.to_json() for r, (c, _) in cpu.items()}}, f, indent=1)
     keys = list(rows[0]["modeled"])
-    lines = [f"`python -m benchmarks.latency --out {args.out}` (demo model; {len(PROMPTS)} prompts x {args.seeds} "
+    command = (f"python -m benchmarks.latency --seeds {args.seeds} --repeats {args.repeats} "
+               f"--model-seeds {args.model_seeds} --out {args.out}")
+    lines = [f"`{command}` (demo model; {len(PROMPTS)} prompts x {args.seeds} "
              f"seeds; CPU wall-clock: median of {args.repeats} repeats, rows interleaved after a warm-up each, "
              "speed-up over the faster AR row, "
              f"{torch.get_num_threads()} threads; modelled columns: the demo's steps over {args.model_seeds} seeds "

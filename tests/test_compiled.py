@@ -124,3 +124,29 @@ def test_more_windows_than_torchs_default_recompile_limit_stay_compiled(caplog):
         for window in (2, 3, 4, 6, 8, 12, 16, 24, 32, 48):
             decode(toy, 0, method_settings("sjd", window, toy.default_sampling, seed=0, compile=True))
     assert not compiled_module._FAILED and "does not compile" not in caplog.text
+
+
+def test_the_step_writes_only_into_tensors_held_in_place(demo, monkeypatch):
+    """CUDA graphs capture a step that writes into its inputs only where those keep their address (inductor's
+    static inputs; it skips the capture otherwise, "mutated inputs"). The same check on the CPU: every input
+    the compiled step mutates is one `hold_in_place` marked (canvas, statistics, VP auto's scores)."""
+    from torch._dynamo.backends.common import aot_autograd
+    graphs = []
+
+    def inspect(gm, example_inputs):
+        def forward(gm, inputs):
+            meta = torch._guards.TracingContext.get().fw_metadata
+            graphs.append(({i for i, info in enumerate(meta.input_info) if info.mutates_data},
+                           set(meta.static_input_indices)))
+            return gm
+        return aot_autograd(fw_compiler=forward)(gm, example_inputs)
+
+    real = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda fn, **kwargs: real(fn, backend=inspect, fullgraph=True))
+    monkeypatch.setattr(compiled_module, "_FAILED", set())
+    torch._dynamo.reset()
+    for method in ("sjd-vp", "sjd"):   # VP auto's scores, and a drafter without them
+        decode(demo, PROMPTS[0], method_settings(method, 6, demo.default_sampling, seed=0, compile=True))
+    assert graphs and not compiled_module._FAILED
+    for mutated, static in graphs:
+        assert mutated and mutated <= static

@@ -18,10 +18,11 @@ seed reproduces an image with the same `compile` setting on the same device.
 
 torch.compile's default mode fuses the step's kernels; a chain's whole step (verification and drafting) is
 one function, so one graph. CUDA graph capture on top of it (mode "reduce-overhead", one replay per step) is not
-the default: no GPU has run it yet, and the step writes into tensors it is given (the canvas, the statistics,
-VP auto's scores), which inductor's CUDA graphs only take at static addresses (it skips the capture otherwise;
-benchmarks/gpu_check.py counts the skips). SJDVP_COMPILE_MODE selects a torch.compile mode for trying it
-(gpu_check does, when a GPU is lent).
+the default: no GPU has run it yet. The step writes into tensors it is given (the canvas, the statistics, VP
+auto's scores), which inductor's CUDA graphs capture only at static addresses (they skip the capture otherwise,
+"mutated inputs"): `hold_in_place` marks them, once per decode. A replay overwrites its previous outputs, so
+what the loop keeps of a step's output it copies (as gpt-fast does with its tokens). SJDVP_COMPILE_MODE selects
+a torch.compile mode for trying it; benchmarks/gpu_check.py times it and counts the skipped captures.
 """
 from __future__ import annotations
 
@@ -60,6 +61,15 @@ def compiled(fn: Callable, name: str) -> Callable:
         except _GAVE_UP as e:   # it failed to compile (or compiled too many graphs): nothing ran
             return _give_up(fn, name, e)(*args)
     return step
+
+
+def hold_in_place(*tensors: torch.Tensor) -> None:
+    """Tell torch.compile that these tensors, which a compiled step writes into, keep their address for the
+    decode, so that CUDA graphs capture the step with its writes. A later decode's tensors re-record the graph
+    once (past torch's cudagraph_unexpected_rerecord_limit, 128 by default, it runs uncaptured). The step
+    computes the same either way."""
+    for t in tensors:
+        torch._dynamo.mark_static_address(t)
 
 
 def _give_up(fn: Callable, name: str, error: Exception) -> Callable:

@@ -37,7 +37,7 @@ from .auto import (
     most_tokens,
     warmed,
 )
-from .compiled import compiled
+from .compiled import compiled, hold_in_place
 from .cost import GRID, PassCost, cached, device_name, model_fingerprint, monotone
 from .drafting import Drafter
 from .settings import AUTO_STRENGTHS, DecodeSettings
@@ -145,8 +145,16 @@ class JacobiDecoder:
         n = torch.ones(B, dtype=torch.long, device=dev)
         first = self.plan if self.chooser is None else self.chooser.choice
         window = self.drafter.start(n, canvas, self.gen, first.window - 1)
-        return _Loop(canvas, n, [1] * B, [[1] * B], torch.ones(B, dtype=torch.long, device=dev), window,
+        loop = _Loop(canvas, n, [1] * B, [[1] * B], torch.ones(B, dtype=torch.long, device=dev), window,
                      Recorder(max(self.S, 1), dev))
+        if self.s.compile:
+            hold_in_place(*self.written(loop))
+        return loop
+
+    def written(self, loop: _Loop) -> list[Tensor]:
+        """The tensors a step writes into: the canvas, the statistics and VP auto's scores."""
+        auto = self.drafter.auto
+        return [loop.canvas, *loop.rec.accumulators, *(() if auto is None else auto.accumulators)]
 
     def done(self, loop: _Loop) -> bool:
         return all(c >= self.local.free_end for c in loop.n_host)
@@ -188,7 +196,7 @@ class JacobiDecoder:
                 t2, n_next = self.clock.now(), n + m
                 loop.window = self.redraft(window, p, m, n_next, active, canvas, draws)
         rec.scored.append(scored)
-        rec.committed.append(m)
+        rec.committed.append(m.clone() if one_step else m)   # a CUDA graph's next replay overwrites its outputs
         n, loop.row_passes, loop.it = n_next, loop.row_passes + active, loop.it + 1
         loop.n = n
         before, loop.n_host = loop.n_host, n.tolist()                                      # the one sync

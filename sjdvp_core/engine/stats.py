@@ -141,6 +141,11 @@ class Recorder:
         self.scored: list[int] = []                          # tokens fed through the model per row, per iteration
         self.times = [0.0, 0.0, 0.0, 0.0]   # forward, verify, draft, both as one compiled step (seconds, when timed)
 
+    @property
+    def accumulators(self) -> tuple[Tensor, ...]:
+        """The device tensors the step adds into."""
+        return self.outcome_counts, self.vp, self.entropy, self.tree
+
     def phases(self, t0: float, t1: float, t2: float, t3: float, one_step: bool = False) -> None:
         """One iteration's clock readings: forward t0..t1, verification t1..t2, drafting t2..t3; one_step: a
         compiled step did both in one graph, t1..t2, counted as such (t2..t3 is then the loop's own work)."""

@@ -87,6 +87,11 @@ class AutoStrength:
         self.weights = strength_weights(candidates, device)   # made once: a compiled step sees constants
 
     @property
+    def accumulators(self) -> tuple[Tensor, Tensor]:
+        """The device tensors `observe` adds into."""
+        return self.score, self.count
+
+    @property
     def best(self) -> Tensor:
         """Index of the strength to draft with; strength 0 (plain drafting) until there is evidence."""
         return torch.where(self.count == 0, self.plain, self.score.argmax())
