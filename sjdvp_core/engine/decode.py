@@ -146,7 +146,7 @@ class JacobiDecoder:
         first = self.plan if self.chooser is None else self.chooser.choice
         window = self.drafter.start(n, canvas, self.gen, first.window - 1)
         loop = _Loop(canvas, n, [1] * B, [[1] * B], torch.ones(B, dtype=torch.long, device=dev), window,
-                     Recorder(max(self.S, 1), dev))
+                   Recorder(max(self.S, 1), dev))
         if self.s.compile:
             hold_in_place(*self.written(loop))
         return loop
