@@ -1,4 +1,6 @@
 """`python -m sjdvp_core`: generate with several methods side by side (sjdvp_core.cli.generate)."""
-from .cli.generate import main, parser
+import sys
 
-main(**vars(parser().parse_args()))
+from .cli.generate import command
+
+sys.exit(command())

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from sjdvp_core.batch import jobs, parse_seeds, read_prompts, run
+from sjdvp_core.cli.batch import jobs, parse_seeds, read_prompts, run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROMPTS = ["a red circle on grass", "a blue square on snow", "a green triangle on sand"]

@@ -78,6 +78,16 @@ def test_lumina2_folder_and_a_missing_movqgan(tmp_path):
     assert "PROBLEM  load" in text and "movqgan_270M.ckpt missing" in text and problems == 1
 
 
+def test_lumina2_folder_whose_tokenizer_lists_the_image_tokens_has_no_problem(tmp_path):
+    """The release's likely tokenizer: the image codes as `<MOVQGAN...>` added tokens at 155000 + c."""
+    folder = write_lumina2(str(tmp_path / "Lumina-mGPT-2.0"), image_names="<MOVQGAN_{}>")
+    shown = subprocess.run([sys.executable, "-m", "sjdvp_core.check", folder], capture_output=True, text=True,
+                           cwd=REPO)
+    assert shown.returncode == 0 and "PROBLEM" not in shown.stdout, shown.stdout + shown.stderr
+    assert ("codes 0..31 are ids 155000..155031, 32 of them listed as image tokens in the tokenizer (<MOVQGAN_0> .. "
+            "<MOVQGAN_31>)") in shown.stdout
+
+
 def test_a_chameleon_folder_is_named_for_what_it_is(tmp_path):
     import json
     folder = write_lumina(str(tmp_path / "chameleon-7b"), vqgan=False)

@@ -3,8 +3,10 @@ Lumina's special tokens from id 151665, image codes from id 155000, MoVQGAN-270M
 movqgan/), loaded through the user-facing loader: detection by vocabulary, upstream's prompt, BOS rule and
 image-only guidance branch; f8 rows closed by the row end where upstream's processor forces it; greedy SJD
 == AR == upstream's unbatched-CFG loop; rollback == recompute; trees; sizes up to the positions; the
-tokenizer pitfalls and missing files explained."""
+tokenizer pitfalls and missing files explained. Every shared test runs on both tokenizer shapes: the image ids
+without entries, and listed as `<MOVQGAN...>` added tokens (the release's likely shape)."""
 import json
+import os
 import shutil
 
 import pytest
@@ -30,9 +32,12 @@ PROMPTS = ["a red fox in the snow", "a blue sky"]
 WIDE = dict(width=64, height=32)       # 4 rows of 8 codes (+ row ends) at the tiny f8 MoVQGAN
 
 
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory):
-    return write_lumina2(str(tmp_path_factory.mktemp("models") / "Lumina-mGPT-2.0"))
+LISTED = "<MOVQGAN_{}>"
+
+
+@pytest.fixture(scope="module", params=[None, LISTED], ids=["image-ids-unlisted", "image-ids-listed"])
+def folder(tmp_path_factory, request):
+    return write_lumina2(str(tmp_path_factory.mktemp("models") / "Lumina-mGPT-2.0"), image_names=request.param)
 
 
 @pytest.fixture(scope="module")
@@ -147,3 +152,60 @@ def test_lumina2_missing_movqgan_says_where_it_goes(folder, tmp_path):
 
 def test_lumina2_missing_files_are_named(folder, tmp_path):
     assert_missing_files_are_named(folder, tmp_path, lambda path: load_model(path, **WIDE), REPO)
+
+
+@pytest.mark.parametrize("names", [LISTED, "<img{:05d}>"])
+def test_lumina2_tokenizer_listing_the_image_ids_loads_and_says_so(tmp_path, names):
+    """The ids are the contract, the names a check: any one pattern of special names counting with the code."""
+    folder = write_lumina2(str(tmp_path / "Lumina-mGPT-2.0"), image_names=names)
+    facts = dict((what, detail) for what, detail, _ in load_model(folder, **WIDE).facts())
+    assert facts["image ids"].startswith(f"codes 0..31 are ids 155000..155031, 32 of them listed as image tokens in "
+                                         f"the tokenizer ({names.format(0)} .. {names.format(31)})")
+
+
+def _edit_tokenizer(folder, change) -> None:
+    path = os.path.join(folder, "tokenizer.json")
+    data = json.load(open(path))
+    change(data)
+    json.dump(data, open(path, "w"))
+
+
+def _swap_two_image_names(data):
+    image = [t for t in data["added_tokens"] if t["id"] >= IMAGE_BASE]
+    image[3]["content"], image[4]["content"] = image[4]["content"], image[3]["content"]
+
+
+def _text_at_the_image_ids(data):
+    """A vocabulary that runs on through the image ids (its specials also in it, as converted files have them)."""
+    data["added_tokens"] = [t for t in data["added_tokens"] if t["id"] < IMAGE_BASE]
+    data["model"]["vocab"].update({t["content"]: t["id"] for t in data["added_tokens"]})
+    data["model"]["vocab"].update({f"word{c}": IMAGE_BASE + c for c in range(CODES)})
+
+
+def _an_image_token_elsewhere(data):
+    data["added_tokens"][-1]["content"] = "<MOVQGAN_extra>"
+    data["added_tokens"][-40]["content"] = "<MOVQGAN_31>"
+
+
+@pytest.mark.parametrize("change, message", [
+    (_swap_two_image_names, r"2 entries at the image ids 155000\.\.155031 are not image tokens \('<MOVQGAN_4>' at "
+                            r"155003, '<MOVQGAN_3>' at 155004\); the ids moved"),
+    (_text_at_the_image_ids, r"32 of them are text tokens here \('word0' at 155000, 'word1' at 155001"),
+    (_an_image_token_elsewhere, r"image token <MOVQGAN_31> is id 154992 \(1 outside 155000\.\.155031\).*the ids "
+                                r"moved"),
+], ids=["renumbered", "text", "image-name-elsewhere"])
+def test_lumina2_tokenizer_with_text_or_moved_entries_at_the_image_ids_is_refused(tmp_path, change, message):
+    folder = write_lumina2(str(tmp_path / "Lumina-mGPT-2.0"), image_names=LISTED)
+    _edit_tokenizer(folder, change)
+    with pytest.raises(CheckpointError, match=message):
+        load_model(folder, **WIDE)
+
+
+def test_lumina2_vocabulary_map_naming_image_tokens_at_other_ids_is_refused(tmp_path):
+    """Upstream's Jacobi sampler takes its image vocabulary from config.json's `<MOVQGAN` names."""
+    folder = write_lumina2(str(tmp_path / "Lumina-mGPT-2.0"), image_names=LISTED)
+    config = json.load(open(os.path.join(folder, "config.json")))
+    config["vocabulary_map"]["<MOVQGAN_0>"] = 151000
+    json.dump(config, open(os.path.join(folder, "config.json"), "w"))
+    with pytest.raises(CheckpointError, match=r"image token <MOVQGAN_0> is id 151000"):
+        load_model(folder, **WIDE)

@@ -4,7 +4,12 @@ tokenizer.json (a byte-level BPE whose base vocabulary fills ids 0..151642, Qwen
 151643, Lumina's from 151665: <racm3:break>, <eoss>, <reserved08796..08799>, then the end of turn and the
 resolution tokens), a Qwen2 tokenizer_config.json (no bos_token), and movqgan/movqgan_270M.ckpt: a tiny
 random MoVQGAN as a plain state dict, encoder keys included, as ai-forever/MoVQGAN releases it. Image code c
-is vocabulary id 155000 + c, as in the release; the model's vocabulary ends just past the codes."""
+is vocabulary id 155000 + c, as in the release; the model's vocabulary ends just past the codes.
+
+Whether the release's tokenizer.json lists the image ids is not known here (its size, 10.8 MB against Qwen's
+7.0 MB, says it likely holds about 19,700 added tokens: Lumina's reserved tokens up to 154999 and one per
+image code, named `<MOVQGAN...` as upstream's get_image_tokens looks them up in config.json's vocabulary
+map). `image_names` builds that shape; without it the image ids have no entry."""
 from __future__ import annotations
 
 import json
@@ -26,9 +31,11 @@ LUMINA_SPECIALS += [f"<reserved{8800 + n:05d}>" for n in range(1, MAX_GRIDS + 1)
 MOVQ = dict(channels=(32, 32, 32, 32), blocks=2, attn_levels=(3,), n_embed=CODES)
 
 
-def qwen_tokenizer(folder: str, gap: bool = False) -> dict[str, int]:
+def qwen_tokenizer(folder: str, gap: bool = False, image_names: str | None = None) -> dict[str, int]:
     """tokenizer.json + tokenizer_config.json; the vocabulary {name: id}. gap=True leaves the base vocabulary
-    short of 151643 entries, so the added tokens' ids in the file leave a gap (as a cut-down file would)."""
+    short of 151643 entries, so the added tokens' ids in the file leave a gap (as a cut-down file would).
+    image_names (a format of the code, "<MOVQGAN_{}>") lists the image codes as added special tokens at
+    155000 + c, after reserved tokens that fill the ids up to them."""
     tok = byte_bpe_tokenizer(folder, [], vocab_size=300)
     path = os.path.join(folder, "tokenizer.json")
     with open(path) as f:
@@ -37,6 +44,9 @@ def qwen_tokenizer(folder: str, gap: bool = False) -> dict[str, int]:
     for i in range(len(vocab), QWEN_BASE - (1000 if gap else 0)):
         vocab[f"<|filler_{i}|>"] = i                  # unreachable by merges: only the ids matter
     names = QWEN_SPECIALS + LUMINA_SPECIALS
+    if image_names:
+        fill = IMAGE_BASE - QWEN_BASE - len(names)
+        names += [f"<reserved{9000 + n:05d}>" for n in range(fill)] + [image_names.format(c) for c in range(CODES)]
     data["added_tokens"] = [{"id": QWEN_BASE + i, "content": name, "single_word": False, "lstrip": False,
                              "rstrip": False, "normalized": False, "special": True} for i, name in enumerate(names)]
     with open(path, "w") as f:
@@ -85,10 +95,11 @@ def write_movqgan(folder: str, seed: int = 0) -> str:
     return path
 
 
-def write_lumina2(folder: str, seed: int = 0, movqgan: bool = True, gap: bool = False) -> str:
+def write_lumina2(folder: str, seed: int = 0, movqgan: bool = True, gap: bool = False,
+                  image_names: str | None = None) -> str:
     from transformers import ChameleonConfig, ChameleonForConditionalGeneration
     os.makedirs(folder, exist_ok=True)
-    vocab = qwen_tokenizer(folder, gap=gap)
+    vocab = qwen_tokenizer(folder, gap=gap, image_names=image_names)
     config = config_json(vocab)
     with open(os.path.join(folder, "config.json"), "w") as f:
         json.dump(config, f)

@@ -29,6 +29,9 @@ from ..engine.settings import (
 )
 from ..models.placement import PLACEMENTS
 from ..models.registry import PRECISIONS, load_model
+from .mistakes import run_command
+
+PROG = "python -m sjdvp_core"
 
 
 def save_png(image: torch.Tensor, path: str, scale: int = 4) -> None:
@@ -141,8 +144,14 @@ def chosen_sampling(adapter, cfg=None, top_k=None, top_p=None, temperature=None)
     return dataclasses.replace(adapter.default_sampling, **{k: v for k, v in given.items() if v is not None})
 
 
+def command(argv=None) -> int:
+    """`python -m sjdvp_core`: a mistake (bad size, unknown model folder) is one line on stderr and exit 2."""
+    args = parser().parse_args(argv)
+    return run_command(PROG, lambda: main(**vars(args)) and 0)
+
+
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m sjdvp_core", description=__doc__,
+    ap = argparse.ArgumentParser(prog=PROG, description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--prompt", default="a red circle on grass", help="what to draw (demo: colour, shape, background)")
     ap.add_argument("--methods", nargs="+", default=["ar", "sjd-vp"], choices=list(METHODS),

@@ -18,9 +18,11 @@ import zipfile
 
 import torch
 
+from ..cli.mistakes import run_command
 from ..engine.devices import default_device
 from ..models.registry import PRECISIONS, detect_family, load_model, resolve_dtype
 
+PROG = "python -m sjdvp_core.check"
 WEIGHT_FILES = (".safetensors", ".pt", ".pth", ".bin", ".ckpt")
 GiB = 2 ** 30
 
@@ -28,8 +30,8 @@ GiB = 2 ** 30
 class Report:
     """Lines printed as they come; problems counted for the exit code."""
 
-    def __init__(self, out=sys.stdout):
-        self.out, self.problems = out, 0
+    def __init__(self, out=None):
+        self.out, self.problems = out or sys.stdout, 0    # stdout as it is when the check runs
 
     def line(self, text: str = "") -> None:
         print(text, file=self.out, flush=True)
@@ -146,7 +148,7 @@ def memory(rep: Report, adapter) -> None:
 
 
 def check(path: str, device: str = "cpu", precision: str = "auto", run_forward: bool = True,
-          prompt: str | None = None, out=sys.stdout, **options) -> int:
+          prompt: str | None = None, out=None, **options) -> int:
     """The whole check; returns the number of problems found."""
     rep = Report(out)
     rep.line(f"sjdvp check of {path if path == 'demo' else os.path.abspath(path)}")
@@ -183,7 +185,7 @@ def check(path: str, device: str = "cpu", precision: str = "auto", run_forward: 
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m sjdvp_core.check", description=__doc__,
+    ap = argparse.ArgumentParser(prog=PROG, description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("path", help="a model folder (or LlamaGen GPT file) as it sits under models/sjdvp, or 'demo'")
     ap.add_argument("--device", default=default_device(),
@@ -198,10 +200,13 @@ def main(argv=None) -> int:
                                                      "name does not say (512, 768, 1024)")
     args = ap.parse_args(argv)
     options = {"trained": args.trained_size} if args.trained_size else {}
-    problems = check(args.path, args.device, args.precision, args.run_forward, args.prompt, **options)
-    print(f"\n{'no problems found' if not problems else f'{problems} problem(s) found'}. When you report a bug, "
-          "paste this whole output.")
-    return 1 if problems else 0
+
+    def checked() -> int:
+        problems = check(args.path, args.device, args.precision, args.run_forward, args.prompt, **options)
+        print(f"\n{'no problems found' if not problems else f'{problems} problem(s) found'}. When you report a "
+              "bug, paste this whole output.")
+        return 1 if problems else 0
+    return run_command(PROG, checked)
 
 
 if __name__ == "__main__":

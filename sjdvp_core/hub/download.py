@@ -26,12 +26,14 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+from ..cli.mistakes import run_command
 from ..models.folders import INCOMPLETE, incomplete
 from .catalogue import ENTRIES, Entry, Source, describe, find, size_text
 
 CHUNK = 1 << 20
 RETRIES = 3
 Progress = Callable[[int, int], None]
+PROG = "python -m sjdvp_core.download"
 
 
 class DownloadError(RuntimeError):
@@ -267,7 +269,7 @@ def download(entry: Entry | str, root: str, progress: Progress | None = None, en
     if isinstance(entry, str):
         found = find(entry)
         if found is None:
-            raise DownloadError(f"no catalogue entry {entry!r}; entries: {', '.join(e.name for e in ENTRIES)}")
+            raise ValueError(f"no catalogue entry {entry!r}; entries: {', '.join(e.name for e in ENTRIES)}")
         entry = found
     folder = os.path.join(root, entry.folder)
     path = os.path.join(root, entry.path)
@@ -331,7 +333,7 @@ class _TextBar:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m sjdvp_core.download", description=__doc__,
+    ap = argparse.ArgumentParser(prog=PROG, description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("name", nargs="?", help="a catalogue entry (see --list)")
     ap.add_argument("--dir", default=os.path.join("models", "sjdvp"),
@@ -341,8 +343,13 @@ def main(argv=None) -> int:
     if args.list or not args.name:
         print(describe())
         return 0
+    return run_command(PROG, lambda: fetch(args.name, args.dir))
+
+
+def fetch(name: str, folder: str) -> int:
+    """Download with a progress line; a failed download is its message and exit status 1."""
     try:
-        path = download(args.name, args.dir, _TextBar())
+        path = download(name, folder, _TextBar())
     except KeyboardInterrupt:
         print("\ninterrupted; run the same command again to resume", file=sys.stderr)
         return 130

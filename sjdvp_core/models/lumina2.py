@@ -10,7 +10,11 @@ inference_solver.py, data/item_processor.py, generate_examples/generate.py and x
   are looked up by name in tokenizer.json, read with the tokenizers library: transformers' AutoTokenizer
   may rebuild a Qwen2 tokenizer and lose ids past the base vocabulary, and the tokenizers library itself
   renumbers added tokens whose ids leave a gap, silently; the loader checks every added id survives.
-- Image code c is vocabulary id 155000 + c (16,384 codes), with no entry in the tokenizer.
+- Image code c is vocabulary id 155000 + c (16,384 codes; item_processor.py's get_image_token). The ids are
+  the contract; whether tokenizer.json lists them is not fixed upstream: its Jacobi sampler takes the image
+  vocabulary from the ids named `<MOVQGAN...` in config.json's vocabulary map (modeling_chameleon.py's
+  get_image_tokens), so the release likely lists them as added tokens. Both shapes load; a text token or a
+  renumbered entry at those ids is refused (`image_entries`).
 - MoVQGAN is f8: an image is h/8 rows of w/8 codes, each row closed by the row-end token; the two
   resolution tokens still count 32 px grids. Any multiple of 32 px whose sequence fits the model's
   positions (10,240 in the release: 768 x 768 px is 9,312 image tokens) is a size.
@@ -27,6 +31,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 from typing import Any
 
 import torch
@@ -49,9 +54,9 @@ class Lumina2Adapter(LuminaAdapter):
     family = "Lumina-mGPT 2.0"
     patch = 8                    # MoVQGAN is f8
 
-    def __init__(self, model, tokenizer: TextTokenizer, movq: MoVQGAN, bos: int, *, width: int | None = None,
-                 height: int | None = None, device="cpu"):
-        self.tokenizer, self.bos = tokenizer, bos
+    def __init__(self, model, tokenizer: TextTokenizer, movq: MoVQGAN, bos: int, *, listed: str = "",
+                 width: int | None = None, height: int | None = None, device="cpu"):
+        self.tokenizer, self.bos, self.listed = tokenizer, bos, listed
         self.image_tokens = torch.arange(IMAGE_BASE, IMAGE_BASE + movq.config.n_embed)
         self.positions = model.config.max_position_embeddings
         size = self.default_size()
@@ -71,8 +76,9 @@ class Lumina2Adapter(LuminaAdapter):
                 ("image start + resolution tokens", str(self.token_names(self.image_prefix)), True),
                 ("row end, image end", str(self.token_names([int(self.layout.forced[self.width // self.patch]),
                                                               int(self.layout.forced[-1])])), True),
-                ("image ids", f"codes 0..{n - 1} are ids {IMAGE_BASE}..{IMAGE_BASE + n - 1}, none of them a "
-                              f"tokenizer entry; the model's vocabulary has {self.text_config.vocab_size}", True),
+                ("image ids", f"codes 0..{n - 1} are ids {IMAGE_BASE}..{IMAGE_BASE + n - 1}, "
+                              f"{self.listed or 'none of them a tokenizer entry'}; the model's vocabulary has "
+                              f"{self.text_config.vocab_size}", True),
                 ("BOS", str(self.token_names([self.bos])), True)]
 
     @property
@@ -109,11 +115,10 @@ class Lumina2Adapter(LuminaAdapter):
         return f"{k * w * GRID}x{k * h * GRID}" if fits else "none"
 
 
-def check_added_tokens(tokenizer: TextTokenizer) -> None:
+def check_added_tokens(tokenizer: TextTokenizer, added: list[dict]) -> None:
     """Every added token of tokenizer.json has the id the file gives it once read (the tokenizers library
     renumbers added tokens that leave a gap after the base vocabulary, and says nothing)."""
-    moved = [(t["content"], t["id"], tokenizer.tok.token_to_id(t["content"]))
-             for t in read_json(tokenizer.path).get("added_tokens", [])]
+    moved = [(t["content"], t["id"], tokenizer.tok.token_to_id(t["content"])) for t in added]
     moved = [m for m in moved if m[1] != m[2]]
     if moved:
         shown = ", ".join(f"{name} is {want} in the file, {got} as read" for name, want, got in moved[:3])
@@ -139,14 +144,61 @@ def bos_id(folder: str, tokenizer: TextTokenizer) -> int:
     return tokenizer.id(name)
 
 
-def check_image_ids(tokenizer: TextTokenizer, codes: int, vocab_size: int, folder: str) -> None:
+def check_image_room(codes: int, vocab_size: int, folder: str) -> None:
     if IMAGE_BASE + codes > vocab_size:
         raise CheckpointError(f"{folder}: a vocabulary of {vocab_size} has no room for {codes} image codes from id "
                               f"{IMAGE_BASE}; this is not Lumina-mGPT 2.0 with MoVQGAN-270M ({REPO})")
-    taken = [i for i in (IMAGE_BASE, IMAGE_BASE + codes - 1) if tokenizer.tok.id_to_token(i) is not None]
-    if taken:
-        raise CheckpointError(f"{tokenizer.path}: ids {taken} are text tokens here, image codes in Lumina-mGPT 2.0; "
-                              f"use the tokenizer.json of {REPO}")
+
+
+def image_entries(tokenizer: TextTokenizer, tokenizer_json: dict, codes: int, vocabulary_map: dict | None) -> str:
+    """What tokenizer.json holds at the image ids 155000 + c, in words; CheckpointError where it is not an image.
+
+    The ids are the contract and the names a check: each id is either no entry, or an added token named as
+    special tokens are (`<...>`) on one pattern for every code, any number in it counting with the code
+    (`<MOVQGAN_17>` at code 17, or at 17 + a fixed offset). A BPE text token there, names off the pattern, or a
+    `<MOVQGAN` name (tokenizer or config.json's vocabulary map) at another id means the ids moved."""
+    image = range(IMAGE_BASE, IMAGE_BASE + codes)
+    listed = {t["id"]: t["content"] for t in tokenizer_json.get("added_tokens", []) if t["id"] in image}
+    vocab = tokenizer_json.get("model", {}).get("vocab") or {}
+    if isinstance(vocab, list):                         # a Unigram model: [piece, score] by id
+        vocab = {piece: i for i, (piece, _) in enumerate(vocab)}
+    text = {i: name for name, i in vocab.items() if i in image and listed.get(i) != name}  # added may repeat there
+    if text:
+        shown = ", ".join(f"{text[i]!r} at {i}" for i in sorted(text)[:3])
+        raise CheckpointError(f"{tokenizer.path}: ids {IMAGE_BASE}..{image[-1]} are image codes in Lumina-mGPT 2.0, "
+                              f"but {len(text)} of them are text tokens here ({shown}); use the tokenizer.json of "
+                              f"{REPO}")
+    named = [(t["content"], t["id"]) for t in tokenizer_json.get("added_tokens", [])]
+    astray = sorted((i, name) for name, i in named + list((vocabulary_map or {}).items())
+                    if name.startswith("<MOVQGAN") and i not in image)
+    if astray:
+        raise CheckpointError(f"{tokenizer.path}: image token {astray[0][1]} is id {astray[0][0]} "
+                              f"({len(astray)} outside {IMAGE_BASE}..{image[-1]}), where Lumina-mGPT 2.0 puts code c "
+                              f"at {IMAGE_BASE} + c: the ids moved. Download tokenizer.json and config.json again "
+                              f"from {REPO}")
+    if not listed:
+        return ""
+    first = min(listed)
+    pattern = _name_pattern(listed[first], first - IMAGE_BASE)
+    off = [(i, name) for i, name in sorted(listed.items())
+           if pattern is None or _name_pattern(name, i - IMAGE_BASE) != pattern]
+    if off:
+        shown = ", ".join(f"{name!r} at {i}" for i, name in off[:3])
+        raise CheckpointError(f"{tokenizer.path}: {len(off)} entries at the image ids {IMAGE_BASE}..{image[-1]} are "
+                              f"not image tokens ({shown}); the ids moved or the file is not Lumina-mGPT 2.0's: "
+                              f"download it again from {REPO}")
+    return (f"{len(listed)} of them listed as image tokens in the tokenizer ({listed[first]} .. "
+            f"{listed[max(listed)]})"
+            + ("" if len(listed) == codes else f", {codes - len(listed)} not listed"))
+
+
+def _name_pattern(name: str, code: int) -> tuple[str, int | None] | None:
+    """(the name with its numbers as #, its last number less the code), or None for a name not bracketed as
+    special tokens are."""
+    if not (name.startswith("<") and name.endswith(">")):
+        return None
+    numbers = re.findall(r"\d+", name)
+    return re.sub(r"\d+", "#", name), int(numbers[-1]) - code if numbers else None
 
 
 def find_decoder(folder: str) -> str:
@@ -164,7 +216,8 @@ def load_lumina2(folder: str, device="cpu", dtype=torch.float32, width: int | No
     from transformers import ChameleonConfig, ChameleonForConditionalGeneration
     check_folder(folder, REPO)                 # the cheap checks first: no 16 GB load before a bad file
     tokenizer = TextTokenizer(folder, REPO)
-    check_added_tokens(tokenizer)
+    tokenizer_json = read_json(tokenizer.path)
+    check_added_tokens(tokenizer, tokenizer_json.get("added_tokens", []))
     for name in (IMAGE_START, IMAGE_END, ROW_END, resolution_token(1)):
         tokenizer.id(name)
     bos = bos_id(folder, tokenizer)
@@ -177,9 +230,10 @@ def load_lumina2(folder: str, device="cpu", dtype=torch.float32, width: int | No
     except Exception as e:  # unreadable or of another version
         raise CheckpointError(f"{folder}: config.json cannot be read as a Chameleon config ({type(e).__name__}: "
                               f"{e}); download it again from {REPO}") from e
-    check_image_ids(tokenizer, movq.config.n_embed, config.vocab_size, folder)
+    check_image_room(movq.config.n_embed, config.vocab_size, folder)
+    listed = image_entries(tokenizer, tokenizer_json, movq.config.n_embed, config.vocabulary_map)
     if config.vocabulary_map is None:    # transformers' Chameleon reads 1.0's image-token names from it; 2.0 has none
         config.vocabulary_map = {}
     model = load_pretrained(ChameleonForConditionalGeneration, folder, REPO, dtype, optional=("model.vqmodel.",),
                             reshape=expand_qk_norm, config=config)
-    return Lumina2Adapter(model, tokenizer, movq, bos, width=width, height=height, device=device)
+    return Lumina2Adapter(model, tokenizer, movq, bos, listed=listed, width=width, height=height, device=device)

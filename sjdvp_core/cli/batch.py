@@ -1,0 +1,229 @@
+"""Many images: prompts x seeds x methods, sharded over processes (one per GPU, or several hosts) with
+torchrun, resumable.
+
+    python -m sjdvp_core.batch --prompts prompts.txt --seeds 0 1 2 --methods ar sjd-vp --out runs/a
+    torchrun --nproc_per_node 4 -m sjdvp_core.batch --prompts prompts.jsonl --seeds 0-99 --out runs/b
+
+prompts: a text file (one prompt per line, blank lines and lines starting with # skipped) or JSONL (one
+object per line: "prompt", optional "negative"). Job i (prompt-major, then seed, then method) goes to rank
+i mod world size; each rank decodes on its own GPU (cuda:LOCAL_RANK) or the CPU. Every image is written
+as <out>/<i:06d>_<method>_seed<seed>.png (written to a temporary name, then renamed) and described by one
+line of <out>/images.rank<r>.jsonl (prompt, seed, method, settings, stats), appended after its PNG. A job
+is done when both exist, so a killed or interrupted run, started again with the same arguments (any
+number of processes), redoes only what it had not finished. At the end rank 0 writes <out>/images.jsonl,
+every image's line once, in job order.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import glob
+import json
+import os
+import time
+from dataclasses import dataclass
+
+import torch
+
+from ..engine.adapter import at_size
+from ..engine.decode import decode
+from ..engine.settings import METHODS, TreeSettings, WindowSettings, method_settings
+from ..models.registry import load_model
+from .generate import chosen_sampling, decoding_arguments, save_png, window_arg
+from .mistakes import run_command
+
+PROG = "python -m sjdvp_core.batch"
+
+
+@dataclass(frozen=True)
+class Job:
+    index: int
+    prompt: str
+    negative: str | None
+    seed: int
+    method: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.index:06d}_{self.method}_seed{self.seed}"
+
+
+def read_prompts(path: str) -> list[tuple[str, str | None]]:
+    """(prompt, negative) pairs from a text or JSONL file; a ValueError names the line that is wrong."""
+    if not os.path.isfile(path):
+        raise ValueError(f"--prompts {path}: no such file; give a text file (one prompt per line) or a .jsonl file")
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            if path.endswith(".jsonl"):
+                try:
+                    item = json.loads(line)
+                    out.append((str(item["prompt"]), item.get("negative")))
+                except (ValueError, KeyError, TypeError) as e:
+                    raise ValueError(f"{path}:{n}: not a JSON object with a \"prompt\" ({e})") from e
+            else:
+                out.append((line, None))
+    if not out:
+        raise ValueError(f"{path}: no prompts in it")
+    return out
+
+
+def parse_seeds(items: list[str]) -> list[int]:
+    """'0 1 5' or ranges '0-99' (inclusive)."""
+    seeds = []
+    for item in items:
+        first, _, last = item.partition("-")
+        if not first.isdigit() or (last and not last.isdigit()):
+            raise ValueError(f"--seeds {item!r}: give numbers or ranges like 0-99")
+        seeds += list(range(int(first), int(last or first) + 1))
+    return seeds
+
+
+def jobs(prompts: list[tuple[str, str | None]], seeds: list[int], methods: list[str]) -> list[Job]:
+    combos = [(p, n, s, m) for p, n in prompts for s in seeds for m in methods]
+    return [Job(i, p, n, s, m) for i, (p, n, s, m) in enumerate(combos)]
+
+
+def records(out: str) -> dict[str, dict]:
+    """Image name -> its JSONL record, for the images whose PNG and line both exist."""
+    found = {}
+    for path in sorted(glob.glob(os.path.join(out, "images.rank*.jsonl"))):
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    record = json.loads(line)
+                    found[record["image"]] = record
+                except (ValueError, KeyError, TypeError):
+                    pass   # a line cut short by a kill: its image is redone
+    return {name: r for name, r in found.items() if os.path.isfile(os.path.join(out, name))}
+
+
+def finished(out: str, all_jobs: list[Job]) -> dict[str, dict]:
+    """The jobs' images already done in out; a ValueError if out holds another run's images."""
+    done = records(out)
+    for job in all_jobs:
+        r = done.get(job.name + ".png")
+        if r is not None and (r.get("prompt"), r.get("seed"), r.get("method")) != (job.prompt, job.seed, job.method):
+            raise ValueError(f"{out} holds another run's images ({r['image']} is {r.get('prompt')!r}, seed "
+                             f"{r.get('seed')}, not {job.prompt!r}, seed {job.seed}): give a new --out, or the "
+                             "same prompts, seeds and methods to resume that run")
+    return done
+
+
+def merge(out: str, all_jobs: list[Job]) -> int:
+    """<out>/images.jsonl: one line per finished image, in job order. -> lines written."""
+    done = records(out)
+    lines = [json.dumps(done[job.name + ".png"]) + "\n" for job in all_jobs if job.name + ".png" in done]
+    tmp = os.path.join(out, f"images.jsonl.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.writelines(lines)
+    os.replace(tmp, os.path.join(out, "images.jsonl"))
+    return len(lines)
+
+
+def ranks() -> tuple[int, int, int]:
+    """(rank, world size, local rank) from torchrun's environment; (0, 1, 0) when run alone."""
+    env = os.environ
+    return int(env.get("RANK", 0)), int(env.get("WORLD_SIZE", 1)), int(env.get("LOCAL_RANK", 0))
+
+
+def run(prompts: str, seeds: list[str], methods: list[str], out: str, model: str = "demo", precision: str = "auto",
+        window: str = "auto", cfg=None, top_k=None, top_p=None, temperature=None, device: str | None = None,
+        width: int = 0, height: int = 0, tree_width: int = 1, tree_depth: int = 1, tree_branch: int = 0,
+        coupled: bool = True, placement: str | None = None, auto_tree: bool = True, compile: bool = False,
+        init: str = WindowSettings.init) -> int:
+    """Decode this rank's share of the jobs not done yet; -> images this rank wrote. placement: as load_model's
+    (each rank places its own copy, e.g. "offload" onto its GPU)."""
+    rank, world, local = ranks()
+    all_jobs = jobs(read_prompts(prompts), parse_seeds(seeds), methods)
+    os.makedirs(out, exist_ok=True)
+    done = finished(out, all_jobs)
+    distributed = world > 1
+    if distributed:
+        import torch.distributed as dist
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    if device is None or (distributed and device.startswith("cuda")):
+        device = f"cuda:{local}" if torch.cuda.is_available() else "cpu"
+    mine = [j for j in all_jobs if j.index % world == rank and j.name + ".png" not in done]
+    for job in mine:     # a kill's half-written PNGs of this rank's jobs
+        for tmp in glob.glob(os.path.join(out, f".{job.name}.png.*.tmp.png")):
+            os.remove(tmp)
+    written = 0
+    if mine:
+        written = _decode_jobs(mine, out, rank, world, model, precision, device, window, width, height,
+                               dict(cfg=cfg, top_k=top_k, top_p=top_p, temperature=temperature),
+                               TreeSettings(width=tree_width, depth=tree_depth, branch=tree_branch), coupled,
+                               placement, auto_tree, compile, init)
+    if distributed:
+        dist.barrier()
+    if rank == 0:
+        lines = merge(out, all_jobs)
+        print(f"{out}/images.jsonl: {lines} of {len(all_jobs)} images")
+    if distributed:
+        dist.destroy_process_group()
+    return written
+
+
+def _decode_jobs(mine: list[Job], out: str, rank: int, world: int, model: str, precision: str, device: str,
+                 window: str, width: int, height: int, sampling_args: dict, tree: TreeSettings, coupled: bool,
+                 placement: str | None, auto_tree: bool, compile: bool, init: str) -> int:
+    from tqdm import tqdm
+    size, auto = window_arg(window)
+    auto_tree = auto and auto_tree and not tree.on
+    adapter = at_size(load_model(model, device=device, precision=precision, placement=placement), width, height)
+    sampling = chosen_sampling(adapter, **sampling_args)
+    log = os.path.join(out, f"images.rank{rank}.jsonl")
+    _end_cut_line(log)
+    bar = tqdm(mine, desc=f"rank {rank}/{world}", position=rank, unit="image", dynamic_ncols=True)
+    for job in bar:
+        settings = method_settings(job.method, size, sampling, job.seed, coupled=coupled, auto=auto,
+                                   auto_tree=auto_tree, tree=tree, compile=compile, init=init)
+        t = time.perf_counter()
+        result = decode(adapter, job.prompt, settings, negatives=job.negative)
+        seconds = time.perf_counter() - t
+        image = job.name + ".png"
+        tmp = os.path.join(out, f".{image}.{os.getpid()}.tmp.png")
+        save_png(adapter.decode_image(result.codes)[0], tmp)
+        os.replace(tmp, os.path.join(out, image))
+        st = result.stats
+        record = dict(image=image, index=job.index, prompt=job.prompt, negative=job.negative, seed=job.seed,
+                      method=job.method, model=model, precision=adapter.precision or precision,
+                      settings=dict(window=settings.window.size, window_auto=settings.window.auto,
+                                    tree_auto=settings.window.auto_tree, init=settings.window.init,
+                                    tree=dataclasses.asdict(settings.window.tree), coupled=coupled,
+                                    sampling=dataclasses.asdict(sampling)),
+                      stats=dict(tokens=st.length, forward_passes=st.forward_passes, ar_passes=st.ar_passes,
+                                 step_compression=st.step_compression, tokens_per_pass=st.mean_accepted,
+                                 scored_per_pass=st.tokens_per_forward, seconds=seconds))
+        with open(log, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+    return len(mine)
+
+
+def _end_cut_line(log: str) -> None:
+    """A line a kill cut short stays alone on its line (skipped when read), not glued to the next record."""
+    if os.path.isfile(log) and os.path.getsize(log):
+        with open(log, "rb+") as f:
+            f.seek(-1, os.SEEK_END)
+            if f.read(1) != b"\n":
+                f.write(b"\n")
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog=PROG, description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--prompts", required=True, help="a text file (one prompt per line) or a .jsonl file")
+    ap.add_argument("--seeds", nargs="+", default=["0"], help="seeds: numbers and ranges like 0-99")
+    ap.add_argument("--methods", nargs="+", default=["sjd-vp"], choices=list(METHODS))
+    ap.add_argument("--out", required=True, help="folder for the PNGs and images.jsonl (resumed if it exists)")
+    decoding_arguments(ap)
+    ap.set_defaults(device=None)    # each rank its own GPU (cuda:LOCAL_RANK), else the CPU
+    return ap
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    return run_command(PROG, lambda: run(**vars(args)) and 0)

@@ -1,0 +1,74 @@
+"""The command lines meet a user's mistake as argparse meets its own: one line on stderr naming what to do,
+exit status 2, no traceback. A bug (any other exception) keeps its traceback."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from sjdvp_core.batch import main as batch
+from sjdvp_core.cli.generate import command as generate
+from sjdvp_core.cli.mistakes import run_command
+from sjdvp_core.hub.check import main as check
+from sjdvp_core.hub.download import main as download
+from tests.comfy.server import REPO
+from tests.tiny_lumina2 import write_lumina2
+
+
+@pytest.fixture(scope="module")
+def lumina2(tmp_path_factory):
+    return write_lumina2(str(tmp_path_factory.mktemp("models") / "Lumina-mGPT-2.0"))
+
+
+def one_line(capsys, prog: str) -> str:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err
+    last = err.splitlines()[-1]
+    assert last.startswith(f"{prog}: error: "), err
+    return last
+
+
+def test_cli_a_wrong_size_is_one_line_and_exit_2(lumina2, tmp_path):
+    shown = subprocess.run([sys.executable, "-m", "sjdvp_core", "--model", lumina2, "--width", "256", "--height",
+                            "256", "--methods", "ar", "--out", str(tmp_path)], capture_output=True, text=True,
+                           cwd=REPO)
+    assert shown.returncode == 2 and "Traceback" not in shown.stderr, shown.stderr
+    last = shown.stderr.splitlines()[-1]          # after transformers' bar of the weights it loaded
+    assert last.startswith("python -m sjdvp_core: error: 256x256 px needs ") and last.endswith("64x64 square")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--width", "48", "--height", "32"], "Lumina-mGPT 2.0 generates multiples of 32 px"),
+    (["--model", "demo", "--width", "64", "--height", "64"], "generates at one size (16x16 tokens); set width "
+                                                              "and height to 0"),
+    (["--model", "{tmp}"], "no model family recognised here"),
+    (["--window", "wide"], "give 'auto', 'auto:N' or a number N"),
+    (["--repeats", "0"], "time each method at least once"),
+], ids=["size", "fixed-size-family", "folder", "window", "repeats"])
+def test_cli_generate_mistakes(lumina2, tmp_path, capsys, args, message):
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    assert generate(["--model", lumina2, "--methods", "ar", "--out", str(tmp_path / "out"), *args]) == 2
+    assert message in one_line(capsys, "python -m sjdvp_core")
+
+
+def test_cli_batch_mistakes(tmp_path, capsys):
+    assert batch(["--prompts", str(tmp_path / "none.txt"), "--out", str(tmp_path)]) == 2
+    assert "--prompts" in one_line(capsys, "python -m sjdvp_core.batch")
+    (tmp_path / "p.txt").write_text("a red circle on grass\n")
+    assert batch(["--prompts", str(tmp_path / "p.txt"), "--seeds", "x", "--out", str(tmp_path)]) == 2
+    one_line(capsys, "python -m sjdvp_core.batch")
+
+
+def test_cli_check_and_download_mistakes(tmp_path, capsys):
+    assert check([str(tmp_path), "--trained-size", "300"]) == 1        # problems are the report's, exit 1
+    assert "PROBLEM  detection" in capsys.readouterr().out
+    assert download(["No-Such-Model", "--dir", str(tmp_path)]) == 2
+    assert "no catalogue entry" in one_line(capsys, "python -m sjdvp_core.download")
+
+
+def test_cli_a_bug_keeps_its_traceback():
+    def broken():
+        raise RuntimeError("a bug")
+    with pytest.raises(RuntimeError, match="a bug"):
+        run_command("prog", broken)
