@@ -10,7 +10,15 @@ from ..sjdvp_core.demo import DEMO_SAMPLING
 from ..sjdvp_core.engine.adapter import KEEP_SIZE, at_size
 from ..sjdvp_core.engine.decode import DecodeResult, calibration, decode, decode_bytes
 from ..sjdvp_core.engine.report import commit_figure, report_data, report_text
-from ..sjdvp_core.engine.settings import DecodeSettings, SamplingSettings, WindowSettings, decode_settings
+from ..sjdvp_core.engine.settings import (
+    DEFAULT_METHOD,
+    DEFAULT_WINDOW,
+    METHODS,
+    DecodeSettings,
+    SamplingSettings,
+    WindowSettings,
+    decode_settings,
+)
 from . import runtime
 from .drafting_nodes import DRAFTER, WINDOW
 from .legacy import LEGACY
@@ -21,8 +29,10 @@ TOKENS = io.Custom("SJDVP_TOKENS")
 MODEL_DEFAULTS, CUSTOM = "model defaults", "custom"
 SAMPLING_SOURCES = (MODEL_DEFAULTS, CUSTOM)
 RUN = DecodeSettings()   # seed and batch size defaults; sampling widgets show the built-in demo model's
-NO_WINDOW = WindowSettings(16, init="random")   # a drafter without a Jacobi Window: what it meant since the first
-                                                # release (the engine's default init has since changed)
+METHOD_CHOICES = {name.upper(): name for name in METHODS}    # "SJD-VP" on the node -> "sjd-vp" in the engine
+# A drafter connected without a Jacobi Window, in a prompt saved before the method widget (whose absence reads
+# AR): the window such a prompt has always meant.
+FIRST_RELEASE_WINDOW = WindowSettings(16, init="random")
 
 
 @dataclass
@@ -39,9 +49,10 @@ class SpeculativeDecode(io.ComfyNode):
         return io.Schema(
             node_id="SJDVP_SpeculativeDecode", display_name="Speculative Decode", category="sjdvp",
             is_output_node=True,   # so ComfyUI replays its UI output (badge, last preview) when it is cached
-            description="Generates image tokens with the connected drafter (SJD, LANTERN, GSD, with or without "
-                        "Verification Prediction) several tokens per forward pass. With no drafter connected "
-                        "it samples plain AR, token by token, for comparison.",
+            description="Generates image tokens several per forward pass with the chosen method (SJD-VP by "
+                        "default: exact, with Verification Prediction and the automatic window). AR samples "
+                        "token by token, for comparison. A connected Jacobi Window or verifier node overrides "
+                        "the method's own, for those who want the knobs.",
             inputs=[
                 MODEL.Input("model", tooltip="From Load AR Image Model."),
                 io.String.Input("prompt", multiline=True, default="a red circle on grass",
@@ -60,12 +71,16 @@ class SpeculativeDecode(io.ComfyNode):
                 io.Float.Input("top_p", default=DEMO_SAMPLING.top_p, min=0.01, max=1.0, step=0.01,
                                tooltip="Nucleus sampling mass; 1 keeps all."),
                 io.Int.Input("seed", default=RUN.seed, min=0, max=0xFFFFFFFFFFFFFFFF, control_after_generate=True,
-                             tooltip="Same seed, settings and device give the same image."),
+                             tooltip="Same seed, settings and device give the same image. Seeds from 2^63 up "
+                                     "are used modulo 2^63 (the seed 2^63 + n gives the image of n)."),
                 io.Int.Input("batch_size", default=RUN.batch_size, min=1, max=64,
                              tooltip="Images decoded together; each accepts its own number of tokens."),
-                WINDOW.Input("window", optional=True, tooltip="Jacobi window; 16 tokens with random init if absent."),
+                WINDOW.Input("window", optional=True,
+                             tooltip="A Jacobi Window node, to set the window by hand; if absent, the automatic "
+                                     "window (tokens per pass chosen for this device)."),
                 DRAFTER.Input("drafter", optional=True,
-                              tooltip="How drafts are made and verified; plain AR if absent."),
+                              tooltip="A verifier node (SJD, LANTERN, GSD, with Verification Prediction or not), "
+                                      "to set its knobs by hand; it overrides method."),
                 io.Int.Input("width", default=KEEP_SIZE, min=0, max=4096, step=16, optional=True,
                              tooltip="Image width in pixels for families with a size choice (Lumina-mGPT: a "
                                      "size it trained on; Emu3: any aspect). 0 with height 0: the model's default."),
@@ -80,6 +95,11 @@ class SpeculativeDecode(io.ComfyNode):
                                          "torch.compile: the first run of each setting compiles (seconds), "
                                          "later ones launch a few fused kernels per iteration instead of "
                                          "hundreds. For GPUs; off where it does not compile. Same law."),
+                io.Combo.Input("method", options=list(METHOD_CHOICES), default=DEFAULT_METHOD.upper(), optional=True,
+                               tooltip="How tokens are decoded. SJD-VP (default) and SJD are exact: the images "
+                                       "follow the model's own distribution. LANTERN and GSD accept more drafts "
+                                       "and drift from it. -VP adds Verification Prediction. AR: one token per "
+                                       "pass, the baseline. A connected verifier node overrides this."),
             ],
             outputs=[TOKENS.Output(display_name="tokens")],
         )
@@ -89,13 +109,15 @@ class SpeculativeDecode(io.ComfyNode):
                 window=None, drafter=None, width=LEGACY["SJDVP_SpeculativeDecode"]["width"],
                 height=LEGACY["SJDVP_SpeculativeDecode"]["height"],
                 sampling=LEGACY["SJDVP_SpeculativeDecode"]["sampling"],
-                compile=LEGACY["SJDVP_SpeculativeDecode"]["compile"]) -> io.NodeOutput:
+                compile=LEGACY["SJDVP_SpeculativeDecode"]["compile"],
+                method=LEGACY["SJDVP_SpeculativeDecode"]["method"]) -> io.NodeOutput:
         adapter = at_size(model.adapter, width, height)
         if sampling not in SAMPLING_SOURCES:
             raise ValueError(f"sampling={sampling!r}: choose one of {list(SAMPLING_SOURCES)}")
         chosen = adapter.default_sampling if sampling == MODEL_DEFAULTS else \
             SamplingSettings(cfg_scale=cfg, temperature=temperature, top_k=top_k, top_p=top_p)
-        settings = decode_settings(drafter, window or NO_WINDOW, chosen, seed % 2**63, batch_size, compile)
+        drafter, window = method_or_nodes(method, drafter, window)
+        settings = decode_settings(drafter, window, chosen, seed % 2**63, batch_size, compile)
         runtime.prepare(model, decode_bytes(adapter, settings, prompt, negative_prompt or None))
         progress, measuring = runtime.Progress(adapter), runtime.Measuring()
         try:   # what auto chooses by and the report prices by: measured on a first run (its own bar), then cached
@@ -110,6 +132,17 @@ class SpeculativeDecode(io.ComfyNode):
         if progress.final is not None:     # the last preview, kept as a temp image: a cached run shows it again
             shown |= ui.PreviewImage(progress.final[None], cls=cls).as_dict()
         return io.NodeOutput(Tokens(model, result, method), ui=shown)
+
+
+def method_or_nodes(method: str, drafter, window):
+    """(drafter, window) to decode with: a connected verifier node overrides the method, a connected Jacobi
+    Window the default automatic window. A verifier without a window under method AR is a prompt saved before
+    the method widget: it keeps the window it always had (FIRST_RELEASE_WINDOW)."""
+    if method not in METHOD_CHOICES:
+        raise ValueError(f"method={method!r}: choose one of {list(METHOD_CHOICES)}")
+    if drafter is None:
+        return METHODS[METHOD_CHOICES[method]], window or DEFAULT_WINDOW
+    return drafter, window or (FIRST_RELEASE_WINDOW if method == "AR" else DEFAULT_WINDOW)
 
 
 class DecodeImage(io.ComfyNode):

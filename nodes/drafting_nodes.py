@@ -6,6 +6,7 @@ from dataclasses import replace
 from comfy_api.latest import io
 
 from ..sjdvp_core.engine.settings import (
+    DEFAULT_WINDOW,
     DRAFT_INITS,
     MAX_TREE_DEPTH,
     MAX_TREE_WIDTH,
@@ -18,9 +19,8 @@ from ..sjdvp_core.engine.settings import (
 )
 from .legacy import LEGACY
 
-DRAFTER_DEFAULTS, VP_DEFAULTS, WINDOW_DEFAULTS = DrafterSettings(), VPSettings(), WindowSettings()
-TREE_DEFAULTS = WINDOW_DEFAULTS.tree
-NODE_WINDOW = 64   # a new node's window: with window_auto (its default) the most a pass may score
+DRAFTER_DEFAULTS, VP_DEFAULTS = DrafterSettings(), VPSettings()
+TREE_DEFAULTS = DEFAULT_WINDOW.tree
 NO_LIMIT = 0.0   # GSD's max_distance widget: 0 stands for None (no codebook distance filter)
 
 WINDOW = io.Custom("SJDVP_WINDOW")
@@ -44,30 +44,28 @@ class JacobiWindow(io.ComfyNode):
             node_id="SJDVP_JacobiWindow", display_name="Jacobi Window", category="sjdvp",
             description="How many tokens one forward pass drafts and verifies, and how new drafts start.",
             inputs=[
-                io.Int.Input("window", default=NODE_WINDOW, min=1, max=MAX_WINDOW,
+                io.Int.Input("window", default=DEFAULT_WINDOW.size, min=1, max=MAX_WINDOW,
                              tooltip="Tokens scored per forward pass; with window_auto on, the most a pass may "
                                      "score. 1 is plain AR. Fixed: 16-64 suit GPUs; on a CPU a wide window is not "
                                      "free, prefer 4-8."),
-                io.Combo.Input("init", options=list(DRAFT_INITS), default=WINDOW_DEFAULTS.init,
-                               tooltip="How fresh drafts start: a copy of the known cell above (the most tokens "
-                                       "per pass on the demo, as the SJD paper found), to the left, or random "
-                                       "image tokens. All are exact."),
+                io.Combo.Input("init", options=list(DRAFT_INITS), default=DEFAULT_WINDOW.init,
+                               tooltip="How fresh drafts start: a copy of the known cell above (the default, as "
+                                       "the SJD paper recommends), to the left, or random image tokens. All are "
+                                       "exact."),
                 io.Int.Input("tree_width", default=TREE_DEFAULTS.width, min=1, max=MAX_TREE_WIDTH, optional=True,
                              tooltip="Draft tree: candidates at each of the first undecided slots (the draft, the "
                                      "cells left of and above it, further draws). 1 = a plain chain. Exact; fewer "
-                                     "passes (demo, W 32: 4.1x vs 3.3x AR at width 6) but ~width x the tokens "
-                                     "per pass: for large GPUs, slower on a CPU."),
+                                     "passes but about width x the tokens per pass: for large GPUs, slower on a "
+                                     "CPU (docs/speed.md)."),
                 io.Int.Input("tree_depth", default=TREE_DEFAULTS.depth, min=1, max=MAX_TREE_DEPTH, optional=True,
                              tooltip="How many of the first undecided slots get tree candidates."),
-                io.Boolean.Input("window_auto", default=True, optional=True,
+                io.Boolean.Input("window_auto", default=DEFAULT_WINDOW.auto, optional=True,
                                  tooltip="Choose the tokens per pass (up to window) that commit the most tokens per "
                                          "second on this device: its pass cost and the model's acceptance are "
-                                         "measured once (11-21 s for the demo on a 2-core CPU, longer for large "
-                                         "models; then cached) and this run's "
-                                         "acceptance decides. Exact. The same seed "
-                                         "gives the same image on the same device; for the same image on any "
-                                         "device, turn it off."),
-                io.Boolean.Input("tree_auto", default=True, optional=True,
+                                         "measured on the first run (seconds; then cached) and this run's "
+                                         "acceptance decides. Exact. The same seed gives the same image on the "
+                                         "same device; for the same image on any device, turn it off."),
+                io.Boolean.Input("tree_auto", default=DEFAULT_WINDOW.auto_tree, optional=True,
                                  tooltip="With window_auto: also weigh a capped draft tree at the first undecided "
                                          "slot, used where this device scores the extra tokens almost for free "
                                          "(large GPUs). Exact. Ignored when tree_width is above 1 (your tree is "
@@ -90,7 +88,7 @@ class DrafterSJD(io.ComfyNode):
     @classmethod
     def define_schema(cls):
         return io.Schema(
-            node_id="SJDVP_DrafterSJD", display_name="Drafter: SJD (exact)", category="sjdvp",
+            node_id="SJDVP_DrafterSJD", display_name="Verifier: SJD (exact)", category="sjdvp",
             description="Speculative Jacobi Decoding with the exact verifier: the images are distributed "
                         "exactly as plain AR sampling's (not the same pixels for a seed).",
             inputs=[coupled_input()], outputs=[DRAFTER.Output(display_name="drafter")],
@@ -105,7 +103,7 @@ class DrafterLANTERN(io.ComfyNode):
     @classmethod
     def define_schema(cls):
         return io.Schema(
-            node_id="SJDVP_DrafterLANTERN", display_name="Drafter: LANTERN (relaxed)", category="sjdvp",
+            node_id="SJDVP_DrafterLANTERN", display_name="Verifier: LANTERN (relaxed)", category="sjdvp",
             description="LANTERN's relaxed verifier: a draft also passes on the probability of its nearest "
                         "codebook neighbours, up to delta of extra mass. Faster, lossy.",
             inputs=[
@@ -130,7 +128,7 @@ class DrafterGSD(io.ComfyNode):
     @classmethod
     def define_schema(cls):
         return io.Schema(
-            node_id="SJDVP_DrafterGSD", display_name="Drafter: GSD (grouped)", category="sjdvp",
+            node_id="SJDVP_DrafterGSD", display_name="Verifier: GSD (grouped)", category="sjdvp",
             description="Grouped Speculative Decoding: a draft passes on the mass of a cluster of tokens "
                         "around it by target rank. Faster, lossy.",
             inputs=[

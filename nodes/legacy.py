@@ -8,6 +8,6 @@ LEGACY = {
     "SJDVP_DrafterLANTERN": {"coupled": False},
     "SJDVP_DrafterGSD": {"coupled": False},
     "SJDVP_VerificationPrediction": {"strength_mode": "fixed"},
-    "SJDVP_SpeculativeDecode": {"width": 0, "height": 0, "sampling": "custom", "compile": False},
+    "SJDVP_SpeculativeDecode": {"width": 0, "height": 0, "sampling": "custom", "compile": False, "method": "AR"},
     "SJDVP_JacobiWindow": {"tree_width": 1, "tree_depth": 1, "window_auto": False, "tree_auto": False},
 }

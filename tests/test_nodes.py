@@ -41,10 +41,11 @@ def run(pack, demo, drafter=None, window=None, **kw):
 
 def test_widget_defaults_come_from_the_engine_settings(pack):
     s, d = pack["settings"], pack["drafting"]
-    # a new node chooses its window (window_auto), up to 64 tokens per pass; the library's default stays fixed
-    assert widgets(d.JacobiWindow)["window"].default == d.NODE_WINDOW == 64
-    assert widgets(d.JacobiWindow)["window_auto"].default is True and s.WindowSettings().auto is False
-    assert widgets(d.JacobiWindow)["tree_auto"].default is True and s.WindowSettings().auto_tree is False
+    # a new node chooses its window (window_auto), up to 64 tokens per pass: the one default window
+    assert widgets(d.JacobiWindow)["window"].default == s.DEFAULT_WINDOW.size == 64
+    assert widgets(d.JacobiWindow)["window_auto"].default is True is s.DEFAULT_WINDOW.auto
+    assert widgets(d.JacobiWindow)["tree_auto"].default is True is s.DEFAULT_WINDOW.auto_tree
+    assert s.DecodeSettings().window == s.DEFAULT_WINDOW
     assert widgets(d.JacobiWindow)["tree_width"].default == s.TreeSettings().width == 1
     assert widgets(d.DrafterSJD)["coupled"].default is s.DrafterSettings().coupled is True
     lantern = widgets(d.DrafterLANTERN)
@@ -86,6 +87,29 @@ def test_no_drafter_is_plain_ar_whatever_the_window(pack, demo):
     res = run(pack, demo, window=window).values[0].result
     assert res.stats.forward_passes == res.stats.ar_passes == 256
     assert run(pack, demo).values[0].method == "AR"
+
+
+def test_a_new_decode_node_runs_sjd_vp_with_the_automatic_window(pack, demo):
+    """The three-node graph (model -> Speculative Decode -> image) is the fast one; the knob nodes override."""
+    dec, d, s = pack["decode"], pack["drafting"], pack["settings"]
+    inputs = dec.SpeculativeDecode.define_schema().inputs
+    assert inputs[-1].name == "method" and inputs[-1].optional and inputs[-1].default == "SJD-VP"
+    assert inputs[-1].options == ["AR", "SJD", "SJD-VP", "LANTERN", "LANTERN-VP", "GSD", "GSD-VP"]
+    drafter, window = dec.method_or_nodes("SJD-VP", None, None)
+    assert drafter == s.METHODS["sjd-vp"] and drafter.vp is not None and drafter.coupled
+    assert window == s.DEFAULT_WINDOW and window.auto and window.auto_tree
+    out = run(pack, demo, method="SJD-VP").values[0]
+    assert out.method == "SJD-VP coupled" and out.result.stats.step_compression > 1
+    assert out.result.stats.pass_cost is not None                     # priced: the report leads with time
+    sjd, fixed = d.DrafterSJD.execute(True).values[0], d.JacobiWindow.execute(8, "random").values[0]
+    assert dec.method_or_nodes("GSD", sjd, fixed) == (sjd, fixed)
+    assert dec.method_or_nodes("SJD-VP", sjd, None) == (sjd, s.DEFAULT_WINDOW)
+    assert dec.method_or_nodes("LANTERN", None, fixed) == (s.METHODS["lantern"], fixed)
+    # a prompt saved before the widget reads AR: alone plain AR, with a verifier the window it always had
+    assert dec.method_or_nodes("AR", None, None)[0] is None
+    assert dec.method_or_nodes("AR", sjd, None) == (sjd, s.WindowSettings(16, init="random"))
+    with pytest.raises(ValueError, match="method='fast': choose one of"):
+        run(pack, demo, method="fast")
 
 
 def test_decode_and_report_replay_their_ui_when_cached(pack, demo):

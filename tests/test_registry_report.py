@@ -1,10 +1,12 @@
 """Finding models by their files, and the report's text and commit map."""
 import os
+import re
 
 import pytest
 import torch
 
 from sjdvp_core import DecodeSettings, DrafterSettings, TreeSettings, VPSettings, WindowSettings, decode
+from sjdvp_core.engine.cost import PassCost
 from sjdvp_core.engine.report import colour_ramp, commit_figure, commit_map, report_data, report_text
 from sjdvp_core.engine.settings import decode_settings
 from sjdvp_core.models.registry import detect_family, list_models, load_model, resolve_dtype
@@ -52,7 +54,12 @@ def test_report_text_and_commit_map():
     assert "draft tree" not in text
     tree = decode(toy, 1, DecodeSettings(window=WindowSettings(8, tree=TreeSettings(width=4)), batch_size=2))
     assert "where a draft was rejected an alternative passed" in report_text(tree, "SJD")
-    assert "carried drafts accepted: " in text and "drafts accepted" in text.splitlines()[1]
+    assert "carried drafts accepted: " in text and "drafts accepted" in text.splitlines()[2]
+    assert text.splitlines()[0].startswith("SJD: decoded in ")          # not priced: the time alone leads
+    flat = PassCost((1, 64), (1.0, 1.0), "flat")
+    priced = report_text(decode(toy, 1, DecodeSettings(window=WindowSettings(8)), cost=flat), "SJD")
+    assert re.match(r"SJD: about \d+\.\d\dx faster than AR on this device, -?\d+\.\d s saved \(estimated\); "
+                    r"decoded in ", priced)
     picture = commit_map(res, cell=2)
     assert picture.shape == (2, 8, 8, 3) and 0 <= float(picture.min()) and float(picture.max()) <= 1
     assert torch.allclose(colour_ramp(torch.tensor([0.0, 1.0])), torch.tensor([[0.27, 0.0, 0.33], [0.99, 0.91, 0.14]]))

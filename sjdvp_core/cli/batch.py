@@ -29,7 +29,7 @@ from ..engine.adapter import at_size
 from ..engine.decode import decode
 from ..engine.settings import METHODS, TreeSettings, WindowSettings, method_settings
 from ..models.registry import load_model
-from .generate import chosen_sampling, decoding_arguments, save_png, window_arg
+from .generate import chosen_sampling, decoding_arguments, enlargement, save_png, window_arg
 from .mistakes import run_command
 
 PROG = "python -m sjdvp_core.batch"
@@ -186,7 +186,7 @@ def _decode_jobs(mine: list[Job], out: str, rank: int, world: int, model: str, p
         seconds = time.perf_counter() - t
         image = job.name + ".png"
         tmp = os.path.join(out, f".{image}.{os.getpid()}.tmp.png")
-        save_png(adapter.decode_image(result.codes)[0], tmp)
+        save_png(adapter.decode_image(result.codes)[0], tmp, enlargement(model))
         os.replace(tmp, os.path.join(out, image))
         st = result.stats
         record = dict(image=image, index=job.index, prompt=job.prompt, negative=job.negative, seed=job.seed,

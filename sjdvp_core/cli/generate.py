@@ -18,6 +18,7 @@ from ..engine.adapter import KEEP_SIZE, at_size
 from ..engine.decode import calibration, decode, warm_up
 from ..engine.devices import default_device
 from ..engine.settings import (
+    DEFAULT_WINDOW,
     DRAFT_INITS,
     METHODS,
     DecodeSettings,
@@ -34,19 +35,29 @@ from .mistakes import run_command
 PROG = "python -m sjdvp_core"
 
 
-def save_png(image: torch.Tensor, path: str, scale: int = 4) -> None:
-    from PIL import Image
+DEMO_ENLARGE = 4   # the demo model's images are 64 px: written 4x larger (nearest), and the PNG says so
+
+
+def save_png(image: torch.Tensor, path: str, enlarge: int = 1) -> None:
+    """image [H, W, 3] in 0..1, at the model's own size; enlarge > 1 scales it up (nearest) and records that in
+    the PNG's Comment text."""
+    from PIL import Image, PngImagePlugin
     arr = (image.clamp(0, 1) * 255).round().byte().numpy()
-    Image.fromarray(arr).resize((arr.shape[1] * scale, arr.shape[0] * scale), Image.NEAREST).save(path)
+    picture, info = Image.fromarray(arr), PngImagePlugin.PngInfo()
+    if enlarge > 1:
+        picture = picture.resize((arr.shape[1] * enlarge, arr.shape[0] * enlarge), Image.NEAREST)
+        info.add_text("Comment", f"generated at {arr.shape[1]}x{arr.shape[0]} px, enlarged {enlarge}x (nearest)")
+    picture.save(path, pnginfo=info)
 
 
-AUTO_WINDOW = 64   # --window auto: the most a pass may score (auto allocates less where passes cost more)
+def enlargement(model: str) -> int:
+    return DEMO_ENLARGE if model == "demo" else 1
 
 
 def window_arg(text: str) -> tuple[int, bool]:
-    """--window: 'auto' (the default), 'auto:N' (at most N tokens per pass) or N (a fixed window)."""
+    """--window: 'auto' (the default window), 'auto:N' (at most N tokens per pass) or N (a fixed window)."""
     if text == "auto":
-        return AUTO_WINDOW, True
+        return DEFAULT_WINDOW.size, True
     most = text[5:] if text.startswith("auto:") else text
     if not most.isdigit():
         raise ValueError(f"window={text!r}: give 'auto', 'auto:N' or a number N of tokens per pass")
@@ -94,7 +105,7 @@ def main(prompt: str, methods=("ar", "sjd-vp"), model: str = "demo", window: int
         decode_s = statistics.median(seconds[name])
         image = adapter.decode_image(result.codes)[0]
         path = os.path.join(out, f"{name}_seed{seed}.png")
-        save_png(image, path)
+        save_png(image, path, enlargement(model))
         st = result.stats
         rows.append(dict(method=name, nfe=st.forward_passes, accepted=st.mean_accepted, scored=st.tokens_per_forward,
                          acceptance=st.acceptance_rate, seconds=decode_s, path=path, stats=st))
@@ -175,8 +186,8 @@ def decoding_arguments(ap: argparse.ArgumentParser) -> None:
                     help="beyond one card (needs accelerate): 'split' the model over every GPU, or 'offload' what "
                          "does not fit --device to CPU memory (streamed once per pass); default: all on --device")
     ap.add_argument("--window", default="auto",
-                    help=f"Jacobi window: 'auto' (tokens per pass chosen for this device, at most {AUTO_WINDOW}), "
-                         "'auto:N' (at most N) or N (fixed)")
+                    help="Jacobi window: 'auto' (tokens per pass chosen for this device, at most "
+                         f"{DEFAULT_WINDOW.size}), 'auto:N' (at most N) or N (fixed)")
     ap.add_argument("--cfg", type=float, help="classifier-free guidance scale (default: the model's)")
     ap.add_argument("--top-k", dest="top_k", type=int, help="top-k (default: the model's)")
     ap.add_argument("--top-p", dest="top_p", type=float, help="top-p (default: the model's)")
@@ -201,6 +212,6 @@ def decoding_arguments(ap: argparse.ArgumentParser) -> None:
                          "work is a few fused kernels instead of hundreds (for GPUs; same images' law)")
     ap.add_argument("--init", default=WindowSettings.init, choices=DRAFT_INITS,
                     help="how fresh drafts start: a copy of the known cell above (default), to the left, or random "
-                         "image tokens (exact, all of them; the default before 2026-12 was random)")
+                         "image tokens (exact, all of them)")
     ap.add_argument("--no-coupling", dest="coupled", action="store_false",
                     help="draw each draft with fresh randomness (classic SJD) instead of coupled drafting")

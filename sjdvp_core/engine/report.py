@@ -38,8 +38,13 @@ def report_data(result: DecodeResult, method: str) -> dict:
             "tokens_per_pass": round(st.mean_accepted, 4), "max_tokens_per_pass": int(per_iter.max()),
             "acceptance": round(st.acceptance_rate, 4), "seconds": round(st.time_total, 3),
             "tokens_scored_per_pass": round(st.tokens_per_forward, 2)} | (
-        {"estimated_speedup": round(st.estimated_speedup(), 4)} if st.pass_cost is not None and st.scored_per_iter
-        else {})
+        {"estimated_speedup": round(speedup, 4), "estimated_seconds_saved": round(st.time_total * (speedup - 1), 3)}
+        if (speedup := _estimate(st)) is not None else {})
+
+
+def _estimate(st) -> float | None:
+    """The wall-clock speed-up over AR on this device (stats.estimated_speedup), where the decode was priced."""
+    return st.estimated_speedup() if st.pass_cost is not None and st.scored_per_iter else None
 
 
 def commit_figure(result: DecodeResult, method: str, min_width: int = 256) -> Tensor:
@@ -94,17 +99,17 @@ def report_text(result: DecodeResult, method: str) -> str:
     phases += [f"compiled step {st.time_step:.2f}"] if st.time_step else []
     split = st.time_forward + st.time_verify + st.time_draft + st.time_step
     verified = int(st.slot_verified.sum()) if st.slot_verified is not None else 0
-    lines = [
-        f"{method}: {st.length} tokens per image in {st.forward_passes} forward passes "
-        f"(AR needs {st.ar_passes}): {st.step_compression:.2f}x fewer steps",
-        f"tokens per pass: mean {st.mean_accepted:.2f}, max {int(per_iter.max())}"
-        + (f"; drafts accepted {st.acceptance_rate:.1%}" if verified else ""),
-        f"time: {st.time_total:.2f} s" + (f" ({', '.join(phases)})" if split else ""),
-    ]
-    if st.pass_cost is not None and st.scored_per_iter:
-        lines.append(f"estimated wall-clock speed-up on this device: {st.estimated_speedup():.2f}x (an estimate: "
-                     f"{st.tokens_per_forward:.1f} tokens scored per pass, priced by the pass cost "
-                     f"{st.pass_cost.source})")
+    speedup = _estimate(st)
+    time = f"{st.time_total:.2f} s" + (f" ({', '.join(phases)})" if split else "")
+    lines = [f"{method}: about {speedup:.2f}x faster than AR on this device, {st.time_total * (speedup - 1):.1f} s "
+             f"saved (estimated); decoded in {time}" if speedup is not None else f"{method}: decoded in {time}",
+             f"{st.length} tokens per image in {st.forward_passes} forward passes (AR needs {st.ar_passes}): "
+             f"{st.step_compression:.2f}x fewer steps",
+             f"tokens per pass: mean {st.mean_accepted:.2f}, max {int(per_iter.max())}, {st.tokens_per_forward:.1f} "
+             "scored" + (f"; drafts accepted {st.acceptance_rate:.1%}" if verified else "")]
+    if speedup is not None:
+        lines.append(f"the estimate prices this run's passes at what each scored by the pass cost "
+                     f"{st.pass_cost.source}")
     if st.precision:
         lines.append(f"weights: {st.precision}")
     if st.rose_verified and st.flat_verified:       # carried drafts are verified (never under AR)

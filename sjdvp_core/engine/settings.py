@@ -83,7 +83,7 @@ class WindowSettings:
     """The Jacobi window: how many tokens one forward pass scores, how new drafts start, and the draft tree
     at its first slots. With auto, size is the most a pass may score: every iteration scores the number
     of tokens that maximises expected committed tokens per second (engine/auto.py)."""
-    size: int = 16          # W; 1 is plain AR through the same loop
+    size: int               # W; 1 is plain AR through the same loop (no default: DEFAULT_WINDOW is the one)
     init: str = "repeat_above"   # repeat_above | repeat_left | random over the image vocabulary. A copy of the cell
                                  # above: the most tokens per pass on the demo at every window tried (as the SJD
                                  # paper's Fig. 9 found on Lumina-mGPT; benchmarks/results/draft_init.md)
@@ -98,6 +98,12 @@ class WindowSettings:
         _check(isinstance(self.tree, TreeSettings), "tree", self.tree, "a TreeSettings")
         _check(isinstance(self.auto, bool), "window_auto", self.auto, "True or False")
         _check(isinstance(self.auto_tree, bool), "tree_auto", self.auto_tree, "True or False")
+
+
+# The window a user gets without choosing one (new Jacobi Window nodes, Speculative Decode's method, the
+# command lines, the shipped workflows, DecodeSettings()): the automatic plan, at most 64 tokens per pass,
+# capped draft trees weighed where the device scores their extra tokens almost for free.
+DEFAULT_WINDOW = WindowSettings(64, auto=True, auto_tree=True)
 
 
 @dataclass(frozen=True)
@@ -166,7 +172,7 @@ class DrafterSettings:
 
 @dataclass(frozen=True)
 class DecodeSettings:
-    window: WindowSettings = field(default_factory=WindowSettings)
+    window: WindowSettings = DEFAULT_WINDOW
     drafter: DrafterSettings = field(default_factory=DrafterSettings)
     sampling: SamplingSettings = field(default_factory=SamplingSettings)
     seed: int = 0
@@ -182,10 +188,11 @@ class DecodeSettings:
 
 
 # Named decoding methods with their default knobs: "ar" (plain AR, window 1), then every verifier without
-# and with VP ("sjd", "sjd-vp", "lantern", ...).
+# and with VP ("sjd", "sjd-vp", "lantern", ...). DEFAULT_METHOD is what a new Speculative Decode node runs.
 METHODS: dict[str, DrafterSettings | None] = {"ar": None} | {
     name + suffix: DrafterSettings(verifier=name, vp=vp)
     for name in VERIFIERS for suffix, vp in (("", None), ("-vp", VPSettings()))}
+DEFAULT_METHOD = "sjd-vp"
 
 
 def decode_settings(drafter: DrafterSettings | None, window: WindowSettings | None, sampling: SamplingSettings,
@@ -194,7 +201,7 @@ def decode_settings(drafter: DrafterSettings | None, window: WindowSettings | No
     if drafter is None:
         return DecodeSettings(window=WindowSettings(1), drafter=DrafterSettings(), sampling=sampling, seed=seed,
                               batch_size=batch_size, compile=compile)
-    return DecodeSettings(window=window or WindowSettings(), drafter=drafter, sampling=sampling, seed=seed,
+    return DecodeSettings(window=window or DEFAULT_WINDOW, drafter=drafter, sampling=sampling, seed=seed,
                           batch_size=batch_size, compile=compile)
 
 

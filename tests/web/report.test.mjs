@@ -11,10 +11,11 @@ const MESSAGE = JSON.parse(readFileSync(process.env.SJDVP_REPORT, "utf8"));
 test("the badge comes from the figures the node sends", () => {
   const r = reportOf(MESSAGE);
   assert.ok(r.step_compression > 1 && r.tokens_per_pass >= 1 && r.acceptance > 0 && r.acceptance <= 1);
-  assert.match(badgeText(r), /^\d+\.\d\d× fewer passes · \d+\.\d tok\/pass · ~\d+\.\d\d× time \(est\.\)$/);
-  assert.ok(badgeText(r).startsWith(r.step_compression.toFixed(2)));
-  assert.ok(badgeText(r).includes(r.estimated_speedup.toFixed(2)));
-  assert.match(badgeText({ step_compression: 2, tokens_per_pass: 2 }), /tok\/pass$/);   // no estimate: none shown
+  // time first: the estimated speed-up and seconds saved, then passes and tokens per pass
+  assert.match(badgeText(r), /^~\d+\.\d\d× faster \(est\., -?\d+\.\d s saved\) · \d+\.\d\d× fewer passes · \d+\.\d tok\/pass$/);
+  assert.ok(badgeText(r).startsWith(`~${r.estimated_speedup.toFixed(2)}`));
+  assert.ok(badgeText(r).includes(r.estimated_seconds_saved.toFixed(1)));
+  assert.equal(badgeText({ step_compression: 2, tokens_per_pass: 2 }), "2.00× fewer passes · 2.0 tok/pass");   // no estimate
 });
 
 test("the report box shows the report text", () => {

@@ -7,13 +7,20 @@ export function reportOf(message) {
   return Array.isArray(data) && data.length ? data[0] : null;
 }
 
+// Time first: the estimated wall-clock speed-up on this device and the seconds it saved (priced by the
+// device's measured pass cost), then the passes and tokens per pass behind it.
 export function badgeText(report) {
   const figure = report?.step_compression;
   if (typeof figure !== "number" || !Number.isFinite(figure)) return null;
-  const parts = [`${figure.toFixed(2)}× fewer passes`];
+  const parts = [];
+  const estimate = report.estimated_speedup;
+  if (typeof estimate === "number" && Number.isFinite(estimate)) {
+    const saved = report.estimated_seconds_saved;
+    const seconds = typeof saved === "number" && Number.isFinite(saved) ? `, ${saved.toFixed(1)} s saved` : "";
+    parts.push(`~${estimate.toFixed(2)}× faster (est.${seconds})`);
+  }
+  parts.push(`${figure.toFixed(2)}× fewer passes`);
   if (typeof report.tokens_per_pass === "number") parts.push(`${report.tokens_per_pass.toFixed(1)} tok/pass`);
-  const estimate = report.estimated_speedup;     // wall-clock on this device, priced by its measured pass cost
-  if (typeof estimate === "number" && Number.isFinite(estimate)) parts.push(`~${estimate.toFixed(2)}× time (est.)`);
   return parts.join(" · ");
 }
 

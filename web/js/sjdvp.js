@@ -1,14 +1,15 @@
-// Two small helps: what a run found, shown where the artist looks, and old workflows keeping their
-// meaning when a node gained a widget.
+// Three small helps: what a run found, shown where the artist looks; old workflows keeping their
+// meaning when a node gained a widget; widgets that the node's current choices ignore greyed out.
 //  - Speed-up Report shows its report text on the node (a read-only text box, as core's "Preview as
-//    Text" does), and Speculative Decode and Speed-up Report carry a badge ("2.49× fewer passes ·
-//    2.5 tok/pass") built from the figures the nodes send as data (`sjdvp_report`). The classic
+//    Text" does), and Speculative Decode and Speed-up Report carry a badge ("~X× faster (est., S s saved)
+//    · Y× fewer passes · T tok/pass") built from the figures the nodes send as data (`sjdvp_report`). The classic
 //    canvas draws it as a litegraph node badge. The Vue node renderer ("Nodes 2.0") reads node badges
 //    once when it mounts a node (frontend 1.58: measured), so after a run it gets a chip in the node's
 //    header instead.
 //  - Both come back when ComfyUI replays a cached run (the nodes are output nodes, so it re-sends their
 //    UI output) and when the frontend restores outputs itself (a tab reopened, a queue entry loaded).
 import { app } from "../../../scripts/app.js";
+import { IGNORED, ignoredWidgets } from "./ignored.js";
 import { LEGACY, legacyValues } from "./legacy.js";
 import { badgeText, nodeForOutputKey, reportOf, reportText } from "./report.js";
 
@@ -78,6 +79,30 @@ function applyOutput(node, message) {
   showBadge(node, badgeText(reportOf(message)));
 }
 
+// Grey out the widgets the node ignores under its current choices (ignored.js), and again whenever a
+// choosing widget changes.
+function greyIgnored(node) {
+  const values = Object.fromEntries((node.widgets ?? []).map((w) => [w.name, w.value]));
+  const ignored = ignoredWidgets(node.type ?? node.comfyClass, values);
+  for (const w of node.widgets ?? []) if (w.name in values) w.disabled = ignored.has(w.name);
+  node.updateComputedDisabled?.();
+  node.setDirtyCanvas?.(true, true);
+}
+
+function watchChoices(node) {
+  for (const w of node.widgets ?? []) {
+    if (!(w.name in IGNORED[node.type ?? node.comfyClass]) || w.sjdvpWatched) continue;
+    w.sjdvpWatched = true;
+    const callback = w.callback;
+    w.callback = function () {
+      const r = callback?.apply(this, arguments);
+      greyIgnored(node);
+      return r;
+    };
+  }
+  greyIgnored(node);
+}
+
 app.registerExtension({
   name: "sjdvp.SpeedBadge",
   // Outputs put back without an "executed" message (a workflow tab opened again, a queue or history
@@ -96,6 +121,20 @@ app.registerExtension({
         const names = (this.widgets ?? []).map((w) => w.name);
         const values = legacyValues(nodeData.name, names, info?.widgets_values?.length ?? names.length);
         for (const w of this.widgets ?? []) if (w.name in values) w.value = values[w.name];
+      };
+    }
+    if (nodeData.name in IGNORED) {
+      const onNodeCreated = nodeType.prototype.onNodeCreated;
+      nodeType.prototype.onNodeCreated = function () {
+        const r = onNodeCreated?.apply(this, arguments);
+        watchChoices(this);
+        return r;
+      };
+      const onConfigure = nodeType.prototype.onConfigure;
+      nodeType.prototype.onConfigure = function () {
+        const r = onConfigure?.apply(this, arguments);
+        greyIgnored(this);
+        return r;
       };
     }
     if (!NODES.has(nodeData.name)) return;
