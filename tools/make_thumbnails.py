@@ -17,6 +17,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from sjdvp_core import DecodeSettings, DrafterSettings, SamplingSettings, VPSettings, WindowSettings, decode  # noqa: E402
 from sjdvp_core.demo import load_demo  # noqa: E402
 from sjdvp_core.engine.report import commit_map  # noqa: E402
+from sjdvp_core.engine.settings import DEFAULT_WINDOW, METHODS, TreeSettings, decode_settings  # noqa: E402
 
 WORKFLOWS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "workflows")
 VERIFIERS = {"SJDVP_DrafterSJD": lambda w: DrafterSettings(coupled=w[0]),
@@ -27,7 +28,8 @@ VERIFIERS = {"SJDVP_DrafterSJD": lambda w: DrafterSettings(coupled=w[0]),
 
 
 def branches(workflow: dict) -> list[tuple[str, DecodeSettings]]:
-    """(prompt, settings) of every Speculative Decode node, following its window and drafter links."""
+    """(prompt, settings) of every Speculative Decode node: its method, or the window and verifier nodes
+    linked to it (nodes/decode_nodes.py method_or_nodes)."""
     nodes = {n["id"]: n for n in workflow["nodes"]}
     source = {link[0]: nodes[link[1]] for link in workflow["links"]}
 
@@ -38,17 +40,19 @@ def branches(workflow: dict) -> list[tuple[str, DecodeSettings]]:
             return dataclasses.replace(inner, vp=VPSettings(g, b, k, "auto" if mode == "auto" else s, m))
         return VERIFIERS[node["type"]](node["widgets_values"])
 
+    def window_of(node):
+        size, init, width, depth, auto, auto_tree = node["widgets_values"]
+        return WindowSettings(size, init, TreeSettings(width, depth), auto, auto and auto_tree and width == 1)
+
     out = []
     for node in workflow["nodes"]:
         if node["type"] != "SJDVP_SpeculativeDecode":
             continue
         links = {i["name"]: i["link"] for i in node["inputs"]}
-        prompt, _, cfg, temp, top_k, top_p, seed, _, batch, _, _ = node["widgets_values"]
-        drafter = drafter_of(source[links["drafter"]]) if links.get("drafter") else None
-        window = WindowSettings(*source[links["window"]]["widgets_values"]) if links.get("window") else WindowSettings()
-        out.append((prompt, DecodeSettings(window=window if drafter else WindowSettings(1),
-                                           drafter=drafter or DrafterSettings(), seed=seed, batch_size=batch,
-                                           sampling=SamplingSettings(cfg, temp, top_k, top_p))))
+        prompt, _, cfg, temp, top_k, top_p, seed, _, batch, *_, method = node["widgets_values"]
+        drafter = drafter_of(source[links["drafter"]]) if links.get("drafter") else METHODS[method.lower()]
+        window = window_of(source[links["window"]]) if links.get("window") else DEFAULT_WINDOW
+        out.append((prompt, decode_settings(drafter, window, SamplingSettings(cfg, temp, top_k, top_p), seed, batch)))
     return out
 
 

@@ -16,8 +16,14 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 from sjdvp_core.demo import DEMO_SAMPLING  # noqa: E402
-from sjdvp_core.engine.settings import DrafterSettings, SamplingSettings, VPSettings, WindowSettings  # noqa: E402
-from sjdvp_core.hub.catalogue import BY_NAME  # noqa: E402
+from sjdvp_core.engine.settings import (  # noqa: E402
+    DEFAULT_METHOD,
+    DEFAULT_WINDOW,
+    DrafterSettings,
+    SamplingSettings,
+    VPSettings,
+)
+from sjdvp_core.hub.catalogue import BY_NAME, Entry, size_text  # noqa: E402
 from sjdvp_core.models.registry import FAMILIES  # noqa: E402
 
 OUT = os.path.join(REPO, "workflows")
@@ -36,17 +42,15 @@ SOCKETS = {  # node type -> (socket inputs, outputs)
     "SJDVP_Report": ([("tokens", "SJDVP_TOKENS")], [("text", "STRING"), ("commit_map", "IMAGE")]),
     "SaveImage": ([("images", "IMAGE")], []),
     "PreviewImage": ([("images", "IMAGE")], []),
+    "Note": ([], []),
 }
 _VP, _D = VPSettings(), DrafterSettings()
 VP_DEFAULTS = [_VP.growth_steps, _VP.beta, _VP.top_k, 1.0, round(_VP.max_score, 4), "auto" if _VP.auto else "fixed"]
 SJD = ("SJDVP_DrafterSJD", [_D.coupled])
 
 
-def window_widgets(window: int) -> list:
-    """The Jacobi Window node's widget values: size, init, the draft tree a new node starts with, and a fixed
-    window (the examples keep the window they were measured with; window_auto and tree_auto are off)."""
-    tree = WindowSettings().tree
-    return [window, WindowSettings().init, tree.width, tree.depth, False, False]
+W = DEFAULT_WINDOW
+WINDOW_WIDGETS = [W.size, W.init, W.tree.width, W.tree.depth, W.auto, W.auto_tree]   # a new node's: the default
 LANTERN = ("SJDVP_DrafterLANTERN", [_D.lantern_k, _D.lantern_delta, _D.coupled])
 GSD = ("SJDVP_DrafterGSD", [_D.gsd_group, _D.gsd_max_gap, _D.gsd_max_distance or 0.0, _D.coupled])
 
@@ -62,7 +66,8 @@ class Graph:
                 "flags": {}, "order": len(self.nodes), "mode": 0,
                 "inputs": [{"name": n, "type": t, "link": None} for n, t in ins],
                 "outputs": [{"name": n, "type": t, "links": [], "slot_index": i} for i, (n, t) in enumerate(outs)],
-                "properties": {"Node name for S&R": kind, **({"cnr_id": "sjdvp"} if kind.startswith("SJDVP") else {})},
+                "properties": {} if kind == "Note" else
+                {"Node name for S&R": kind, **({"cnr_id": "sjdvp"} if kind.startswith("SJDVP") else {})},
                 "widgets_values": widgets}
         if title:
             node["title"] = title
@@ -95,23 +100,29 @@ DECODE_SIZE, IMAGE_SIZE, REPORT_SIZE, PICTURE_SIZE = (340, 640), (360, 60), (360
 BRANCH_HEIGHT = 2 * (PICTURE_SIZE[1] + TITLE + GAP)   # one decode branch: its 2 x 2 block is the tallest part
 
 
-def column(g: Graph, x: int, nodes: list[tuple[str, list]]) -> list[int]:
-    """Nodes stacked top to bottom from y = 0 with GAP between them (plus the next one's title bar)."""
+NOTE_SIZE = (320, 250)
+
+
+def column(g: Graph, x: int, nodes: list[tuple[str, list]], note: str) -> list[int]:
+    """Nodes stacked top to bottom from y = 0 with GAP between them (plus the next one's title bar), the
+    workflow's Note (what it shows, the model it needs and where to get it) last."""
     ids, y = [], 0
     for kind, widgets in nodes:
         ids.append(g.add(kind, widgets, (x, y)))
         y += g.nodes[-1]["size"][1] + GAP + TITLE
+    g.add("Note", [note], (x, y), "About this workflow", size=NOTE_SIZE)
     return ids
 
 
-def decode_branch(g: Graph, model: int, window: int | None, drafter: int | None, prompt: str,
-                  sampling: SamplingSettings, x: int, y: int, name: str, seed: int = 0,
-                  size: tuple[int, int] = (0, 0)) -> None:
+def decode_branch(g: Graph, model: int, prompt: str, sampling: SamplingSettings, x: int, y: int, name: str,
+                  method: str = DEFAULT_METHOD.upper(), window: int | None = None, drafter: int | None = None,
+                  seed: int = 0, size: tuple[int, int] = (0, 0)) -> None:
     """Decode -> image -> SaveImage, and Report -> commit map preview: a 2 x 2 block right of the decode.
-    The decode uses the model's own sampling defaults; its widgets show them."""
+    The decode uses the model's own sampling defaults (its widgets show them) and its method, unless window
+    and drafter nodes are connected."""
     s = sampling
     dec = g.add("SJDVP_SpeculativeDecode", [prompt, "", s.cfg_scale, s.temperature, s.top_k, s.top_p, seed, "fixed", 1,
-                                            *size, "model defaults", False], (x, y), name, size=DECODE_SIZE)
+                                            *size, "model defaults", False, method], (x, y), name, size=DECODE_SIZE)
     g.connect(model, 0, dec, "model")
     if window is not None:
         g.connect(window, 0, dec, "window")
@@ -129,34 +140,49 @@ def decode_branch(g: Graph, model: int, window: int | None, drafter: int | None,
     g.connect(rep, 1, prev, "images")
 
 
-def single(model: str, drafter: tuple[str, list], vp: bool, prompt: str, sampling: SamplingSettings,
-           window: int = WindowSettings().size, name: str = "sjdvp", size: tuple[int, int] = (0, 0)) -> dict:
+def quick(model: str, prompt: str, sampling: SamplingSettings, note: str, name: str = "SJD-VP",
+          size: tuple[int, int] = (0, 0)) -> dict:
+    """The shortest fast graph: model -> Speculative Decode (its method, the automatic window) -> image."""
     g = Graph()
-    left = [("SJDVP_LoadModel", [model, "auto", "auto"]), ("SJDVP_JacobiWindow", window_widgets(window)),
-            drafter]
-    m, w, d, *_ = column(g, 0, left + ([("SJDVP_VerificationPrediction", VP_DEFAULTS)] if vp else []))
-    if vp:
-        v = len(g.nodes)
-        g.connect(d, 0, v, "drafter")
-        d = v
-    decode_branch(g, m, w, d, prompt, sampling, 320 + GAP, 0, name, size=size)
+    [m] = column(g, 0, [("SJDVP_LoadModel", [model, "auto", "auto"])], note)
+    decode_branch(g, m, prompt, sampling, 320 + GAP, 0, name, size=size)
     return g.json()
 
 
-def compare(model: str, prompt: str, sampling: SamplingSettings, window: int = WindowSettings().size) -> dict:
+def knobs(drafter: tuple[str, list], prompt: str, sampling: SamplingSettings, name: str, note: str) -> dict:
+    """The demo with every knob on the canvas: a Jacobi Window (the default automatic one), a verifier node and
+    Verification Prediction, connected to the decode (they override its method)."""
+    g = Graph()
+    m, w, d, v = column(g, 0, [("SJDVP_LoadModel", ["demo", "auto", "auto"]), ("SJDVP_JacobiWindow", WINDOW_WIDGETS),
+                               drafter, ("SJDVP_VerificationPrediction", VP_DEFAULTS)], note)
+    g.connect(d, 0, v, "drafter")
+    decode_branch(g, m, prompt, sampling, 320 + GAP, 0, name, window=w, drafter=v)
+    return g.json()
+
+
+def compare(model: str, prompt: str, sampling: SamplingSettings, note: str) -> dict:
     """AR, SJD and SJD-VP side by side on one model, prompt and seed, each with its report."""
     g = Graph()
-    m, w, sjd, vp = column(g, 0, [("SJDVP_LoadModel", [model, "auto", "auto"]),
-                                  ("SJDVP_JacobiWindow", window_widgets(window)),
-                                  SJD, ("SJDVP_VerificationPrediction", VP_DEFAULTS)])
-    g.connect(sjd, 0, vp, "drafter")
-    for row, (name, drafter) in enumerate([("AR", None), ("SJD", sjd), ("SJD-VP", vp)]):
-        decode_branch(g, m, None if drafter is None else w, drafter, prompt, sampling, 320 + GAP, row * BRANCH_HEIGHT,
-                      name)
+    [m] = column(g, 0, [("SJDVP_LoadModel", [model, "auto", "auto"])], note)
+    for row, method in enumerate(["AR", "SJD", "SJD-VP"]):
+        decode_branch(g, m, prompt, sampling, 320 + GAP, row * BRANCH_HEIGHT, method, method=method)
     return g.json()
 
 
 DEMO_PROMPT = "a red circle on grass"
+DEMO_NOTE = ("Needs nothing to download: the built-in demo model (64 px images of coloured shapes on a "
+             "background; prompts like 'a blue diamond on snow').")
+
+
+def family_note(entry: Entry, title: str) -> str:
+    """What a family workflow shows and needs: the catalogue entry it downloads on its first run, from where,
+    and where the files go for a download by hand."""
+    repos = " and ".join(source.repo for source in entry.sources)
+    return (f"{title} decoded with SJD-VP (exact) and the automatic window: the same images as plain AR "
+            f"sampling, fewer passes.\n\nModel: {entry.name} ({size_text(entry.size, entry.approx)}, "
+            f"{entry.licence}). On the first run the loader downloads it from the Hugging Face Hub ({repos}) into "
+            f"ComfyUI/models/sjdvp/{entry.folder}; to download by hand, put the files there. "
+            "python -m sjdvp_core.check <folder> says whether a folder is complete.")
 
 
 def family_workflows() -> dict:
@@ -167,16 +193,32 @@ def family_workflows() -> dict:
     for family in FAMILIES.values():
         for ex in family.examples:
             sampling = family.module.SAMPLING[ex.sampling] if ex.sampling else family.module.SAMPLING
-            out[ex.workflow] = single(BY_NAME[ex.entry].choice, SJD, True, ex.prompt, sampling, window=ex.window,
-                                      name=ex.title, size=ex.size)
+            entry = BY_NAME[ex.entry]
+            out[ex.workflow] = quick(entry.choice, ex.prompt, sampling, family_note(entry, ex.title), name=ex.title,
+                                     size=ex.size)
     return out
 
 
 WORKFLOWS = {
-    "sjdvp_demo_sjd_vp": single("demo", SJD, True, DEMO_PROMPT, DEMO_SAMPLING, name="SJD-VP"),
-    "sjdvp_demo_ar_vs_sjd_vs_sjd_vp": compare("demo", DEMO_PROMPT, DEMO_SAMPLING),
-    "sjdvp_demo_lantern_vp": single("demo", LANTERN, True, "a blue diamond on snow", DEMO_SAMPLING, name="LANTERN-VP"),
-    "sjdvp_demo_gsd_vp": single("demo", GSD, True, "an orange triangle on night", DEMO_SAMPLING, name="GSD-VP"),
+    "sjdvp_demo_quick_start": quick("demo", DEMO_PROMPT, DEMO_SAMPLING,
+                                    "Start here. The three nodes that make a picture fast: Speculative Decode runs "
+                                    "SJD-VP with the automatic window, several tokens per pass; its badge and the "
+                                    "Speed-up Report say how much time it saved. " + DEMO_NOTE),
+    "sjdvp_demo_ar_vs_sjd_vs_sjd_vp": compare("demo", DEMO_PROMPT, DEMO_SAMPLING,
+                                              "AR, SJD and SJD-VP side by side from one prompt and seed: the same "
+                                              "kind of image, each report with its time and passes. "
+                                              "Change only the method widget to try another. " + DEMO_NOTE),
+    "sjdvp_demo_sjd_vp": knobs(SJD, DEMO_PROMPT, DEMO_SAMPLING, "SJD-VP",
+                               "Every knob on the canvas: the Jacobi Window (automatic), the exact SJD verifier "
+                               "and Verification Prediction, connected to Speculative Decode (they override its "
+                               "method). " + DEMO_NOTE),
+    "sjdvp_demo_lantern_vp": knobs(LANTERN, "a blue diamond on snow", DEMO_SAMPLING, "LANTERN-VP",
+                                   "LANTERN's relaxed verifier with Verification Prediction: more drafts pass, and "
+                                   "the images drift from the model's own distribution (more with a larger "
+                                   "delta). " + DEMO_NOTE),
+    "sjdvp_demo_gsd_vp": knobs(GSD, "an orange triangle on night", DEMO_SAMPLING, "GSD-VP",
+                               "Grouped Speculative Decoding with Verification Prediction: a draft passes on the "
+                               "mass of a group of tokens around it (relaxed, lossy). " + DEMO_NOTE),
     **family_workflows(),
 }
 

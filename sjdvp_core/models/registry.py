@@ -32,13 +32,12 @@ FOX = "a photo of a red fox sitting in fresh snow, morning light"
 class Example:
     """A workflow shipped for a family (workflows/<workflow>.json, written by tools/make_workflows.py): the
     catalogue entry it downloads on its first run, its prompt, the key of the family module's SAMPLING
-    table where it has one per model type, its window and image size, and its title."""
+    table where it has one per model type, its image size, and its title."""
     workflow: str
     entry: str
     title: str
     prompt: str = FOX
     sampling: str = ""
-    window: int = 32
     size: tuple[int, int] = (0, 0)
 
 
@@ -78,9 +77,8 @@ FAMILIES = {
     "llamagen": Family("a LlamaGen GPT file (c2i_*.pt / t2i_*.pt or .safetensors) and its tokenizer (vq_ds16_*.pt "
                        "or vq_ds8_*.pt) side by side; for t2i also the flan-t5-xl folder", "llamagen:load_llamagen",
                        examples=(Example("sjdvp_llamagen_c2i", "LlamaGen-c2i-L-384", "LlamaGen-c2i",
-                                         "golden retriever", "c2i", window=16),
-                                 Example("sjdvp_llamagen_t2i", "LlamaGen-t2i-XL-256", "LlamaGen-t2i", sampling="t2i",
-                                         window=16))),
+                                         "golden retriever", "c2i"),
+                                 Example("sjdvp_llamagen_t2i", "LlamaGen-t2i-XL-256", "LlamaGen-t2i", sampling="t2i"))),
     "janus": Family("a Janus-Pro folder, as released (all files of deepseek-ai/Janus-Pro-1B or -7B: config.json, "
                     "tokenizer.json, pytorch_model.bin or pytorch_model.bin.index.json and its shards) or in "
                     "transformers format (all files of deepseek-community/Janus-Pro-1B or -7B: config.json, "

@@ -4,6 +4,7 @@ frontend's "Export (API)" does."""
 from __future__ import annotations
 
 WIDGET_TYPES = {"INT", "FLOAT", "STRING", "BOOLEAN", "COMBO"}
+VIRTUAL = {"Note", "MarkdownNote"}   # the frontend's own nodes: never sent to the server, not in /object_info
 
 
 def inputs_in_order(info: dict) -> list[tuple[str, object, dict]]:
@@ -32,6 +33,8 @@ def validate(workflow: dict, object_info: dict) -> list[str]:
     problems = []
     nodes = {n["id"]: n for n in workflow["nodes"]}
     for node in workflow["nodes"]:
+        if node["type"] in VIRTUAL:
+            continue
         info = object_info.get(node["type"])
         if info is None:
             problems.append(f"node {node['id']}: unknown type {node['type']}")
@@ -60,11 +63,11 @@ def validate(workflow: dict, object_info: dict) -> list[str]:
 
 
 def to_api(workflow: dict, object_info: dict) -> dict:
-    """UI format -> API format (muted and bypassed nodes left out)."""
+    """UI format -> API format (muted and bypassed nodes, and the frontend's own, left out)."""
     links = {link[0]: link for link in workflow["links"]}
     prompt = {}
     for node in workflow["nodes"]:
-        if node.get("mode", 0) != 0:
+        if node.get("mode", 0) != 0 or node["type"] in VIRTUAL:
             continue
         info = object_info[node["type"]]
         inputs, values = {}, list(node.get("widgets_values", []))

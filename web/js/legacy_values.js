@@ -16,7 +16,8 @@ export const LEGACY = {
     "width": 0,
     "height": 0,
     "sampling": "custom",
-    "compile": false
+    "compile": false,
+    "method": "AR"
   },
   "SJDVP_JacobiWindow": {
     "tree_width": 1,
