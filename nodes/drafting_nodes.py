@@ -1,4 +1,5 @@
-"""The Jacobi window, the drafters (SJD, LANTERN, GSD) and Verification Prediction."""
+"""The Jacobi window, the verifiers (SJD, LANTERN, GSD) and Verification Prediction: the knobs that a
+connected node sets by hand instead of Speculative Decode's method."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -28,7 +29,7 @@ DRAFTER = io.Custom("SJDVP_DRAFTER")
 
 
 def coupled_input():
-    """Every drafter's last widget: coupled drafting (exact, on by default: it won on the demo model).
+    """Every verifier node's last widget: coupled drafting (exact, on by default).
     Optional, like every widget added after the first release, so prompts saved before it still
     validate; a prompt without it keeps its old meaning (independent drafts: legacy.py)."""
     return io.Boolean.Input("coupled", default=DRAFTER_DEFAULTS.coupled, optional=True,

@@ -12,12 +12,10 @@ is thin). A prompt that accepts more than the example moves the choice toward wi
 accepts less, toward narrower ones.
 
 Why a profile and not the decode's own per-window rates: the window a draft matured in decides how often it
-is accepted. Measured on the demo (coupled SJD-VP), the acceptance a window of 64 achieves over its first 8
-slots predicts 2.7 tokens per pass for a window of 8, which commits 2.0: its drafts are refined fewer times
-before they reach the front. So a window's worth can only be seen by running it for a while, and a decode of
-a few dozen passes has no room to try each (the previous chooser walked a ladder of windows, 4 passes each:
-0.94x AR on the CPU where a fixed window of 16 gave 1.33x, and 3.16x modelled on an H200 where the best fixed
-window gave 3.55x; benchmarks/results/latency.md).
+is accepted. The acceptance a wide window achieves over its first few slots overstates what a narrow window
+commits, whose drafts are refined fewer times before they reach the front. So a window's worth can only be
+seen by running it for a while, and a decode of a few dozen passes has no room to try each (CHANGELOG.md
+records the ladder chooser this replaced and how it fared).
 
 Candidates: chain windows on a ladder (each about 1.5x the next, at most the largest worth allocating,
 `most_tokens`), and where the adapter scores trees, each window of 16 or more with TREES at its first slot

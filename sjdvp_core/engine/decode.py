@@ -50,9 +50,8 @@ from .window import LocalLayout
 ProgressFn = Callable[[int, int, Tensor], None]
 MeasureFn = Callable[[str, int, int], None]
 """Calibration progress: (what is measured, steps done, steps in all), after every iteration; it may raise to
-abort (then nothing is cached). The first automatic run on a model measures the device: 11-21 s for the demo on
-a 2-core CPU, on a GPU about a thousand of the model's passes (not timed: no GPU run yet); a caller shows this,
-and lets the user stop it."""
+abort (then nothing is cached). The first automatic run on a model measures the device (seconds for the demo,
+about a thousand of the model's passes for a large one); a caller shows this, and lets the user stop it."""
 
 
 @dataclass
