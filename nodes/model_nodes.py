@@ -22,7 +22,7 @@ class LoadModel(io.ComfyNode):
                                tooltip="'demo' is built in. Then the folders and GPT files under models/sjdvp, "
                                        "then releases not downloaded yet, with their size: choosing one downloads "
                                        "it into models/sjdvp on the first run (a workflow naming it keeps working "
-                                       "after). See the README's Models section."),
+                                       "after). See the pack's docs/models.md."),
                 io.Combo.Input("precision", options=["auto", "bf16", "fp16", "fp32", "int8", "nf4"], default="auto",
                                tooltip="Weight precision. auto: on a GPU, bf16 (fp32 where the GPU has no bf16) if "
                                        "the model and a default decode fit the card, else int8, else nf4 (the "

@@ -44,7 +44,7 @@ def model_path(name: str) -> str:
     offer = next((e for e in catalogue.ENTRIES if name in (e.name, e.folder, e.path)), None)
     hint = f" or choose '{offer.choice}' in the model list to download it," if offer else ""
     raise FileNotFoundError(f"model '{name}' is not in {' or '.join(roots)}: create that folder and put the "
-                            f"model's files in it (see the pack's README, 'Models'),{hint} or pick 'demo'")
+                            f"model's files in it (see the pack's docs/models.md),{hint} or pick 'demo'")
 
 
 class DownloadProgress:

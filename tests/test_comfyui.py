@@ -26,7 +26,7 @@ PINNED = {
     "SJDVP_DrafterGSD": ["group", "max_gap", "max_distance", "coupled"],
     "SJDVP_VerificationPrediction": ["growth_steps", "beta", "top_k", "strength", "max_score", "strength_mode"],
     "SJDVP_SpeculativeDecode": ["prompt", "negative_prompt", "cfg", "temperature", "top_k", "top_p", "seed",
-                                "batch_size", "width", "height", "sampling", "compile"],
+                                "batch_size", "width", "height", "sampling", "compile", "method"],
     "SJDVP_DecodeImage": [],
     "SJDVP_Report": [],
 }

@@ -62,6 +62,24 @@ def decoding(messages: list[dict], node: str) -> list[dict]:
             if m["type"] == "progress" and m["data"]["node"] == node]
 
 
+def test_the_quick_start_decodes_sjd_vp_and_a_prompt_without_method_stays_ar(server, object_info):
+    """Three nodes and no knobs: Speculative Decode's method (SJD-VP, a new node's default) with the automatic
+    window; the same prompt saved before the widget existed (no `method` input) decodes plain AR."""
+    prompt = to_api(load(os.path.join(REPO, "workflows", "sjdvp_demo_quick_start.json")), object_info)
+    decode = next(k for k, v in prompt.items() if v["class_type"] == "SJDVP_SpeculativeDecode")
+    assert prompt[decode]["inputs"]["method"] == "SJD-VP" and "window" not in prompt[decode]["inputs"]
+    history, _ = server.run(prompt)
+    assert history["status"]["status_str"] == "success", history["status"]
+    [figures] = history["outputs"][decode]["sjdvp_report"]
+    assert figures["method"] == "SJD-VP coupled" and figures["step_compression"] > 1
+    assert figures["estimated_speedup"] > 0 and history["outputs"][decode]["text"][0].startswith("SJD-VP coupled: ")
+    del prompt[decode]["inputs"]["method"]
+    history, _ = server.run(prompt)
+    assert history["status"]["status_str"] == "success", history["status"]
+    [figures] = history["outputs"][decode]["sjdvp_report"]
+    assert figures["method"] == "AR" and figures["forward_passes"] == 256
+
+
 def test_a_first_automatic_run_shows_its_measurement(server, object_info):
     """The first run of an automatic window on a model measures the device (the pass cost, then how many drafts
     each window wins) before its first token: the node says so and fills its bar meanwhile, then decodes; the
@@ -91,7 +109,7 @@ def test_interrupt_stops_decoding_and_the_next_run_is_whole(server, object_info)
     preview shows how far it got, and the next run of the same prompt decodes the whole image."""
     prompt = to_api(load(os.path.join(REPO, "workflows", "sjdvp_demo_sjd_vp.json")), object_info)
     decode = next(k for k, v in prompt.items() if v["class_type"] == "SJDVP_SpeculativeDecode")
-    prompt[decode]["inputs"].update(batch_size=32, seed=12345)
+    prompt[decode]["inputs"].update(batch_size=32, seed=12345, method="AR")
     del prompt[decode]["inputs"]["drafter"]                  # plain AR: 256 passes of 64 rows, seconds long
     sent = []
 

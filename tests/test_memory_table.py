@@ -1,5 +1,5 @@
-"""The README's memory table (tools/memory_table.py) is the estimator's output on each release's real
-architecture, and those architectures are the releases': their weights, counted at the dtype the release
+"""The memory table (README.md and docs/memory.md, tools/memory_table.py) is the estimator's output on each
+release's real architecture, and those architectures are the releases': their weights, counted at the dtype the release
 stores, come to its download size."""
 import importlib.util
 import os
@@ -21,10 +21,11 @@ def tool():
     return module
 
 
-def test_readme_memory_table_is_the_estimators_output(tool):
-    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
-        readme = f.read()
-    assert tool.readme_with(tool.table(), readme) == readme, "run python tools/memory_table.py --write"
+@pytest.mark.parametrize("page", ["README.md", "docs/memory.md"])
+def test_memory_table_is_the_estimators_output(tool, page):
+    with open(os.path.join(REPO, page), encoding="utf-8") as f:
+        text = f.read()
+    assert tool.readme_with(tool.table(), text) == text, "run python tools/memory_table.py --write"
 
 
 def _decoder_bytes(adapter) -> int:

@@ -1,4 +1,5 @@
-"""The README's memory table: what each release needs at each precision, and which cards it fits.
+"""The memory table (README.md's Models section and docs/memory.md): what each release needs at each
+precision, and which cards it fits.
 
 Each release's own architecture (its config's sizes) is built on the meta device, so no weight is read or
 allocated, and the estimator auto uses (models.memory.need: the weights at that precision + a default
@@ -7,7 +8,7 @@ disagree, the loaded model is right: tests/test_memory.py checks the estimator a
 tests/test_memory_table.py checks each architecture here against its release's download size.
 
     python tools/memory_table.py            # print the table (markdown)
-    python tools/memory_table.py --write    # and put it in README.md, between its markers
+    python tools/memory_table.py --write    # and put it in README.md and docs/memory.md, between their markers
 """
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ CARDS_GB = (8, 12, 16, 24, 48, 80)
 PRECISIONS = ("bf16", "int8", "nf4")
 RESERVE = 1.0e9       # what a card keeps for the CUDA context and the framework (ComfyUI's own reserve is ~1 GB)
 BEGIN, END = "<!-- memory table: python tools/memory_table.py --write -->", "<!-- end of memory table -->"
-README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PAGES = (os.path.join(REPO, "README.md"), os.path.join(REPO, "docs", "memory.md"))   # each holds the table
 
 
 class Shape(HFAdapter):
@@ -185,15 +187,16 @@ def readme_with(text: str, readme: str) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--write", action="store_true", help="put the table in README.md between its markers")
+    parser.add_argument("--write", action="store_true",
+                        help="put the table in README.md and docs/memory.md between their markers")
     args = parser.parse_args()
     text = table()
     print(text)
-    if args.write:
-        with open(README, encoding="utf-8") as f:
-            readme = f.read()
-        with open(README, "w", encoding="utf-8") as f:
-            f.write(readme_with(text, readme))
+    for page in PAGES if args.write else ():
+        with open(page, encoding="utf-8") as f:
+            old = f.read()
+        with open(page, "w", encoding="utf-8") as f:
+            f.write(readme_with(text, old))
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ from ..engine.settings import SamplingSettings
 from ..models.llamagen import LlamaGenAdapter, load_gpt, load_vq
 from . import scenes
 
-# The demo's sampling defaults (chosen by measurement, see README "Demo model").
+# The demo's sampling defaults (chosen by measurement, see docs/testing.md, "The demo model").
 DEMO_SAMPLING = SamplingSettings(cfg_scale=3.0, temperature=1.0, top_k=0, top_p=1.0)
 
 WEIGHTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "weights")

@@ -60,7 +60,7 @@ class TreeSettings:
     """Draft trees (sjdvp_core.engine.tree): at the first `depth` undecided slots, `width` candidates instead
     of one draft, each alternative followed by the drafts after it, all scored in one forward pass.
     width 1 is the plain chain, and the default: trees take fewer passes but each scores about width times
-    the tokens (README, "Draft trees", and benchmarks/results/trees.md for the figures); they pay where wide
+    the tokens (docs/method.md, "Draft trees", and benchmarks/results/trees.md for the figures); they pay where wide
     forwards are cheap."""
     width: int = 1          # candidates per branching slot: the draft, then spatial guesses, then draws from q
     depth: int = 1          # branching slots, counted from the first undecided one
@@ -144,7 +144,7 @@ class DrafterSettings:
     gsd_max_distance: float | None = None  # optional codebook L2 distance filter
     vp: VPSettings | None = None
     coupled: bool = True                # one persistent Gumbel noise per position: redrafts agree (exact;
-                                        # README, "Coupled drafting", for what it gains)
+                                        # docs/method.md, "Coupled drafting", for what it gains)
     continuation: bool = False          # re-drafts keep the old draft by maximal coupling (SJD-PAC's
                                         # adaptive continuation): P(same draft) = sum(min(p', q_old))
 

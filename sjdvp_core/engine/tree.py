@@ -1,7 +1,7 @@
 """Draft trees: several candidates at the window's weakest slots, all scored in one forward pass.
 
 The first undecided slot is the weak one: its draft was made under a left neighbour that was then
-rejected and replaced, and it is accepted least often (README, "Draft trees", has the per-slot figures).
+rejected and replaced, and it is accepted least often (docs/method.md, "Draft trees", and benchmarks/results/trees.md).
 So at the first `depth` slots the window holds `width` candidates instead of one: the draft, then
 one-hot spatial guesses (the cells left of and above it), then further draws from the draft's own
 distribution q without replacement (Gumbel-top-k with the position's coupling noise, so the draft

@@ -1,4 +1,4 @@
-"""Verification Prediction (Shan et al. 2026, "SJD-VP"): drafts informed by probability history.
+"""Verification Prediction (SJD-VP, Zhang, Shan et al. 2026, arXiv 2603.27115): drafts informed by probability history.
 
 Every not-yet-committed position keeps, across the Jacobi iterations that scored it, an exponentially
 weighted average of its target probabilities pbar, its previous observation, and per token a count of

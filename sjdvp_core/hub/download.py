@@ -76,19 +76,19 @@ def _explain(error: Exception, repo: str, endpoint: str, folder: str) -> Downloa
             "`hf auth login`) before starting ComfyUI." + kept)
     if isinstance(error, errors.RepositoryNotFoundError):
         return DownloadError(f"{repo} was not found on {endpoint} (renamed, deleted, private, or your HF_TOKEN "
-                             f"cannot see it). Put its files in {folder} by hand as the README's Models section says.")
+                             f"cannot see it). Put its files in {folder} by hand as the pack's docs/models.md says.")
     if isinstance(error, errors.RevisionNotFoundError):
         return DownloadError(f"{repo}: the revision this version of sjdvp expects is gone; update sjdvp.")
     if isinstance(error, errors.RemoteEntryNotFoundError):
         return DownloadError(f"{repo}: a file this version of sjdvp expects is gone ({error}); update sjdvp.")
     if isinstance(error, errors.OfflineModeIsEnabled):
         return DownloadError(f"offline mode is on (HF_HUB_OFFLINE=1), so {repo} cannot be downloaded: unset it, "
-                             f"or put the files in {folder} by hand (README, Models).")
+                             f"or put the files in {folder} by hand (the pack's docs/models.md).")
     if isinstance(error, errors.HfHubHTTPError):
         return DownloadError(f"{endpoint} refused {repo}: {str(error).strip().splitlines()[0]}." + kept)
     return DownloadError(f"cannot reach {endpoint} for {repo} ({type(error).__name__}: {error}). Check the "
                          "connection or proxy (HF_ENDPOINT names a mirror), or put the files in the folder by hand "
-                         "(README, Models)." + kept)
+                         "(the pack's docs/models.md)." + kept)
 
 
 def _httpx():
@@ -117,7 +117,7 @@ def select(src: Source, names, where: str) -> list[str]:
     for pattern in src.files:
         if not list(filter_repo_objects(names, allow_patterns=[pattern])):
             raise DownloadError(f"{where} has no file matching {pattern!r}; this version of sjdvp expects it "
-                                "there. Update sjdvp, or get the file by hand (README, Models).")
+                                "there. Update sjdvp, or get the file by hand (the pack's docs/models.md).")
     return list(filter_repo_objects(names, allow_patterns=list(src.files + src.optional)))
 
 
