@@ -125,10 +125,20 @@ def test_workflow_loads_as_dropped(ui, path):
             assert page.evaluate(B.VISIBLE_DIALOGS) == []
         boxes = page.evaluate(B.BOXES, vue)
         assert all(b["box"] for b in boxes), boxes
+        # under the model's sampling defaults the four sampling widgets do nothing: greyed out
+        assert page.evaluate(GREYED) == [["cfg", "temperature", "top_k", "top_p"]] * len(decodes(path)), path
         assert B.overlaps(boxes) == [], f"overlapping nodes ({'vue' if vue else 'classic'} renderer)"
     fit_and_shoot(page, f"{version}-vue-dropped-{name(path)}")       # family thumbnails: tools/make_thumbnails.py
     use_renderer(page, False)
     page.keyboard.press("Escape")
+
+
+GREYED = """() => app.graph._nodes.filter((n) => n.type === "SJDVP_SpeculativeDecode")
+  .map((n) => n.widgets.filter((w) => w.disabled && w.options?.disabled).map((w) => w.name))"""
+
+
+def decodes(path: str) -> list[dict]:
+    return [n for n in json.load(open(path))["nodes"] if n["type"] == "SJDVP_SpeculativeDecode"]
 
 
 def links(workflow: dict) -> dict[int, list[int]]:

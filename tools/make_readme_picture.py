@@ -68,14 +68,15 @@ def main() -> None:
         with contextlib.redirect_stdout(printed):
             rows = generate(PROMPT, methods=("ar", "sjd-vp"), seed=SEED, out=out, repeats=args.repeats)
         compose(rows).save(PICTURE)
+        table = printed.getvalue().strip().replace(out + os.sep, "out/")    # as `--out out` would print it
     command = f"python tools/make_readme_picture.py --repeats {args.repeats}"
     with open(RECORD, "w", encoding="utf-8") as f:
         f.write(f"# The README's picture\n\n`{command}` on {datetime.date.today()}, {cpu_name()}, "
                 f"{os.cpu_count()} cores, torch {__import__('torch').__version__}: the demo model, \"{PROMPT}\", "
                 f"seed {SEED}, the command line's defaults (automatic window, coupled drafts, VP auto). It ran "
                 f"`python -m sjdvp_core --prompt \"{PROMPT}\" --methods ar sjd-vp --repeats {args.repeats}` and "
-                f"printed:\n\n```\n{printed.getvalue().strip()}\n```\n")
-    print(printed.getvalue().strip())
+                f"printed:\n\n```\n{table}\n```\n")
+    print(table)
     print(f"wrote {os.path.relpath(PICTURE, REPO)} and {os.path.relpath(RECORD, REPO)}")
 
 

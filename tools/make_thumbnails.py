@@ -1,10 +1,15 @@
-"""Thumbnails for the demo workflows (workflows/<stem>.jpg, shown by ComfyUI's template browser):
-the images each workflow produces with its own prompt, method and seed, next to their commit maps.
+"""Thumbnails of the shipped workflows (workflows/<stem>.jpg, shown by ComfyUI's template browser). A demo
+workflow's: the images it produces with its own prompts, methods and seeds, next to their commit maps. A
+family workflow's (its model is not here to run): the workflow as ComfyUI draws it, from the screenshot the
+browser test takes when it drops the workflow onto the canvas.
 
-    python tools/make_thumbnails.py
+    python tools/make_thumbnails.py                      # the demo workflows
+    pytest tests/test_browser.py -k loads_as_dropped     # then: the family workflows from its screenshots
+    python tools/make_thumbnails.py --from-screenshots
 """
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import os
@@ -56,7 +61,31 @@ def branches(workflow: dict) -> list[tuple[str, DecodeSettings]]:
     return out
 
 
+SCREENSHOTS = os.path.join(os.path.dirname(WORKFLOWS), ".cache", "screenshots")   # tests/comfy/browser.py's
+FRONTEND = "1.58.1"                                                                # its newest frontend
+
+
+def from_screenshots() -> None:
+    """workflows/<stem>.jpg for each family workflow: the browser test's screenshot of it as dropped, cut to
+    the canvas (the frontend's side bar and tab strip left out) and scaled to 800 px."""
+    for name in sorted(os.listdir(WORKFLOWS)):
+        if not name.endswith(".json") or name.startswith("sjdvp_demo_"):
+            continue
+        shot = os.path.join(SCREENSHOTS, f"{FRONTEND}-vue-dropped-{name[:-5]}.png")
+        if not os.path.isfile(shot):
+            raise SystemExit(f"{shot}: missing; run pytest tests/test_browser.py -k loads_as_dropped first")
+        img = Image.open(shot).convert("RGB")
+        img = img.crop((int(img.width * 0.12), int(img.height * 0.12), int(img.width * 0.88), int(img.height * 0.88)))
+        img.resize((800, round(800 * img.height / img.width)), Image.LANCZOS).save(
+            os.path.join(WORKFLOWS, name[:-5] + ".jpg"), quality=85)
+        print("wrote", name[:-5] + ".jpg")
+
+
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--from-screenshots", action="store_true", help="the family workflows' thumbnails")
+    if ap.parse_args().from_screenshots:
+        return from_screenshots()
     demo = load_demo()
     for name in sorted(os.listdir(WORKFLOWS)):
         if not (name.startswith("sjdvp_demo_") and name.endswith(".json")):

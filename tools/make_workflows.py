@@ -178,8 +178,8 @@ def family_note(entry: Entry, title: str) -> str:
     """What a family workflow shows and needs: the catalogue entry it downloads on its first run, from where,
     and where the files go for a download by hand."""
     repos = " and ".join(source.repo for source in entry.sources)
-    return (f"{title} decoded with SJD-VP (exact) and the automatic window: the same images as plain AR "
-            f"sampling, fewer passes.\n\nModel: {entry.name} ({size_text(entry.size, entry.approx)}, "
+    return (f"{title} decoded with SJD-VP and the automatic window: fewer passes, and images distributed "
+            f"exactly as plain AR sampling's.\n\nModel: {entry.name} ({size_text(entry.size, entry.approx)}, "
             f"{entry.licence}). On the first run the loader downloads it from the Hugging Face Hub ({repos}) into "
             f"ComfyUI/models/sjdvp/{entry.folder}; to download by hand, put the files there. "
             "python -m sjdvp_core.check <folder> says whether a folder is complete.")

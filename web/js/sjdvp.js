@@ -84,7 +84,12 @@ function applyOutput(node, message) {
 function greyIgnored(node) {
   const values = Object.fromEntries((node.widgets ?? []).map((w) => [w.name, w.value]));
   const ignored = ignoredWidgets(node.type ?? node.comfyClass, values);
-  for (const w of node.widgets ?? []) if (w.name in values) w.disabled = ignored.has(w.name);
+  for (const w of node.widgets ?? []) {
+    if (!(w.name in values)) continue;
+    w.disabled = ignored.has(w.name);          // the classic canvas (litegraph's computedDisabled)
+    w.options ??= {};
+    w.options.disabled = w.disabled;           // the Vue node renderer's widget components
+  }
   node.updateComputedDisabled?.();
   node.setDirtyCanvas?.(true, true);
 }
