@@ -52,6 +52,21 @@ def test_cli_generate_mistakes(lumina2, tmp_path, capsys, args, message):
     assert message in one_line(capsys, "python -m sjdvp_core")
 
 
+def test_cli_writes_images_at_the_models_own_size(lumina2, tmp_path):
+    """A 64 x 32 px Lumina-mGPT 2.0 image is written 64 x 32; only the demo's 64 px images are enlarged (4x,
+    nearest), and the PNG says so."""
+    from PIL import Image
+    out = tmp_path / "out"
+    assert generate(["--model", lumina2, "--width", "64", "--height", "32", "--methods", "ar", "sjd-vp",
+                     "--window", "8", "--repeats", "1", "--out", str(out)]) == 0
+    for method in ("ar", "sjd-vp"):
+        png = Image.open(out / f"{method}_seed0.png")
+        assert png.size == (64, 32) and "Comment" not in png.info
+    assert generate(["--methods", "ar", "--repeats", "1", "--out", str(out)]) == 0
+    demo = Image.open(out / "ar_seed0.png")
+    assert demo.size == (256, 256) and demo.info["Comment"] == "generated at 64x64 px, enlarged 4x (nearest)"
+
+
 def test_cli_batch_mistakes(tmp_path, capsys):
     assert batch(["--prompts", str(tmp_path / "none.txt"), "--out", str(tmp_path)]) == 2
     assert "--prompts" in one_line(capsys, "python -m sjdvp_core.batch")
