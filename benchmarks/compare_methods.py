@@ -32,7 +32,7 @@ from dataclasses import replace
 import torch
 
 from sjdvp_core import decode
-from sjdvp_core.engine.decode import decode_bytes
+from sjdvp_core.engine.budget import decode_bytes
 from sjdvp_core.engine.settings import DRAFT_INITS, METHODS, TreeSettings, WindowSettings, method_settings
 
 from . import shards

@@ -106,7 +106,7 @@ def main(argv=None):
         print(f"{name:<34} {per_it:7.1f} ops / iteration over {its} iterations;  top: "
               + ", ".join(f"{k} {v / its:.1f}" for k, v in ops.most_common(6)))
     for row, (name, method, window, tree) in zip(rows, CASES if args.compiled else ()):   # after every eager count
-        if not tree.on:   # a tree's verification stays eager (decode.py)
+        if not tree.on:   # a tree's verification stays eager (engine/loop.py)
             settings = method_settings(method, window, adapter.default_sampling, 0, tree=tree)
             graphs, kernels = compiled_kernels(adapter, settings, args.prompt)
             row.update(compiled_graphs=graphs, compiled_kernels=kernels)

@@ -25,8 +25,9 @@ from typing import NamedTuple
 
 import torch
 
+from sjdvp_core.engine.calibration import calibration, warm_up
 from sjdvp_core.engine.cost import roofline
-from sjdvp_core.engine.decode import calibration, decode, warm_up
+from sjdvp_core.engine.decode import decode
 from sjdvp_core.engine.settings import TreeSettings, method_settings
 from sjdvp_core.models.registry import load_model
 

@@ -8,7 +8,9 @@ from comfy_api.latest import io, ui
 
 from ..sjdvp_core.demo import DEMO_SAMPLING
 from ..sjdvp_core.engine.adapter import KEEP_SIZE, at_size
-from ..sjdvp_core.engine.decode import DecodeResult, calibration, decode, decode_bytes
+from ..sjdvp_core.engine.budget import decode_bytes
+from ..sjdvp_core.engine.calibration import calibration
+from ..sjdvp_core.engine.decode import DecodeResult, decode
 from ..sjdvp_core.engine.report import commit_figure, report_data, report_text
 from ..sjdvp_core.engine.settings import (
     DEFAULT_METHOD,

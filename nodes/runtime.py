@@ -135,7 +135,7 @@ def _compute(device: torch.device) -> str:
 def prepare(model: LoadedModel, memory_required: int) -> None:
     """Before decoding tokens: ask ComfyUI to put the generator and the image decoder (for the live
     preview) wholly on its device (plain modules cannot be partly loaded), with `memory_required` bytes
-    left for the decode (sjdvp_core.engine.decode.decode_bytes), evicting other models if needed. A placed
+    left for the decode (sjdvp_core.engine.budget.decode_bytes), evicting other models if needed. A placed
     model is not moved: other models are evicted until `memory_required` is free on its device."""
     if model.placed:
         mm.free_memory(memory_required, model.adapter.device)

@@ -138,7 +138,7 @@ def test_state_bytes_is_what_the_window_really_holds(drafter, monkeypatch):
     after a step (the estimate doubles them for one iteration's temporaries)."""
     from dataclasses import fields
 
-    from sjdvp_core.engine.decode import state_bytes
+    from sjdvp_core.engine.budget import state_bytes
     from sjdvp_core.engine.drafting import Drafter
     chosen = {"sjd": DrafterSettings(), "sjd+c": DrafterSettings(coupled=True),
               "auto+c": DrafterSettings(vp=VPSettings(), coupled=True)}[drafter]

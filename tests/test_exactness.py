@@ -8,7 +8,7 @@ import torch
 
 from sjdvp_core import DecodeSettings, DrafterSettings, SamplingSettings, VPSettings, WindowSettings, decode
 from sjdvp_core.engine import auto
-from sjdvp_core.engine import decode as decoding
+from sjdvp_core.engine import calibration as calibrating
 from sjdvp_core.engine.cost import PassCost
 from sjdvp_core.engine.settings import DRAFT_INITS, TreeSettings
 from sjdvp_core.models.toy import ToyGridAdapter
@@ -121,7 +121,7 @@ def test_window_auto_keeps_the_law(other, monkeypatch):
     """The plan chosen from the past changes no law: here it alternates every iteration between a chain of 6
     and another window or a capped tree (the chooser's own rule is tested in test_auto.py)."""
     monkeypatch.setattr(auto.PlanChooser, "choose", lambda self, it: self.profile.plans[it % 2])
-    monkeypatch.setattr(decoding, "contenders", lambda profile, cost: profile)   # both plans stay choosable
+    monkeypatch.setattr(calibrating, "contenders", lambda profile, cost: profile)   # both plans stay choosable
     profile = auto.Profile((auto.Plan(6), other), (2.0, 2.0), "synthetic")
     cost = PassCost((1, 2, 4, 8), (1.0, 1.1, 1.4, 2.4), "synthetic")
     drafter = DrafterSettings(vp=VPSettings(**STRONG_VP, strength="auto"))

@@ -174,7 +174,7 @@ def test_decoding_pixels_loads_only_the_image_decoder(pack, demo):
     tokens = run(pack, demo, drafter=pack["drafting"].DrafterSJD.execute(True).values[0]).values[0]
     assert mm.loads[-1][0] == [demo.patcher, demo.decoder_patcher]      # decoding tokens (and previews): both
     # with room for the decode: the KV cache of both CFG rows (a tree's scratch entries) and the loop's state
-    from sjdvp_core.engine.decode import decode_bytes, state_bytes
+    from sjdvp_core.engine.budget import decode_bytes, state_bytes
     from sjdvp_core.engine.tree import scratch_nodes
     d = pack["drafting"]
     window = d.JacobiWindow.execute(8, "random", 4, 1).values[0]

@@ -15,7 +15,8 @@ import time
 import torch
 
 from ..engine.adapter import KEEP_SIZE, at_size
-from ..engine.decode import calibration, decode, warm_up
+from ..engine.calibration import calibration, warm_up
+from ..engine.decode import decode
 from ..engine.devices import default_device
 from ..engine.settings import (
     DEFAULT_WINDOW,

@@ -5,7 +5,7 @@ small tensor operations on [B, W, V] tensors (benchmarks/results/engine_cost.md)
 launch on a GPU, and a few microseconds of dispatch on a CPU; compiled, they fuse into a few kernels. The
 step is written to allow it: its randomness comes in as tensors drawn through the run's generator
 beforehand (torch.compile takes no torch.Generator), it reads nothing back to the host, and a chain's
-shapes are fixed per window size (decode.py pads the image's last passes to the plan's window).
+shapes are fixed per window size (loop.py pads the image's last passes to the plan's window).
 
 Compiling is optional and never required: the first call of each function compiles it (seconds; torch's
 own caches make later processes faster); the second window size compiles a graph for any window size

@@ -112,7 +112,7 @@ def continue_draft(x: Tensor, q: Tensor, dist: Tensor, u_keep: Tensor, u_residua
 @dataclass
 class RedraftDraws:
     """The randomness of one re-draft, drawn up front through the run's generator (`Drafter.draws`), so that
-    `Drafter.redraft` is a pure function of its inputs (compilable; see decode.py)."""
+    `Drafter.redraft` is a pure function of its inputs (compilable; see loop.py)."""
     fresh: Tensor                      # [B, S] random image tokens for fresh drafts
     noise: Tensor | None = None        # [B, S, V] coupled: Gumbel noise for slots new to the window
     draft: Tensor | None = None        # [B, S] sampled: uniforms for the re-drafts' draws

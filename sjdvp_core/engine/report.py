@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .decode import DecodeResult
+from .loop import DecodeResult
 
 # a perceptually ordered ramp (dark blue -> teal -> yellow) for "committed at iteration t"
 _RAMP = torch.tensor([[0.27, 0.00, 0.33], [0.23, 0.32, 0.55], [0.13, 0.57, 0.55], [0.37, 0.79, 0.38],

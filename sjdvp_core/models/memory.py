@@ -1,6 +1,6 @@
 """What a model needs in memory at each precision, and the precision auto picks for the memory at hand.
 
-need = weights + the decode's own memory (engine.decode.decode_bytes: the KV cache for the image's rows,
+need = weights + the decode's own memory (engine.budget.decode_bytes: the KV cache for the image's rows,
 one forward's transients, the loop's state). The weights are counted from the loaded model's tensors (any
 precision: a model is loaded on the CPU first), the block linears at their quantised size (models.quantize's
 formats, byte for byte), the image decoder in the dtype it keeps, the rest in the compute dtype.
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..engine.decode import decode_bytes
+from ..engine.budget import decode_bytes
 from ..engine.settings import DecodeSettings, WindowSettings
 from .quantize import QUANTISED, bitsandbytes, quantisable
 

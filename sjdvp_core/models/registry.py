@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..engine.decode import decode_bytes
+from ..engine.budget import decode_bytes
 from .folders import incomplete, incomplete_folder, incomplete_message
 from .llamagen import gpt_files, is_gpt_file
 from .quantize import QUANTISED, stored_quantisation, swap_linears

@@ -1,0 +1,203 @@
+"""What an automatic window chooses by and a report prices by, measured on the device at hand and cached:
+the pass cost t(k) (real iterations of the loop at fixed windows, timed) and the acceptance profile
+(committed tokens per pass of each candidate plan, counted). `decode` calls `calibration` when an automatic
+window is given neither; a caller that times decodes calls it (and `warm_up`) first."""
+from __future__ import annotations
+
+import itertools
+import statistics
+from dataclasses import replace
+from typing import Callable, Iterable, Iterator, Sequence
+
+import torch
+
+from .adapter import ModelAdapter
+from .auto import MOST_FACTOR, Plan, Profile, candidate_plans, contenders, most_tokens, warmed
+from .cost import GRID, PassCost, cached, device_name, model_fingerprint, monotone
+from .loop import JacobiDecoder, Loop
+from .settings import DecodeSettings
+from .tree import scratch_nodes
+
+MeasureFn = Callable[[str, int, int], None]
+"""Calibration progress: (what is measured, steps done, steps in all), after every iteration; it may raise to
+abort (then nothing is cached). The first automatic run on a model measures the device (seconds for the demo,
+about a thousand of the model's passes for a large one); a caller shows this, and lets the user stop it."""
+
+
+def calibration(adapter: ModelAdapter, settings: DecodeSettings, cost: PassCost | None = None,
+                profile: Profile | None = None, progress: MeasureFn | None = None) -> tuple[PassCost, Profile | None]:
+    """What an automatic window chooses by and a report prices by: the pass cost (pass_cost unless given) and,
+    for an automatic window, the acceptance profile of the plans that can win at that cost (acceptance_profile
+    unless given, then `contenders`; None for a fixed window). Measured once per model and device and cached
+    (progress: MeasureFn); a caller that times decodes calls this first, so that the first decode's time does
+    not include it."""
+    cost = cost or pass_cost(adapter, settings, progress)
+    if not (settings.window.auto and settings.window.size > 1):
+        return cost, None
+    plans = auto_plans(adapter, settings, cost)
+    return cost, contenders(profile or acceptance_profile(adapter, settings, plans, progress), cost)
+
+
+def warm_up(adapter: ModelAdapter, settings: DecodeSettings, plans: Sequence[Plan] = (), iterations: int = 4) -> None:
+    """A few untimed iterations with these settings at each plan (default: the settings' window and tree; give an
+    automatic window's contenders, `calibration`): the process's one-time costs (the allocator's first blocks,
+    libraries' first calls, compiling the step for each shape) land here rather than in whichever decode is
+    timed first."""
+    with torch.inference_mode():
+        for plan in plans or [Plan(settings.window.size, settings.window.tree)]:
+            for done, (decoder, loop) in enumerate(_fixed_decodes(adapter, settings, plan, [settings.seed])):
+                if done == iterations:
+                    break
+                decoder.iterate(loop)
+
+
+def measure_cost(adapter: ModelAdapter, settings: DecodeSettings, grid: Sequence[int] = GRID,
+                 iterations: int = 30, rounds: int = 3, progress: MeasureFn | None = None) -> PassCost:
+    """t(k) on the adapter's device: the median wall time of real iterations (the forward and the engine's
+    step) of decodes with these settings at a fixed window of k tokens, for every k of grid up to the
+    settings' window and that window itself, stopping past the widest window auto would allocate
+    (auto.MOST_FACTOR x t(1), confirmed by timing t(1) and t(k) again); the engine's share beside it. The k
+    take turns in `rounds` rounds (two iterations to warm up in each), so a drift of the machine's speed moves
+    every k alike, and the medians are fitted non-decreasing in k (a pass never costs less for scoring more;
+    `monotone`): auto compares plans by these ratios, and one noisy median below its neighbour would send it to
+    that window. A few seconds; progress counts iterations."""
+    ks = sorted({k for k in grid if k <= settings.window.size} | {1, settings.window.size})   # up to the cap itself
+    walls: dict[int, list[float]] = {k: [] for k in ks}
+    shares: dict[int, list[float]] = {k: [] for k in ks}
+    per_round = max(1, -(-iterations // rounds))
+    done, extra = 0, 0
+
+    def measure(k: int) -> float:
+        """per_round timed iterations at window k (after two to warm up) -> their median, kept in walls[k]."""
+        nonlocal done
+        timed, these = 0, []
+        for decoder, loop in _fixed_decodes(adapter, settings, Plan(k), itertools.count(), timing=True):
+            if timed == per_round + 2:
+                break
+            before, t = sum(loop.rec.times[1:]), decoder.clock.now()
+            decoder.iterate(loop)
+            if timed >= 2:
+                these.append(decoder.clock.now() - t)
+                shares[k].append(sum(loop.rec.times[1:]) - before)
+            timed, done = timed + 1, done + 1
+            if progress is not None:
+                progress("pass cost", done, (len(ks) * rounds + extra) * (per_round + 2))
+        walls[k] += these
+        return statistics.median(these)
+
+    with torch.inference_mode():
+        for r in range(rounds):
+            for k in list(ks):
+                measure(k)
+                if r == 0 and statistics.median(walls[k]) > MOST_FACTOR * statistics.median(walls[ks[0]]):
+                    # confirmed against t(1) timed again beside it before the grid is cut for good: the machine's
+                    # speed drifts (a slow stretch once cut a CPU's grid at 4 tokens, and auto then priced wider
+                    # windows from the flat segment before them)
+                    extra += 2
+                    one = measure(ks[0])
+                    if measure(k) > MOST_FACTOR * one:
+                        ks = ks[:ks.index(k) + 1]
+                        break
+    seconds = monotone([max(statistics.median(walls[k]), 1e-9) for k in ks])
+    ks = ks[:next((i + 1 for i, t in enumerate(seconds) if t > MOST_FACTOR * seconds[0]), len(ks))]
+    return PassCost(tuple(ks), tuple(seconds[:len(ks)]), f"measured on {device_name(adapter.device)}",
+                    tuple(statistics.median(shares[k]) for k in ks))
+
+
+def _fixed_decodes(adapter: ModelAdapter, settings: DecodeSettings, plan: Plan, seeds: Iterable[int],
+                   timing: bool = False) -> Iterator[tuple[JacobiDecoder, Loop]]:
+    """Decodes of the adapter's example condition at one fixed plan, seed after seed, for the calibrations:
+    yields (decoder, loop) before each iteration, which the caller runs (timing or counting it) before it
+    asks for the next; it stops asking when it has enough."""
+    conditions = [adapter.example_condition] * settings.batch_size
+    for seed in seeds:
+        fixed = replace(_fixed(settings, plan), seed=seed)
+        try:
+            layout, first_logits = adapter.start(conditions, None, fixed.sampling.uses_cfg,
+                                                 scratch_nodes(plan.window, plan.tree))
+            decoder = JacobiDecoder(adapter, fixed, layout, timing=timing)
+            loop = decoder.begin(first_logits)
+            while not decoder.done(loop):
+                yield decoder, loop
+        finally:
+            adapter.finish()
+
+
+def _fixed(settings: DecodeSettings, plan: Plan) -> DecodeSettings:
+    """The settings with this plan for every iteration (what the calibrations time and count)."""
+    return replace(settings, window=replace(settings.window, size=plan.window, tree=plan.tree, auto=False,
+                                            auto_tree=False))
+
+
+CALIBRATION = 6   # how calibrations are measured, or what they measure changed (6: a cheaper engine step): a change
+                  # re-measures what older versions cached
+
+
+def _cache_key(adapter: ModelAdapter, settings: DecodeSettings) -> dict:
+    module = adapter.module
+    dtype = next((str(t.dtype) for t in module.parameters()), "none")
+    return {"family": adapter.family, "weights": model_fingerprint(module), "device": device_name(adapter.device),
+            "dtype": dtype, "torch": torch.__version__, "batch": settings.batch_size,
+            "cfg": settings.sampling.uses_cfg, "method": settings.drafter.name, "window": settings.window.size,
+            "length": adapter.layout.length, "compile": settings.compile, "calibration": CALIBRATION}
+
+
+def pass_cost(adapter: ModelAdapter, settings: DecodeSettings, progress: MeasureFn | None = None) -> PassCost:
+    """measure_cost, cached on disk per (weights, device, dtype, torch version, rows, method, window, compile)."""
+    return cached(_cache_key(adapter, settings), PassCost, lambda: measure_cost(adapter, settings, progress=progress),
+                  f"the pass cost of {settings.drafter.name}")
+
+
+def auto_plans(adapter: ModelAdapter, settings: DecodeSettings, cost: PassCost) -> list[Plan]:
+    """What an automatic window may choose from on a device with this cost (auto.candidate_plans)."""
+    w = settings.window
+    return candidate_plans(cost, most_tokens(cost, w.size), w.tree, w.auto_tree and adapter.trees)
+
+
+def measure_profile(adapter: ModelAdapter, settings: DecodeSettings, plans: Sequence[Plan],
+                    samples: int = 4, span: int = 128, progress: MeasureFn | None = None) -> Profile:
+    """Committed tokens per pass per image with each plan: decodes of the adapter's example condition with
+    these settings at that fixed plan (seeds 0 .. samples - 1), counted over span image tokens after the
+    warm-up (auto.warmed; the same stretch for every plan, less where the image is shorter), as the decode
+    counts its own; fitted non-decreasing in the window (Profile.fitted). About samples x plans x 50 passes;
+    cached by acceptance_profile. progress counts the tokens the decodes have to commit."""
+    start = warmed(adapter.layout.jacobi_span)
+    stop = min(start + span, adapter.layout.jacobi_span[1])
+    committed = []
+    with torch.inference_mode():
+        for i, plan in enumerate(plans):
+            won = passes = 0
+            for seed in range(samples):
+                begun = None    # tokens committed when the counted stretch began
+                for decoder, loop in _fixed_decodes(adapter, settings, plan, [seed]):
+                    if min(loop.n_host) >= stop:
+                        break
+                    if begun is None and min(loop.n_host) >= start:
+                        begun = sum(min(c, stop) for c in loop.n_host)
+                    decoder.iterate(loop)
+                    passes += begun is not None
+                    if progress is not None:
+                        progress("acceptance profile", (i * samples + seed) * stop + min(min(loop.n_host), stop),
+                                 len(plans) * samples * stop)
+                end = sum(min(c, stop) for c in loop.n_host)
+                won += (end - (end if begun is None else begun)) / settings.batch_size
+            committed.append(max(1.0, won / max(passes, 1)))
+    return Profile(tuple(plans), tuple(committed),
+                   f"measured on the example image, {samples} seeds, tokens {start}-{stop}").fitted()
+
+
+def acceptance_profile(adapter: ModelAdapter, settings: DecodeSettings, plans: Sequence[Plan],
+                       progress: MeasureFn | None = None) -> Profile:
+    """measure_profile, cached on disk per (weights, drafter, draft init, rows, plans, greedy or sampled): steps,
+    not seconds, so it holds on any device, compiled or not. Not per CFG scale, temperature, top-k or top-p: a
+    profile measured at one of them serves the others (each decode scales it to its own acceptance, g), and a new
+    value would otherwise mean another measurement. Priced on the H200 and RTX 4090 rooflines, auto chose the same
+    plans with the default sampling's profile as with each setting's own; on a 2-core CPU, where neighbouring
+    windows differ by a few percent, the choices moved either way (benchmarks/results/profile_reuse.md)."""
+    key = _cache_key(adapter, settings) | {"greedy": settings.sampling.greedy, "drafter": repr(settings.drafter),
+                                           "init": settings.window.init, "plans": [p.to_json() for p in plans],
+                                           "kind": "profile"}
+    del key["device"], key["compile"]
+    eager = replace(settings, compile=False)   # counted, not timed: compiling each plan's step would only cost time
+    return cached(key, Profile, lambda: measure_profile(adapter, eager, plans, progress=progress),
+                  f"the acceptance of {len(plans)} windows and trees for the automatic window")

@@ -1,0 +1,295 @@
+"""The Jacobi loop itself (Teng et al. 2024, arXiv 2410.01699), with pluggable verifiers (SJD, LANTERN, GSD)
+and drafting rules (plain, Verification Prediction, coupled). `decode` (decode.py) prepares and runs it;
+the calibrations (calibration.py) run it at fixed plans to measure the device.
+
+One iteration, per image b with n_b committed tokens: the window feeds the last committed token and the
+drafts for positions n_b .. n_b + W - 2; one forward gives targets p for positions n_b .. n_b + W - 1;
+`accept` verifies the drafts left to right (first rejection by one cumulative op) and draws one more
+token (the residual at the rejection, or a bonus draw from p after the last draft); the accepted drafts
+and that token are committed; the window slides by what was committed and is re-drafted (drafting.py).
+Each image advances by its own count, and the model's cache is written by position, so rolling back
+rejected entries costs nothing. With a draft tree (tree.py) the first slots hold several candidates,
+scored in the same forward. W = 1 is plain AR. All randomness goes through one seeded
+torch.Generator, drawn up front each iteration, so a chain's step after its forward is a pure function
+that torch.compile may take (compiled.py). The loop reads one value back from the device per iteration:
+the new positions.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+from torch import Tensor
+
+from .adapter import ModelAdapter, TokenLayout
+from .auto import Plan, PlanChooser, Profile, warmed
+from .compiled import compiled, hold_in_place
+from .cost import PassCost
+from .drafting import Drafter
+from .settings import DecodeSettings
+from .stats import DecodeStats, Recorder
+from .target import cfg_mix, sample, target_probs
+from .tree import propose, tree_inputs, tree_shape, verify_tree
+from .verify import Verifier, accept, accept_uniforms
+from .window import LocalLayout
+
+ProgressFn = Callable[[int, int, Tensor], None]
+
+
+@dataclass
+class DecodeResult:
+    tokens: Tensor    # [B, L] vocabulary ids of the generated sequence
+    codes: Tensor     # [B, h, w] codebook indices of the image cells
+    layout: TokenLayout
+    stats: DecodeStats
+
+
+@dataclass
+class Step:
+    """What a draft tree's forward and verification decided."""
+    p: Tensor              # [B, w, V] the targets along the path taken
+    k: Tensor              # [B] drafts accepted
+    next: Tensor           # [B] the token after them
+    accepted: Tensor       # [B, w - 1] each draft's own outcome
+    scored: int            # tokens the forward scored per row
+    forward_end: float     # the clock when the forward had finished
+    tree: tuple[Tensor, Tensor, Tensor] | None = None   # per row: alternatives tried, one taken, a guess
+
+
+class _Clock:
+    """Wall time of the loop's phases, only when asked for (on a GPU each reading waits for the device)."""
+
+    def __init__(self, device, on: bool):
+        self.cuda, self.on = torch.device(device).type == "cuda", on
+
+    def now(self) -> float:
+        if self.on and self.cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter() if self.on else 0.0
+
+
+@dataclass
+class Loop:
+    """The loop's state between iterations."""
+    canvas: Tensor          # [B, L + W + 1] committed tokens, then drafts
+    n: Tensor               # [B] committed tokens
+    n_host: list[int]       # their host copy
+    trace: list[list[int]]  # n_host after every iteration (the prefill's first), for DecodeStats.commit_iter
+    row_passes: Tensor      # [B] forward passes until each image was complete
+    window: Any             # the drafts (window.Window)
+    rec: Recorder
+    it: int = 1
+    plans: dict = field(default_factory=dict)   # auto: iterations per plan
+
+
+class JacobiDecoder:
+    """One decode's fixed parts; `run` is the loop. Use `decode()` rather than this class."""
+
+    def __init__(self, adapter: ModelAdapter, settings: DecodeSettings, layout: TokenLayout, timing: bool,
+                 cost: PassCost | None = None, profile: Profile | None = None):
+        self.adapter, self.s, self.device = adapter, settings, adapter.device
+        self.B, self.W, self.S = settings.batch_size, settings.window.size, settings.window.size - 1
+        self.local = LocalLayout(layout, settings.window.size + 1, self.device)
+        self.drafter = Drafter(settings.drafter, settings.window.init, self.local, self.S, self.device)
+        codebook = adapter.codebook()   # the image decoder's, which a memory manager may keep on another device
+        self.verifier = Verifier(settings.drafter, None if codebook is None else codebook.to(self.device),
+                                 self.local.num_image, adapter.module)
+        self.gen = torch.Generator(device=self.device).manual_seed(settings.seed)
+        self.clock = _Clock(self.device, timing)
+        self.plan = Plan(self.W, settings.window.tree)
+        self.same_noise = Drafter.follows_noise(settings.drafter)
+        auto = settings.window.auto and cost is not None and profile is not None and self.S
+        self.chooser = PlanChooser(cost, profile) if auto else None
+        self.warm = warmed(layout.jacobi_span)
+        self.steps = torch.arange(self.W + 1, device=self.device)   # slot offsets, made once
+        # compiled: a chain's whole step (verification and drafting) is one graph; a tree's drafting is its own
+        self.step, self.redraft = None, self.drafter.redraft
+        if settings.compile:
+            self.step, self.redraft = compiled(self._step, "step"), compiled(self.drafter.redraft, "draft")
+
+    def targets(self, logits: Tensor, at: Tensor) -> Tensor:
+        """Model logits [R, N, V_model] predicting positions at [B, N] -> p [B, N, V]."""
+        s, local = self.s.sampling, self.local
+        mixed = cfg_mix(local.local_logits(logits), s.cfg_scale, s.uses_cfg)
+        return target_probs(mixed, local.mask_at(at.clamp(max=local.length + self.W)), s)
+
+    def rows(self, t: Tensor) -> Tensor:
+        """Per-image tensor -> per model row (CFG runs cond and uncond rows)."""
+        return torch.cat([t, t]) if self.s.sampling.uses_cfg else t
+
+    def begin(self, first_logits: Tensor) -> Loop:
+        """The first token of every image (from the prefill's logits) and the first window of drafts."""
+        B, W, dev, L = self.B, self.W, self.device, self.local.length
+        canvas = torch.zeros(B, L + W + 1, dtype=torch.long, device=dev)
+        at_zero = torch.zeros(B, 1, dtype=torch.long, device=dev)
+        canvas[:, 0] = sample(self.targets(first_logits[:, None], at_zero)[:, 0], self.gen)
+        n = torch.ones(B, dtype=torch.long, device=dev)
+        first = self.plan if self.chooser is None else self.chooser.choice
+        window = self.drafter.start(n, canvas, self.gen, first.window - 1)
+        loop = Loop(canvas, n, [1] * B, [[1] * B], torch.ones(B, dtype=torch.long, device=dev), window,
+                   Recorder(max(self.S, 1), dev))
+        if self.s.compile:
+            hold_in_place(*self.written(loop))
+        return loop
+
+    def written(self, loop: Loop) -> list[Tensor]:
+        """The tensors a step writes into: the canvas, the statistics and VP auto's scores."""
+        auto = self.drafter.auto
+        return [loop.canvas, *loop.rec.accumulators, *(() if auto is None else auto.accumulators)]
+
+    def done(self, loop: Loop) -> bool:
+        return all(c >= self.local.free_end for c in loop.n_host)
+
+    def iterate(self, loop: Loop) -> None:
+        """forward -> targets -> accept (one step) -> commit -> redraft; one read back to the host."""
+        dev, local, rec = self.device, self.local, loop.rec
+        end, (lo, hi) = local.free_end, local.span
+        n, canvas, window = loop.n, loop.canvas, loop.window
+        plan = self.plan if self.chooser is None else self.chooser.choose(loop.it)
+        if plan.window - 1 != window.slots:   # auto changed plans: the state follows, so the step costs the plan's
+            window = self.drafter.resize(window, plan.window - 1, n, canvas, self.gen)
+        # how far each row may accept drafts: to the end of the image grid, nothing outside it
+        limit_host = [min(plan.window - 1, max(hi - c, 0)) if lo <= c < end else 0 for c in loop.n_host]
+        limit, active = torch.tensor(limit_host, device=dev), n < end
+        t0 = self.clock.now()
+        w, one_step = max(limit_host) + 1, False
+        if plan.tree.on and w > 1:
+            step = self._tree_step(window, canvas, n, w, limit, plan.tree)
+            p, t1, scored = step.p, step.forward_end, step.scored
+            m = self.commit(rec, window, canvas, n, limit, active, p, step.k, step.next, step.accepted)
+            rec.tree_outcome(*step.tree)
+            t2, n_next = self.clock.now(), n + m
+            loop.window = self.redraft(window, p, m, n_next, active, canvas,
+                                       self.drafter.draws(self.B, window.slots, self.gen, dev))
+        else:   # the plan's full window even where the image's end leaves fewer drafts: one shape per plan
+            scored, at = plan.window, n[:, None] + self.steps[:plan.window]
+            logits = self._chain_forward(canvas, at)
+            t1 = self.clock.now()
+            # the step's randomness in the generator's order: the verification's, then the drafts'
+            u = accept_uniforms(self.B, scored - 1, self.gen, dev)
+            draws = self.drafter.draws(self.B, window.slots, self.gen, dev)
+            one_step = self.step is not None
+            if one_step:   # one compiled graph (timed as one: DecodeStats.time_step)
+                m, n_next, loop.window = self.step(rec, logits, at, window, canvas, n, limit, active, *u, draws)
+                t2 = self.clock.now()
+            else:
+                p, m = self._check(rec, logits, at, window, canvas, n, limit, active, *u)
+                t2, n_next = self.clock.now(), n + m
+                loop.window = self.redraft(window, p, m, n_next, active, canvas, draws)
+        rec.scored.append(scored)
+        rec.committed.append(m.clone() if one_step else m)   # a CUDA graph's next replay overwrites its outputs
+        n, loop.row_passes, loop.it = n_next, loop.row_passes + active, loop.it + 1
+        loop.n = n
+        before, loop.n_host = loop.n_host, n.tolist()                                      # the one sync
+        if self.chooser is not None:
+            loop.plans[plan] = loop.plans.get(plan, 0) + 1
+            if min(before) >= self.warm:
+                self.chooser.record(plan, sum(b - a for a, b in zip(before, loop.n_host)) / self.B)
+        loop.trace.append(loop.n_host)
+        rec.phases(t0, t1, t2, self.clock.now(), one_step)
+
+    def run(self, first_logits: Tensor, progress: ProgressFn | None) -> DecodeResult:
+        """Iterate until every image is complete, then fill in the known tail."""
+        t_start = time.perf_counter()
+        loop = self.begin(first_logits)
+        self._progress(progress, loop.n_host, loop.canvas)
+        while not self.done(loop):
+            self.iterate(loop)
+            self._progress(progress, loop.n_host, loop.canvas)
+        local, L, end, B, it, canvas = self.local, self.local.length, self.local.free_end, self.B, loop.it, loop.canvas
+        canvas[:, end:L] = local.forced[end:L]                          # the known tail, without a forward pass
+        if end < L:
+            self._progress(progress, [L] * B, canvas)
+        # position t of row b was committed at the first iteration whose count passed t; the tail at the last
+        trace = torch.tensor(loop.trace).t().contiguous()                                  # [B, iterations]
+        commit_iter = torch.searchsorted(trace, torch.arange(L).expand(B, -1).contiguous(), right=True)
+        stats = DecodeStats(length=L, window=self.W, forward_passes=it, ar_passes=end,
+                            row_forward_passes=loop.row_passes.cpu(), commit_iter=commit_iter.clamp(max=it - 1))
+        stats.vp_auto = self.drafter.auto.summary() if self.drafter.auto is not None else None
+        stats.auto_plans = {p.label: count for p, count in loop.plans.items()} or None
+        loop.rec.into(stats)
+        stats.time_total = time.perf_counter() - t_start
+        return DecodeResult(local.vocab[canvas[:, :L]], canvas[:, :L][:, local.grid], self.local.layout, stats)
+
+    def _chain_forward(self, canvas: Tensor, at: Tensor) -> Tensor:
+        """The model's logits predicting positions at [B, w]: over the last committed token and the w - 1 drafts
+        after it (the canvas holds them)."""
+        positions = (at - 1).clamp(max=self.local.length - 1)
+        return self.adapter.forward(self.rows(self.local.vocab[canvas.gather(1, at - 1)]), self.rows(positions))
+
+    def _step(self, rec: Recorder, logits: Tensor, at: Tensor, window, canvas: Tensor, n: Tensor, limit: Tensor,
+              active: Tensor, u: Tensor, u_next: Tensor, draws) -> tuple[Tensor, Tensor, Any]:
+        """A chain's whole step after its forward, `_check` then the re-draft (draws: Drafter.draws) -> (tokens
+        committed [B], the new counts [B], the next window): one function, so that torch.compile makes the step
+        one graph, which CUDA can capture and replay (compiled.py)."""
+        p, m = self._check(rec, logits, at, window, canvas, n, limit, active, u, u_next)
+        n = n + m
+        return m, n, self.drafter.redraft(window, p, m, n, active, canvas, draws)
+
+    def _check(self, rec: Recorder, logits: Tensor, at: Tensor, window, canvas: Tensor, n: Tensor, limit: Tensor,
+               active: Tensor, u: Tensor, u_next: Tensor) -> tuple[Tensor, Tensor]:
+        """A chain's verification after its forward (logits predicting positions at [B, w]): targets, accept
+        (uniforms u [B, w - 1], u_next [B]: verify.accept_uniforms) and the commit -> (p [B, w, V], tokens
+        committed [B]). Pure but for the canvas and the statistics it writes."""
+        w = at.shape[1]
+        p = self.targets(logits, at)                                                              # [B, w, V]
+        k, nxt, accepted = accept(window.tokens[:, :w - 1], window.q[:, :w - 1], p, limit, self.verifier, u,
+                                  u_next)
+        return p, self.commit(rec, window, canvas, n, limit, active, p, k, nxt, accepted)
+
+    def commit(self, rec: Recorder, window, canvas: Tensor, n: Tensor, limit: Tensor, active: Tensor, p: Tensor,
+               k: Tensor, nxt: Tensor, accepted: Tensor) -> Tensor:
+        """Write the token after the k accepted drafts and tally the outcome -> tokens committed per row [B]."""
+        at = n + k
+        m = k + (active & (at < self.local.free_end))
+        # the next token; in a row that commits none it lands past the row's end, where nothing reads it
+        canvas.scatter_(1, at[:, None], nxt[:, None])
+        self._observe(rec, window, p, k, accepted, limit, m)
+        return m
+
+    def _tree_step(self, window, canvas: Tensor, n: Tensor, w: int, limit: Tensor, tree) -> Step:
+        """The same over a draft tree (tree.py); p is along the path taken. The accepted alternatives are
+        written to the canvas and their branch's cache entries kept."""
+        shape, local = tree_shape(w, tree, self.device), self.local
+        cand = propose(window, canvas, n, local, shape, tree.guesses, self.same_noise, self.gen)
+        inputs = tree_inputs(canvas.gather(1, (n - 1)[:, None])[:, 0], window.tokens, cand, shape)
+        positions = ((n - 1)[:, None] + shape.offsets).clamp(max=local.length - 1)
+        logits = self.adapter.forward_tree(self.rows(local.vocab[inputs]), self.rows(positions), shape.ancestors, w)
+        t1 = self.clock.now()
+        p_all = self.targets(logits, n[:, None] + shape.offsets)                              # [B, N, V]
+        out = verify_tree(window.tokens[:, :w - 1], window.q[:, :w - 1], p_all, cand, shape, limit, self.verifier,
+                          self.gen)
+        pick = (out.level * shape.alts + out.choice.clamp(max=shape.alts - 1))[:, None]
+        at = (n + out.level)[:, None]
+        canvas.scatter_(1, at, torch.where(out.took[:, None], cand.tokens.flatten(1).gather(1, pick),
+                                           canvas.gather(1, at)))
+        self.adapter.adopt(self.rows(out.branch))
+        p = p_all.gather(1, out.path[..., None].expand(-1, -1, p_all.shape[-1]))
+        return Step(p, out.k, out.next, out.accepted, shape.nodes, t1,
+                    (out.tried, out.took, cand.guess[out.choice.clamp(max=shape.alts - 1)]))
+
+    def _observe(self, rec: Recorder, window, p: Tensor, k: Tensor, accepted: Tensor, limit: Tensor,
+                 m: Tensor) -> None:
+        """Statistics and VP auto's scores: they look at what verification decided, never steer it."""
+        slots = self.steps[:p.shape[1]]
+        rec.entropy += (torch.special.entr(p).sum(-1) * (slots < m[:, None])).sum()
+        d = accepted.shape[1]
+        if d == 0:
+            return
+        verified = slots[:d] < torch.minimum(k + 1, limit)[:, None]
+        rec.outcomes(verified, accepted, window.rose[:, :d])
+        if self.drafter.vp is not None:   # fused drafts were re-drafted from a target: none is a fresh draft
+            fused = verified & window.fused[:, :d]
+            rec.vp_effect(p[:, :d], window.q[:, :d], window.history.prev[:, :d], fused)
+            if self.drafter.auto is not None:
+                self.drafter.auto.observe(p[:, :d], window.candidates[:, :, :d], fused)
+
+    def _progress(self, progress: ProgressFn | None, n_host: list[int], canvas: Tensor) -> None:
+        if progress is None:
+            return
+        done = [min(c, self.local.length) for c in n_host]
+        grid = self.local.grid
+        codes = torch.where(grid[None] < torch.tensor(done, device=grid.device)[:, None, None], canvas[:, grid], -1)
+        progress(sum(done), self.B * self.local.length, codes)
