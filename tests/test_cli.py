@@ -13,7 +13,7 @@ from sjdvp_core.cli.mistakes import run_command
 from sjdvp_core.hub.check import main as check
 from sjdvp_core.hub.download import main as download
 from tests.comfy.server import REPO
-from tests.tiny_lumina2 import write_lumina2
+from tests.helpers.tiny_lumina2 import write_lumina2
 
 
 @pytest.fixture(scope="module")

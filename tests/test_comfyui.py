@@ -13,7 +13,7 @@ import pytest
 
 from tests.comfy.server import NEEDS_COMFYUI, REPO
 from tests.comfy.workflow_format import to_api, validate, widget_slots
-from tests.tiny_lumina2 import write_lumina2
+from tests.helpers.tiny_lumina2 import write_lumina2
 
 pytestmark = NEEDS_COMFYUI
 

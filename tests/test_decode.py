@@ -7,7 +7,7 @@ from sjdvp_core import DecodeSettings, DrafterSettings, SamplingSettings, VPSett
 from sjdvp_core.engine.drafting import copy_sources
 from sjdvp_core.engine.window import LocalLayout
 from sjdvp_core.models.toy import ToyGridAdapter
-from tests.toy_reference import ar_greedy
+from tests.helpers.toy_reference import ar_greedy
 
 TOY = ToyGridAdapter(height=6, width=6, levels=4, sharpness=6.0, seed=1)
 DRAFTERS = {

@@ -1,5 +1,5 @@
 """Downloads (sjdvp_core.hub.download) with the real huggingface_hub client against a tiny Hub on 127.0.0.1
-(tests/fake_hub.py, HF_ENDPOINT pointing at it): a fetched folder loads and decodes; an interrupted download
+(tests/helpers/fake_hub.py, HF_ENDPOINT pointing at it): a fetched folder loads and decodes; an interrupted download
 is not listed, is explained by check, and resumes with a range request; a dropped connection resumes
 within the run; truncated, corrupt and wrongly pinned files are caught; gated, missing and unreachable
 repositories say what to do; the catalogue is consistent with the families and the shipped workflows."""
@@ -17,7 +17,7 @@ from sjdvp_core.hub.check import check
 from sjdvp_core.hub.download import DownloadError, download, main, on_disk
 from sjdvp_core.models.folders import INCOMPLETE, incomplete
 from sjdvp_core.models.registry import FAMILIES, detect_family, list_models, load_model
-from tests.fake_hub import FakeHub
+from tests.helpers.fake_hub import FakeHub
 from tests.test_llamagen import random_gpt, random_vq
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -2,7 +2,8 @@
 map, byte-level BPE tokenizer.json whose visual tokens are not in code order, sharded safetensors with
 an index), loaded through the user-facing loader; the size prompt; EOL/EOF/EOI/EOS forced where
 upstream's constraint puts them; greedy SJD == AR == transformers' generate with the negative prompt;
-rollback == recompute; decoded images == transformers' decode; sizes and missing files."""
+rollback == recompute; decoded images == transformers' decode; sizes. What every family keeps (greedy SJD == AR
+on chains and trees, tree forward == chains, missing files named, the check command) is test_family_contract.py's."""
 import json
 import random
 
@@ -26,14 +27,11 @@ from sjdvp_core.models.emu3 import (
     token_grid,
 )
 from sjdvp_core.models.registry import detect_family, load_model
-from tests.tiny_hf import (
-    assert_greedy_sjd_equals_ar,
-    assert_missing_files_are_named,
+from tests.helpers.tiny_hf import (
     assert_windows_match_recompute,
     byte_bpe_tokenizer,
     spread_weights,
 )
-from tests.tree_check import assert_tree_matches_chains
 
 CODES = 16
 PROMPTS = ["a red fox in the snow", "a blue sky"]
@@ -140,10 +138,6 @@ def test_forced_tokens_sit_where_upstream_puts_them(adapter):
     assert names == [f"<|visual token {c:06d}|>" for c in range(CODES)]   # local id == codebook index
 
 
-def test_greedy_sjd_equals_ar(adapter):
-    assert_greedy_sjd_equals_ar(adapter, PROMPTS, windows=(4, 16), cfg_scales=(1.0, 3.0))
-
-
 def test_ar_equals_transformers_generate_with_negative_prompt(adapter):
     """Upstream's recipe: unbatched CFG against the negative prompt, tokens constrained by offset."""
     cond, uncond = adapter.prompt_ids(PROMPTS[:1], None, cfg=True)
@@ -169,10 +163,6 @@ def test_windows_with_rollback_match_recompute(adapter):
     assert_windows_match_recompute(adapter, PROMPTS, True, reference)
 
 
-def test_tree_forward_equals_its_chains(adapter):
-    assert_tree_matches_chains(adapter, PROMPTS, True)
-
-
 def test_decode_image_matches_transformers(adapter):
     sampling = SamplingSettings(cfg_scale=3.0, top_k=8)
     res = decode(adapter, PROMPTS, method_settings("sjd", 8, sampling, batch_size=2, seed=1))
@@ -182,10 +172,6 @@ def test_decode_image_matches_transformers(adapter):
     assert torch.allclose(image, (expected.float() * 0.6 + 0.4).clamp(0, 1).permute(0, 2, 3, 1), atol=1e-5)
     book = adapter.codebook()
     assert book.shape == (CODES, 4) and torch.equal(book, adapter.model.model.vqmodel.quantize.embedding.weight)
-
-
-def test_missing_files_are_named(folder, tmp_path):
-    assert_missing_files_are_named(folder, tmp_path, lambda path: load_model(path, **SIZE), "BAAI/Emu3-Gen-hf")
 
 
 def test_with_size_changes_the_grid_and_the_size_string(adapter):

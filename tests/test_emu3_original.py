@@ -20,8 +20,8 @@ from sjdvp_core.engine.settings import SamplingSettings, method_settings
 from sjdvp_core.models.checkpoint import CheckpointError
 from sjdvp_core.models.emu3 import BOI, BOS, EOF, EOI, EOL, EOS, PAD, WRAPPER, Emu3Adapter
 from sjdvp_core.models.registry import detect_family, list_models, load_model
+from tests.helpers.tiny_hf import CORPUS, assert_greedy_sjd_equals_ar, spread_weights, write_shards
 from tests.test_emu3 import tiny_config
-from tests.tiny_hf import CORPUS, assert_greedy_sjd_equals_ar, spread_weights, write_shards
 
 CODES = 16
 SIZE = dict(image_area=128, ratio="2:1")          # 16 x 8 px at the tiny VQ's f2 -> 4 rows of 8 tokens

@@ -12,7 +12,7 @@ from sjdvp_core.engine import calibration as calibrating
 from sjdvp_core.engine.cost import PassCost
 from sjdvp_core.engine.settings import DRAFT_INITS, TreeSettings
 from sjdvp_core.models.toy import ToyGridAdapter
-from tests.toy_reference import chi2_pvalue, code_index, exact_distribution
+from tests.helpers.toy_reference import chi2_pvalue, code_index, exact_distribution
 
 pytestmark = pytest.mark.statistical
 N = 200_000

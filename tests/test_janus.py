@@ -1,7 +1,7 @@
 """Janus-Pro: a tiny random model folder laid out as deepseek-community/Janus-Pro-*B is (config.json,
 byte-level BPE tokenizer.json, safetensors), loaded through the user-facing loader; the official
-prompt and padded CFG twin; greedy SJD == AR == transformers' own generate; rollback == recompute;
-decoded images; missing files named."""
+prompt and padded CFG twin; AR == transformers' own generate; rollback == recompute; decoded images. The
+contract every family keeps is test_family_contract.py's."""
 import pytest
 import torch
 from torch.nn import functional as F
@@ -11,14 +11,11 @@ from sjdvp_core.engine.settings import SamplingSettings, method_settings
 from sjdvp_core.models.hf_adapter import left_pad
 from sjdvp_core.models.janus import BOI, PAD, JanusAdapter, chat_prompt
 from sjdvp_core.models.registry import detect_family, list_models, load_model
-from tests.tiny_hf import (
-    assert_greedy_sjd_equals_ar,
-    assert_missing_files_are_named,
+from tests.helpers.tiny_hf import (
     assert_windows_match_recompute,
     byte_bpe_tokenizer,
     spread_weights,
 )
-from tests.tree_check import assert_tree_matches_chains
 
 BOS, EOS = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"
 PROMPTS = ["a red fox in the snow", "a blue sky"]
@@ -81,10 +78,6 @@ def test_prompt_and_its_padded_unconditional_twin(adapter):
     assert negative == [adapter.bos] + tok.encode(chat_prompt("blurry"))
 
 
-def test_greedy_sjd_equals_ar(adapter):
-    assert_greedy_sjd_equals_ar(adapter, PROMPTS, windows=(4, 16), cfg_scales=(1.0, 5.0))
-
-
 def test_ar_equals_transformers_generate(adapter):
     """Same prompt, same CFG twin, same guidance: transformers' image generation, greedy."""
     rows = adapter.prompt_ids(PROMPTS, None, cfg=False)
@@ -108,10 +101,6 @@ def test_windows_with_rollback_match_recompute(adapter):
     assert_windows_match_recompute(adapter, PROMPTS, True, reference)
 
 
-def test_tree_forward_equals_its_chains(adapter):
-    assert_tree_matches_chains(adapter, PROMPTS, True)
-
-
 def test_decode_image_and_codebook(adapter):
     codes = torch.randint(0, 16, (2, 4, 4), generator=torch.Generator().manual_seed(0))
     image = adapter.decode_image(codes)
@@ -121,10 +110,6 @@ def test_decode_image_and_codebook(adapter):
     book = adapter.codebook()
     assert book.shape == (16, 8) and book is adapter.codebook()
     assert torch.allclose(book, F.normalize(adapter.model.model.vqmodel.quantize.embedding.weight, dim=-1))
-
-
-def test_missing_files_are_named(folder, tmp_path):
-    assert_missing_files_are_named(folder, tmp_path, load_model, "deepseek-community/Janus-Pro-1B")
 
 
 def test_other_or_broken_configs_are_not_taken_for_a_family(tmp_path):

@@ -15,8 +15,8 @@ from sjdvp_core.models.checkpoint import CheckpointError
 from sjdvp_core.models.janus import JanusAdapter
 from sjdvp_core.models.janus_original import REPOS, janus_config, vq_shape
 from sjdvp_core.models.registry import detect_family, list_models, load_model
+from tests.helpers.tiny_hf import assert_greedy_sjd_equals_ar
 from tests.test_janus import PROMPTS, write_converted
-from tests.tiny_hf import assert_greedy_sjd_equals_ar
 
 SHARDS = ["pytorch_model-00001-of-00002.bin", "pytorch_model-00002-of-00002.bin"]
 # transformers name -> the release's name, applied in order (the inverse of convert_janus_weights_to_hf.py)

@@ -3,7 +3,7 @@ full recompute; and greedy SJD through the cache returns the AR tokens."""
 import torch
 
 from sjdvp_core import DecodeSettings, SamplingSettings, WindowSettings, decode
-from tests.tiny_gpt import TinyGPTAdapter
+from tests.helpers.tiny_gpt import TinyGPTAdapter
 
 
 def full_logits(model, classes, tokens):

@@ -18,7 +18,7 @@ from sjdvp_core.models.checkpoint import CheckpointError
 from sjdvp_core.models.llamagen import LlamaGenAdapter, imagenet_classes, load_gpt, load_vq
 from sjdvp_core.models.llamagen_gpt import GPTConfig, LlamaGenGPT
 from sjdvp_core.models.llamagen_vq import LlamaGenVQ, VQConfig
-from tests.tree_check import assert_tree_matches_chains
+from tests.helpers.tree_check import assert_tree_matches_chains
 
 GPT_TINY = GPTConfig(dim=128, n_layer=2, n_head=2, vocab_size=64, block_size=16, num_classes=10)
 VQ_TINY = VQConfig(codebook_size=64, codebook_embed_dim=8, ch=32, ch_mult=[1, 1, 2, 2, 4], z_channels=32,

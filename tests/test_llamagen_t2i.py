@@ -9,8 +9,8 @@ from sjdvp_core import DecodeSettings, SamplingSettings, WindowSettings, decode
 from sjdvp_core.models.llamagen import LlamaGenAdapter, load_gpt, load_vq
 from sjdvp_core.models.llamagen_gpt import GPTConfig, LlamaGenGPT
 from sjdvp_core.models.t5_text import T5CaptionEncoder, left_pad
+from tests.helpers.tree_check import assert_tree_matches_chains
 from tests.test_llamagen import random_vq
-from tests.tree_check import assert_tree_matches_chains
 
 WORDS = ["<pad>", "</s>", "<unk>", "a", "red", "fox", "in", "the", "snow", "blue", "sky"]
 

@@ -1,8 +1,8 @@
 """Lumina-mGPT 1.0: Meta's Chameleon VQGAN from its official file layout, and a tiny random model folder
 laid out as Alpha-VLLM/Lumina-mGPT-7B-* is, loaded through the user-facing loader: upstream's prompt,
 image prefix and image-only CFG branch; row ends and end of image forced where upstream's processor
-forces them; greedy SJD == AR == upstream's unbatched-CFG loop; rollback == recompute; decoded images;
-sizes and missing files explained."""
+forces them; AR == upstream's unbatched-CFG loop; rollback == recompute; decoded images; sizes and the VQGAN's
+files explained. The contract every family keeps is test_family_contract.py's."""
 import shutil
 
 import pytest
@@ -17,7 +17,6 @@ from sjdvp_core.models.hf_adapter import read_tensor
 from sjdvp_core.models.lumina import (
     IMAGE_END,
     IMAGE_START,
-    REPO,
     ROW_END,
     LuminaAdapter,
     image_token_ids,
@@ -26,14 +25,11 @@ from sjdvp_core.models.lumina import (
     trained_size,
 )
 from sjdvp_core.models.registry import detect_family, list_models, load_model
-from tests.tiny_hf import (
-    assert_greedy_sjd_equals_ar,
-    assert_missing_files_are_named,
+from tests.helpers.tiny_hf import (
     assert_windows_match_recompute,
     byte_bpe_tokenizer,
 )
-from tests.tiny_lumina import CODES, write_lumina
-from tests.tree_check import assert_tree_matches_chains
+from tests.helpers.tiny_lumina import CODES, write_lumina
 
 PROMPTS = ["a red fox in the snow", "a blue sky"]
 WIDE = dict(width=64, height=32)       # 2 rows of 4 codes (+ row ends) at the tiny f16 VQGAN
@@ -135,10 +131,6 @@ def test_forced_tokens_sit_where_upstream_puts_them(adapter):
         assert ids == image_ids or ids == [int(layout.forced[j])], j
 
 
-def test_greedy_sjd_equals_ar(adapter):
-    assert_greedy_sjd_equals_ar(adapter, PROMPTS, windows=(4, 16), cfg_scales=(1.0, 3.0))
-
-
 @torch.inference_mode()
 def assert_ar_equals_upstream_unbatched_cfg(adapter, prompt: str, cfg: float) -> None:
     """Upstream's loop (1.0 and 2.0 alike): the guidance branch is a separate sequence from <racm3:break> on
@@ -177,10 +169,6 @@ def test_windows_with_rollback_match_recompute(adapter):
     assert_lumina_windows_match_recompute(adapter)
 
 
-def test_tree_forward_equals_its_chains(adapter):
-    assert_tree_matches_chains(adapter, PROMPTS, True)
-
-
 @torch.no_grad()
 def test_decode_image(adapter):
     res = decode(adapter, PROMPTS, method_settings("sjd", 8, SamplingSettings(cfg_scale=3.0, top_k=8), batch_size=2))
@@ -189,10 +177,6 @@ def test_decode_image(adapter):
     assert image.min() >= 0 and image.max() <= 1
     expected = ((adapter.vqgan.decode_code(res.codes) + 1) / 2).clamp(0, 1).permute(0, 2, 3, 1)
     assert torch.allclose(image, expected, atol=1e-6)
-
-
-def test_missing_files_are_named(folder, tmp_path):
-    assert_missing_files_are_named(folder, tmp_path, lambda path: load_model(path, **WIDE), REPO)
 
 
 def test_other_shape_mismatches_are_errors(folder, tmp_path):

@@ -17,16 +17,15 @@ from sjdvp_core.engine.settings import SamplingSettings, method_settings
 from sjdvp_core.models.checkpoint import CheckpointError
 from sjdvp_core.models.hf_adapter import read_tensor
 from sjdvp_core.models.lumina import IMAGE_START, resolution_token
-from sjdvp_core.models.lumina2 import IMAGE_BASE, REPO, Lumina2Adapter
+from sjdvp_core.models.lumina2 import IMAGE_BASE, Lumina2Adapter
 from sjdvp_core.models.registry import detect_family, list_models, load_model
+from tests.helpers.tiny_hf import assert_greedy_sjd_equals_ar
+from tests.helpers.tiny_lumina2 import CODES, write_lumina2
 from tests.test_lumina import (
     assert_ar_equals_upstream_unbatched_cfg,
     assert_lumina_windows_match_recompute,
     upstream_allowed,
 )
-from tests.tiny_hf import assert_greedy_sjd_equals_ar, assert_missing_files_are_named
-from tests.tiny_lumina2 import CODES, write_lumina2
-from tests.tree_check import assert_tree_matches_chains
 
 PROMPTS = ["a red fox in the snow", "a blue sky"]
 WIDE = dict(width=64, height=32)       # 4 rows of 8 codes (+ row ends) at the tiny f8 MoVQGAN
@@ -103,10 +102,6 @@ def test_lumina2_windows_with_rollback_match_recompute(adapter):
     assert_lumina_windows_match_recompute(adapter)
 
 
-def test_lumina2_tree_forward_equals_its_chains(adapter):
-    assert_tree_matches_chains(adapter, PROMPTS, True)
-
-
 @torch.no_grad()
 def test_lumina2_decode_image_with_movqgan(adapter):
     res = decode(adapter, PROMPTS, method_settings("sjd-vp", 8, SamplingSettings(cfg_scale=4.0, top_k=8),
@@ -148,10 +143,6 @@ def test_lumina2_missing_movqgan_says_where_it_goes(folder, tmp_path):
     upstream.mkdir(parents=True)
     shutil.copy(folder + "/movqgan/movqgan_270M.ckpt", upstream)
     assert load_model(str(bare), **WIDE).movq.config.n_embed == CODES
-
-
-def test_lumina2_missing_files_are_named(folder, tmp_path):
-    assert_missing_files_are_named(folder, tmp_path, lambda path: load_model(path, **WIDE), REPO)
 
 
 @pytest.mark.parametrize("names", [LISTED, "<img{:05d}>"])

@@ -190,10 +190,10 @@ def test_decoding_pixels_loads_only_the_image_decoder(pack, demo):
     assert mm.loads[-1][0] == [demo.decoder_patcher] and image.shape == (1, 64, 64, 3)
 
 
-# --- downloads from the loader (tests/fake_hub.py on 127.0.0.1; HF_ENDPOINT points at it) -------------
+# --- downloads from the loader (tests/helpers/fake_hub.py on 127.0.0.1; HF_ENDPOINT points at it) -------------
 @pytest.fixture
 def fake_hub(monkeypatch):
-    from tests.fake_hub import FakeHub
+    from tests.helpers.fake_hub import FakeHub
     from tests.test_download import C2I, saved
     from tests.test_llamagen import random_gpt, random_vq
     with FakeHub(lifetime=120) as hub:

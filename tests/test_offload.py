@@ -13,7 +13,7 @@ from sjdvp_core import SamplingSettings, decode
 from sjdvp_core.engine.settings import TreeSettings, method_settings
 from sjdvp_core.models.placement import offload_map, place
 from sjdvp_core.models.registry import load_model
-from tests.tiny_lumina import write_lumina
+from tests.helpers.tiny_lumina import write_lumina
 
 MODELS = {
     "demo": lambda d: ("demo", {}, ["a red circle on grass", "a blue square on snow"]),

@@ -20,7 +20,7 @@ from sjdvp_core.engine.settings import DrafterSettings, TreeSettings, VPSettings
 from sjdvp_core.engine.target import sample, uniform
 from sjdvp_core.engine.tree import propose, tree_shape
 from sjdvp_core.engine.window import UNKNOWN, History, LocalLayout, Window
-from tests.toy_reference import chi2_pvalue
+from tests.helpers.toy_reference import chi2_pvalue
 
 pytestmark = pytest.mark.statistical
 ROWS, ALPHA, V = 120_000, 1e-3, 6

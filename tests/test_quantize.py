@@ -20,14 +20,14 @@ from sjdvp_core.models.llamagen_gpt import GPTConfig, LlamaGenGPT
 from sjdvp_core.models.llamagen_vq import LlamaGenVQ
 from sjdvp_core.models.quantize import is_quantised, quantisable, stored_quantisation, weight_bytes
 from sjdvp_core.models.registry import detect_family, load_model, quantize
+from tests.helpers.tiny_lumina import write_lumina, write_lumina_4bit
+from tests.helpers.tiny_lumina2 import write_lumina2
+from tests.helpers.toy_reference import chi2_pvalue, code_index
 from tests.test_emu3 import SIZE as EMU3_SIZE
 from tests.test_emu3 import write_converted as write_emu3
 from tests.test_janus import write_converted as write_janus
 from tests.test_llamagen import VQ_TINY, random_gpt, random_vq
 from tests.test_llamagen_t2i import write_t5
-from tests.tiny_lumina import write_lumina, write_lumina_4bit
-from tests.tiny_lumina2 import write_lumina2
-from tests.toy_reference import chi2_pvalue, code_index
 
 PRECISIONS = ("int8", "nf4")
 PROMPTS = ["a red fox in the snow", "a blue sky"]

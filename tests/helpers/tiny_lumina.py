@@ -10,7 +10,7 @@ import os
 
 import torch
 
-from tests.tiny_hf import byte_bpe_tokenizer, spread_weights, write_shards
+from tests.helpers.tiny_hf import byte_bpe_tokenizer, spread_weights, write_shards
 
 CODES = 16                       # codebook size of the tiny VQGAN
 MAX_GRIDS = 8                    # resolution tokens <reserved08801> .. <reserved08808>

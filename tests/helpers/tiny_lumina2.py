@@ -18,7 +18,7 @@ import os
 import torch
 
 from sjdvp_core.models.lumina2 import IMAGE_BASE
-from tests.tiny_hf import byte_bpe_tokenizer, spread_weights, write_shards
+from tests.helpers.tiny_hf import byte_bpe_tokenizer, spread_weights, write_shards
 
 CODES = 32                       # the tiny MoVQGAN's codebook
 MAX_GRIDS = 8                    # resolution tokens <reserved08801> .. <reserved08808>

@@ -1,0 +1,119 @@
+"""The contract every model family keeps, run on each family's tiny real-layout fixture (as diffusers'
+PipelineTesterMixin runs one suite on every pipeline): detected from its files and loaded; greedy SJD and
+SJD-VP return AR's tokens, on a chain and on a draft tree; a tree's forward equals its branches' forwards;
+decode_image gives an IMAGE; every missing or broken file is named with the repository to download; the
+check command finds no problem. A new family adds its fixture to FIXTURES and keeps only its own special
+tests (prompt layout, sizes, upstream equivalence) in its test file."""
+from __future__ import annotations
+
+import io
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import pytest
+import torch
+
+from sjdvp_core import decode, method_settings
+from sjdvp_core.engine.settings import SamplingSettings
+from sjdvp_core.hub.check import check
+from sjdvp_core.models.registry import detect_family, load_model
+from tests.helpers.tiny_hf import assert_greedy_sjd_equals_ar, assert_missing_files_are_named
+from tests.helpers.tree_check import assert_tree_matches_chains
+
+PROMPTS = ["a red fox in the snow", "a blue sky"]
+
+
+def _emu3(folder: str) -> str:
+    from tests.test_emu3 import write_converted
+    os.makedirs(folder)
+    return str(write_converted(Path(folder)))
+
+
+def _janus(folder: str) -> str:
+    from tests.test_janus import write_converted
+    os.makedirs(folder)
+    return str(write_converted(Path(folder)))
+
+
+def _lumina(folder: str) -> str:
+    from tests.helpers.tiny_lumina import write_lumina
+    return write_lumina(folder)
+
+
+def _lumina2(folder: str) -> str:
+    from tests.helpers.tiny_lumina2 import write_lumina2
+    return write_lumina2(folder, image_names="<MOVQGAN_{}>")      # the release's likely tokenizer
+
+
+@dataclass(frozen=True)
+class Fixture:
+    """A family's tiny folder: its writer, the name the folder takes, how to load it at a size its positions
+    hold, the guidance scale the family uses, the repository its error messages name, and what the check
+    command rightly finds wrong with a tiny model."""
+    family: str
+    write: Callable[[str], str]
+    name: str
+    repo: str
+    cfg: float
+    size: dict = field(default_factory=dict)
+    problems: tuple[str, ...] = ()
+
+
+FIXTURES = [
+    Fixture("emu3", _emu3, "Emu3-Gen-hf", "BAAI/Emu3-Gen-hf", 3.0, dict(image_area=128, ratio="2:1")),
+    Fixture("janus", _janus, "Janus-Pro-1B", "deepseek-community/Janus-Pro-1B", 5.0,
+            problems=("image size: 64 px (Janus-Pro generates 384 x 384)",)),     # the tiny model's 4 x 4 grid
+    Fixture("lumina", _lumina, "Lumina-mGPT-tiny-64", "Alpha-VLLM/Lumina-mGPT-7B-768 (or -512, -1024)", 4.0,
+            dict(width=64, height=32)),
+    Fixture("lumina2", _lumina2, "Lumina-mGPT-2.0", "Alpha-VLLM/Lumina-mGPT-2.0", 4.0, dict(width=64, height=32)),
+]
+
+
+@pytest.fixture(scope="module", params=FIXTURES, ids=[f.family for f in FIXTURES])
+def family(request, tmp_path_factory):
+    spec = request.param
+    folder = spec.write(str(tmp_path_factory.mktemp("models") / spec.name))
+    return spec, folder, load_model(folder, **spec.size)
+
+
+def test_family_is_detected_and_loaded(family):
+    spec, folder, adapter = family
+    assert detect_family(folder) == spec.family
+    assert adapter.layout.grid.numel() > 0 and adapter.default_sampling.cfg_scale == spec.cfg
+
+
+def test_family_greedy_sjd_equals_ar_on_chains_and_trees(family):
+    spec, _, adapter = family
+    assert_greedy_sjd_equals_ar(adapter, PROMPTS, windows=(4, 16), cfg_scales=(1.0, spec.cfg))
+
+
+def test_family_tree_forward_equals_its_chains(family):
+    _, _, adapter = family
+    assert_tree_matches_chains(adapter, PROMPTS, True)
+
+
+@torch.no_grad()
+def test_family_decode_image_is_an_image(family):
+    spec, _, adapter = family
+    res = decode(adapter, PROMPTS, method_settings("sjd-vp", 8, SamplingSettings(cfg_scale=spec.cfg, top_k=8),
+                                                   batch_size=2))
+    image = adapter.decode_image(res.codes)
+    h, w = adapter.layout.grid.shape
+    assert res.codes.shape == (2, h, w) and image.shape[0] == 2 and image.shape[3] == 3
+    assert image.dtype == torch.float32 and 0 <= float(image.min()) and float(image.max()) <= 1
+
+
+def test_family_missing_files_are_named(family, tmp_path):
+    spec, folder, _ = family
+    assert_missing_files_are_named(folder, tmp_path, lambda path: load_model(path, **spec.size), spec.repo)
+
+
+def test_family_check_command_finds_no_problem(family):
+    spec, folder, _ = family
+    out = io.StringIO()
+    check(folder, out=out, **spec.size)
+    found = [line.split("PROBLEM", 1)[1].strip() for line in out.getvalue().splitlines() if "PROBLEM" in line]
+    assert found == list(spec.problems), out.getvalue()
+    assert f"detected: {spec.family}" in out.getvalue()
