@@ -33,7 +33,7 @@ import torch
 
 from sjdvp_core import decode
 from sjdvp_core.engine.budget import decode_bytes
-from sjdvp_core.engine.settings import DRAFT_INITS, METHODS, TreeSettings, WindowSettings, method_settings
+from sjdvp_core.engine.settings import DEFAULT_WINDOW, DRAFT_INITS, METHODS, TreeSettings, method_settings
 
 from . import shards
 
@@ -68,7 +68,7 @@ def load_model(name: str, prompts: int, prompts_file: str = PROMPTS_T2I, device:
     return adapter, read_prompts(prompts_file)[:prompts], adapter.default_sampling, None
 
 
-INIT = WindowSettings().init   # how a new Jacobi Window starts fresh drafts (--inits' default)
+INIT = DEFAULT_WINDOW.init   # how a new Jacobi Window starts fresh drafts (--inits' default)
 DRAFTING = {"off": "independent", "on": "coupled", "continued": "coupled + continued"}   # --coupling values
 
 

@@ -8,7 +8,7 @@ BAD = [
     (WindowSettings, dict(size=0), "window"),
     (WindowSettings, dict(size=129), "window"),
     (WindowSettings, dict(size=2.5), "window"),
-    (WindowSettings, dict(init="diagonal"), "init"),
+    (WindowSettings, dict(size=16, init="diagonal"), "init"),
     (SamplingSettings, dict(top_p=0.0), "top_p"),
     (SamplingSettings, dict(top_p=1.5), "top_p"),
     (SamplingSettings, dict(temperature=0.0), "temperature"),
