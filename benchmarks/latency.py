@@ -6,7 +6,7 @@ speed-up on named GPUs for the shapes of Lumina-mGPT 7B, Janus-Pro-7B and LlamaG
 
     modelled speed-up = AR's passes x t(1) / sum over this decode's passes of t(tokens it scored)
 
-with t the roofline of engine/cost.py (weights read once per pass, 2 x params FLOPs per token scored,
+with t the roofline of sjdvp_core/datasheet.py (weights read once per pass, 2 x params FLOPs per token scored,
 85% / 70% of peak bandwidth / FLOPs; the engine's own step is left out). The step counts are the demo's,
 priced as if each pass were that model's on that device. Automatic-window rows choose by the cost they
 are priced with: on the CPU the measured one, in each modelled column that device and model's roofline
@@ -25,8 +25,8 @@ from typing import NamedTuple
 
 import torch
 
+from sjdvp_core.datasheet import roofline
 from sjdvp_core.engine.calibration import calibration, warm_up
-from sjdvp_core.engine.cost import roofline
 from sjdvp_core.engine.decode import decode
 from sjdvp_core.engine.settings import TreeSettings, method_settings
 from sjdvp_core.models.registry import load_model
@@ -139,8 +139,8 @@ def write(rows, args, cpu):
              f"seeds; CPU wall-clock: median of {args.repeats} repeats, rows interleaved after a warm-up each, "
              "speed-up over the faster AR row, "
              f"{torch.get_num_threads()} threads; modelled columns: the demo's steps over {args.model_seeds} seeds "
-             "per prompt priced by engine/cost.py's roofline for that model on that device; step compression and "
-             "scored per pass: fixed rows over those seeds, auto rows as auto chose on this CPU)", "",
+             "per prompt priced by sjdvp_core/datasheet.py's roofline for that model on that device; step compression "
+             "and scored per pass: fixed rows over those seeds, auto rows as auto chose on this CPU)", "",
              "| method | window | tree | coupling | step | step compression | scored / pass / row | CPU s | "
              "CPU speed-up | " + " | ".join(keys) + " |", "|" + "---|" * (9 + len(keys))]
     for r in rows:

@@ -1,7 +1,7 @@
 """Modeled latency under CPU offload: what speculative decoding gains when the weights that do not fit the card
 stream over PCIe once per pass (models.placement's "offload").
 
-A pass scoring k tokens per row costs the roofline's GPU time (engine.cost.roofline_seconds) plus the offloaded
+A pass scoring k tokens per row costs the roofline's GPU time (sjdvp_core.datasheet.roofline_seconds) plus the offloaded
 bytes over the link; the link term does not grow with k, so a wider window is nearly free there and the
 wall-clock speed-up approaches the step compression. Step compressions and tokens per row are the measured ones
 of benchmarks/results/latency.json (the demo model); the offloaded bytes are the memory table's need
@@ -17,7 +17,7 @@ import json
 import os
 import sys
 
-from sjdvp_core.engine.cost import DEVICES, SHAPES, ModelShape, roofline_seconds
+from sjdvp_core.datasheet import DEVICES, SHAPES, ModelShape, roofline_seconds
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LANE = 1.969e9 * 0.8          # PCIe 4.0, bytes / s per lane and direction, at 80%

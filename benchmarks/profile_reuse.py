@@ -17,9 +17,9 @@ import json
 import statistics
 from dataclasses import replace
 
+from sjdvp_core.datasheet import roofline
 from sjdvp_core.engine.auto import contenders
 from sjdvp_core.engine.calibration import auto_plans, measure_profile, pass_cost
-from sjdvp_core.engine.cost import roofline
 from sjdvp_core.engine.decode import decode
 from sjdvp_core.engine.settings import method_settings
 from sjdvp_core.models.registry import load_model

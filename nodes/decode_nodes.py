@@ -11,7 +11,7 @@ from ..sjdvp_core.engine.adapter import KEEP_SIZE, at_size
 from ..sjdvp_core.engine.budget import decode_bytes
 from ..sjdvp_core.engine.calibration import calibration
 from ..sjdvp_core.engine.decode import DecodeResult, decode
-from ..sjdvp_core.engine.report import commit_figure, report_data, report_text
+from ..sjdvp_core.engine.report import report_data, report_text
 from ..sjdvp_core.engine.settings import (
     DEFAULT_METHOD,
     DEFAULT_WINDOW,
@@ -21,6 +21,7 @@ from ..sjdvp_core.engine.settings import (
     WindowSettings,
     decode_settings,
 )
+from ..sjdvp_core.figures import commit_figure
 from . import runtime
 from .drafting_nodes import DRAFTER, WINDOW
 from .legacy import LEGACY

@@ -7,9 +7,10 @@ import pytest
 import torch
 
 from sjdvp_core import DecodeSettings, DrafterSettings, SamplingSettings, VPSettings, WindowSettings, decode
+from sjdvp_core.datasheet import DEVICES, SHAPES, roofline
 from sjdvp_core.engine import auto
 from sjdvp_core.engine.calibration import acceptance_profile, calibration, measure_cost, pass_cost
-from sjdvp_core.engine.cost import DEVICES, GRID, SHAPES, PassCost, load_cached, monotone, roofline
+from sjdvp_core.engine.cost import GRID, PassCost, load_cached, monotone
 from sjdvp_core.engine.drafting import Drafter
 from sjdvp_core.engine.loop import JacobiDecoder
 from sjdvp_core.engine.settings import TreeSettings, method_settings

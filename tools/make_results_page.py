@@ -39,7 +39,7 @@ def page() -> str:
         "# Results\n\n"
         "<!-- written by python tools/make_results_page.py from benchmarks/results: edit those, not this -->\n"
         "Measured on the built-in demo model on a 2-core CPU; every GPU figure is modelled (the demo's step counts "
-        "priced by the roofline in `sjdvp_core/engine/cost.py`, see [speed.md](speed.md)), none measured on a GPU "
+        "priced by the roofline in `sjdvp_core/datasheet.py`, see [speed.md](speed.md)), none measured on a GPU "
         "yet. Each table says the command that made it.\n\n"
         "## The picture above\n\n"
         f"{demoted(read('readme_picture.md')).split(chr(10), 1)[1].strip()}\n\n"

@@ -36,7 +36,7 @@ class DecodeStats:
     flat_accepted: int = 0
     entropy_sum: float = 0.0           # entropy (nats) of the target p at each committed position
     tokens_scored: int = 0             # tokens fed through the model per image, prefill excluded (a window
-                                       # of w costs w of them: about one token's time past no knee, engine/cost.py)
+                                       # of w costs w of them: about one token's time below the knee, docs/speed.md)
     scored_per_iter: list = field(default_factory=list)  # tokens each iteration's forward scored per row
     pass_cost: object = None           # the engine/cost.PassCost of this device, where the decode had one
     precision: str = ""                # the weights' precision where a loader chose it (ModelAdapter.precision)

@@ -201,5 +201,5 @@ def accept(x: Tensor, q: Tensor, p: Tensor, limit: Tensor, verifier: Verifier, u
     accepted = (u < verifier.accept_prob(p[:, :d], q, x)) & (torch.arange(d, device=x.device) < limit[:, None])
     k = first_rejection(accepted)
     pk = gather_slot(p, k)
-    qk = gather_slot(q, k.clamp(max=d - 1)) if d else pk
+    qk = gather_slot(q, k.clamp(max=d - 1))
     return k, draw(torch.where((k < limit)[:, None], residual(pk, qk), pk), u_next), accepted
