@@ -12,7 +12,7 @@ import torch
 
 from sjdvp_core import decode
 from sjdvp_core.engine.settings import SamplingSettings, method_settings
-from sjdvp_core.models.emu3 import (
+from sjdvp_core.models.emu3.adapter import (
     BOI,
     BOS,
     EOF,

@@ -18,7 +18,7 @@ import torch
 from sjdvp_core import decode
 from sjdvp_core.engine.settings import SamplingSettings, method_settings
 from sjdvp_core.models.checkpoint import CheckpointError
-from sjdvp_core.models.emu3 import BOI, BOS, EOF, EOI, EOL, EOS, PAD, WRAPPER, Emu3Adapter
+from sjdvp_core.models.emu3.adapter import BOI, BOS, EOF, EOI, EOL, EOS, PAD, WRAPPER, Emu3Adapter
 from sjdvp_core.models.registry import detect_family, list_models, load_model
 from tests.helpers.tiny_hf import CORPUS, assert_greedy_sjd_equals_ar, spread_weights, write_shards
 from tests.test_emu3 import tiny_config

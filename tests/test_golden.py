@@ -24,11 +24,13 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from torch.testing import assert_close
 
-from sjdvp_core.models import chameleon_vqgan, llamagen_gpt, movqgan
-from sjdvp_core.models.chameleon_vqgan import load_vqgan
-from sjdvp_core.models.llamagen import load_gpt, load_vq, vq_config_from_state
-from sjdvp_core.models.llamagen_gpt import GPTConfig
-from sjdvp_core.models.llamagen_vq import VQConfig
+from sjdvp_core.models.llamagen import gpt as llamagen_gpt
+from sjdvp_core.models.llamagen.adapter import load_gpt, load_vq, vq_config_from_state
+from sjdvp_core.models.llamagen.gpt import GPTConfig
+from sjdvp_core.models.llamagen.vq import VQConfig
+from sjdvp_core.models.lumina import vqgan as chameleon_vqgan
+from sjdvp_core.models.lumina.vqgan import load_vqgan
+from sjdvp_core.models.lumina2 import movqgan
 
 GOLDEN = Path(__file__).parent / "golden"
 NAMES = ("llamagen_gpt_c2i", "llamagen_gpt_t2i", "llamagen_vq", "chameleon_vqgan", "movqgan")

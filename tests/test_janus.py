@@ -9,7 +9,7 @@ from torch.nn import functional as F
 from sjdvp_core import decode
 from sjdvp_core.engine.settings import SamplingSettings, method_settings
 from sjdvp_core.models.hf_adapter import left_pad
-from sjdvp_core.models.janus import BOI, PAD, JanusAdapter, chat_prompt
+from sjdvp_core.models.janus.adapter import BOI, PAD, JanusAdapter, chat_prompt
 from sjdvp_core.models.registry import detect_family, list_models, load_model
 from tests.helpers.tiny_hf import (
     assert_windows_match_recompute,

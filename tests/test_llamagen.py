@@ -15,9 +15,9 @@ from sjdvp_core import (
     decode,
 )
 from sjdvp_core.models.checkpoint import CheckpointError
-from sjdvp_core.models.llamagen import LlamaGenAdapter, imagenet_classes, load_gpt, load_vq
-from sjdvp_core.models.llamagen_gpt import GPTConfig, LlamaGenGPT
-from sjdvp_core.models.llamagen_vq import LlamaGenVQ, VQConfig
+from sjdvp_core.models.llamagen.adapter import LlamaGenAdapter, imagenet_classes, load_gpt, load_vq
+from sjdvp_core.models.llamagen.gpt import GPTConfig, LlamaGenGPT
+from sjdvp_core.models.llamagen.vq import LlamaGenVQ, VQConfig
 from tests.helpers.tree_check import assert_tree_matches_chains
 
 GPT_TINY = GPTConfig(dim=128, n_layer=2, n_head=2, vocab_size=64, block_size=16, num_classes=10)

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from sjdvp_core import DecodeSettings, SamplingSettings, WindowSettings, decode
-from sjdvp_core.models.llamagen import LlamaGenAdapter, load_gpt, load_vq
-from sjdvp_core.models.llamagen_gpt import GPTConfig, LlamaGenGPT
-from sjdvp_core.models.t5_text import T5CaptionEncoder, left_pad
+from sjdvp_core.models.llamagen.adapter import LlamaGenAdapter, load_gpt, load_vq
+from sjdvp_core.models.llamagen.gpt import GPTConfig, LlamaGenGPT
+from sjdvp_core.models.llamagen.t5_text import T5CaptionEncoder, left_pad
 from tests.helpers.tree_check import assert_tree_matches_chains
 from tests.test_llamagen import random_vq
 
@@ -88,7 +88,7 @@ def test_golden_captions_are_cleaned_as_upstream():
     from upstream's T5Embedder.clean_caption in tests/golden/captions.json."""
     import os
 
-    from sjdvp_core.models.captions import clean_caption
+    from sjdvp_core.models.llamagen.captions import clean_caption
     with open(os.path.join(os.path.dirname(__file__), "golden", "captions.json"), encoding="utf-8") as f:
         golden = json.load(f)
     assert "FoundationVision/LlamaGen" in golden["source"]

@@ -11,10 +11,9 @@ from safetensors.torch import load_file, save_file
 
 from sjdvp_core import DecodeSettings, WindowSettings, decode
 from sjdvp_core.engine.settings import SamplingSettings, method_settings
-from sjdvp_core.models.chameleon_vqgan import ChameleonVQGAN, VQGANConfig, load_vqgan
 from sjdvp_core.models.checkpoint import CheckpointError
 from sjdvp_core.models.hf_adapter import read_tensor
-from sjdvp_core.models.lumina import (
+from sjdvp_core.models.lumina.adapter import (
     IMAGE_END,
     IMAGE_START,
     ROW_END,
@@ -24,6 +23,7 @@ from sjdvp_core.models.lumina import (
     supported_sizes,
     trained_size,
 )
+from sjdvp_core.models.lumina.vqgan import ChameleonVQGAN, VQGANConfig, load_vqgan
 from sjdvp_core.models.registry import detect_family, list_models, load_model
 from tests.helpers.tiny_hf import (
     assert_windows_match_recompute,
@@ -238,7 +238,7 @@ def test_with_size_changes_the_grid_and_keeps_the_model(adapter):
 
 
 def test_trained_size_is_given_or_read_from_the_name_else_warned(folder, tmp_path, caplog):
-    from sjdvp_core.models.lumina import _trained_from_name
+    from sjdvp_core.models.lumina.adapter import _trained_from_name
     renamed = shutil.copytree(folder, tmp_path / "my-lumina")
     with caplog.at_level("WARNING"):
         assert _trained_from_name(str(renamed)) == 768     # the main release's size

@@ -15,9 +15,9 @@ from safetensors.torch import save_file
 from sjdvp_core import SamplingSettings, decode
 from sjdvp_core.engine.settings import TreeSettings, method_settings
 from sjdvp_core.engine.target import cfg_mix
-from sjdvp_core.models.llamagen import LlamaGenAdapter
-from sjdvp_core.models.llamagen_gpt import GPTConfig, LlamaGenGPT
-from sjdvp_core.models.llamagen_vq import LlamaGenVQ
+from sjdvp_core.models.llamagen.adapter import LlamaGenAdapter
+from sjdvp_core.models.llamagen.gpt import GPTConfig, LlamaGenGPT
+from sjdvp_core.models.llamagen.vq import LlamaGenVQ
 from sjdvp_core.models.quantize import is_quantised, quantisable, stored_quantisation, weight_bytes
 from sjdvp_core.models.registry import detect_family, load_model, quantize
 from tests.helpers.tiny_lumina import write_lumina, write_lumina_4bit

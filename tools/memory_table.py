@@ -23,8 +23,11 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from sjdvp_core.engine.adapter import TokenLayout  # noqa: E402
-from sjdvp_core.models import emu3, janus, lumina, lumina2  # noqa: E402
+from sjdvp_core.models.emu3 import adapter as emu3  # noqa: E402
 from sjdvp_core.models.hf_adapter import HFAdapter  # noqa: E402
+from sjdvp_core.models.janus import adapter as janus  # noqa: E402
+from sjdvp_core.models.lumina import adapter as lumina  # noqa: E402
+from sjdvp_core.models.lumina2 import adapter as lumina2  # noqa: E402
 from sjdvp_core.models.memory import Need, need  # noqa: E402
 
 CARDS_GB = (8, 12, 16, 24, 48, 80)
@@ -73,14 +76,14 @@ def _chameleon(vocab: int, decoder_factory, codes: int, grid: int, sampling) -> 
 
 
 def lumina_768() -> Shape:
-    from sjdvp_core.models.chameleon_vqgan import ChameleonVQGAN, VQGANConfig
+    from sjdvp_core.models.lumina.vqgan import ChameleonVQGAN, VQGANConfig
     return _chameleon(65536, lambda: ChameleonVQGAN(VQGANConfig()), 8192, 768 // 16, lumina.SAMPLING)
 
 
 def lumina2_768() -> Shape:
     """Vocabulary 172032: Lumina-mGPT 2.0's config.json is not readable here; this is the size its 15.78 GB
     of bf16 shards imply with Chameleon-7B's stack (tests/test_memory_table.py holds it to that)."""
-    from sjdvp_core.models.movqgan import MoVQConfig, MoVQGAN
+    from sjdvp_core.models.lumina2.movqgan import MoVQConfig, MoVQGAN
     return _chameleon(172032, lambda: MoVQGAN(MoVQConfig()), 16384, 768 // 8, lumina2.SAMPLING)
 
 
@@ -103,7 +106,7 @@ def janus_pro(hidden: int, layers: int, ffn: int, heads: int) -> Callable[[], Sh
     def build() -> Shape:
         from transformers import JanusConfig
 
-        from sjdvp_core.models.janus_original import _empty_model
+        from sjdvp_core.models.janus.original import _empty_model
         text = dict(model_type="llama", hidden_size=hidden, num_hidden_layers=layers, intermediate_size=ffn,
                     num_attention_heads=heads, num_key_value_heads=heads, vocab_size=102400)
         model = _empty_model(JanusConfig(text_config=text), torch.bfloat16)
@@ -116,9 +119,9 @@ def llamagen(size: str, kind: str, block: int):
     """Our LlamaGen GPT at a released size (llamagen_gpt.GPT_SIZES) with its VQ-16; t2i with the FLAN-T5-XL
     encoder (24 blocks, width 2048, FFN 5120: google/flan-t5-xl's config)."""
     def build():
-        from sjdvp_core.models.llamagen import LlamaGenAdapter
-        from sjdvp_core.models.llamagen_gpt import GPT_SIZES, GPTConfig, LlamaGenGPT
-        from sjdvp_core.models.llamagen_vq import LlamaGenVQ, VQConfig
+        from sjdvp_core.models.llamagen.adapter import LlamaGenAdapter
+        from sjdvp_core.models.llamagen.gpt import GPT_SIZES, GPTConfig, LlamaGenGPT
+        from sjdvp_core.models.llamagen.vq import LlamaGenVQ, VQConfig
         layers, heads, dim = GPT_SIZES[size]
         extra = dict(cls_token_num=120) if kind == "t2i" else {}
         with torch.device("meta"):

@@ -7,7 +7,7 @@ import os
 import torch
 
 from ..engine.settings import SamplingSettings
-from ..models.llamagen import LlamaGenAdapter, load_gpt, load_vq
+from ..models.llamagen.adapter import LlamaGenAdapter, load_gpt, load_vq
 from . import scenes
 
 # The demo's sampling defaults (chosen by measurement, see docs/testing.md, "The demo model").

@@ -19,8 +19,8 @@ from safetensors.torch import save_file
 from torch import nn
 from torch.nn import functional as F
 
-from ..models.llamagen_gpt import GPTConfig, LlamaGenGPT
-from ..models.llamagen_vq import LlamaGenVQ, VQConfig
+from ..models.llamagen.gpt import GPTConfig, LlamaGenGPT
+from ..models.llamagen.vq import LlamaGenVQ, VQConfig
 from . import scenes
 from .judge import HEADS, Judge, judge_loss
 

@@ -15,7 +15,7 @@ import torch
 
 from ..engine.budget import decode_bytes
 from .folders import incomplete, incomplete_folder, incomplete_message
-from .llamagen import gpt_files, is_gpt_file
+from .llamagen.adapter import gpt_files, is_gpt_file
 from .quantize import QUANTISED, stored_quantisation, swap_linears
 
 DEMO = "demo"
@@ -44,7 +44,7 @@ class Example:
 @dataclass(frozen=True)
 class Family:
     """One model family: what its folder holds (for messages), the config.json model_types that mark
-    its transformers-style folders, its loader ("module:function" under sjdvp_core.models, imported
+    its transformers-style folders, its loader ("family.module:function" under sjdvp_core.models, imported
     only when used: transformers is heavy), whether it takes load options, and the module that maps
     the original release where the loader takes the converted one (its is_original(folder) tells them
     apart, its load_original loads it), and the workflows shipped for it. Its module (the loader's) holds
@@ -75,29 +75,30 @@ def _module(name: str):
 
 FAMILIES = {
     "llamagen": Family("a LlamaGen GPT file (c2i_*.pt / t2i_*.pt or .safetensors) and its tokenizer (vq_ds16_*.pt "
-                       "or vq_ds8_*.pt) side by side; for t2i also the flan-t5-xl folder", "llamagen:load_llamagen",
+                       "or vq_ds8_*.pt) side by side; for t2i also the flan-t5-xl folder",
+                       "llamagen.adapter:load_llamagen",
                        examples=(Example("sjdvp_llamagen_c2i", "LlamaGen-c2i-L-384", "LlamaGen-c2i",
                                          "golden retriever", "c2i"),
                                  Example("sjdvp_llamagen_t2i", "LlamaGen-t2i-XL-256", "LlamaGen-t2i", sampling="t2i"))),
     "janus": Family("a Janus-Pro folder, as released (all files of deepseek-ai/Janus-Pro-1B or -7B: config.json, "
                     "tokenizer.json, pytorch_model.bin or pytorch_model.bin.index.json and its shards) or in "
                     "transformers format (all files of deepseek-community/Janus-Pro-1B or -7B: config.json, "
-                    "tokenizer.json, *.safetensors)", "janus:load_converted", ("janus", "multi_modality"),
-                    original="janus_original", examples=(Example("sjdvp_janus_pro", "Janus-Pro-7B", "Janus-Pro"),)),
+                    "tokenizer.json, *.safetensors)", "janus.adapter:load_converted", ("janus", "multi_modality"),
+                    original="janus.original", examples=(Example("sjdvp_janus_pro", "Janus-Pro-7B", "Janus-Pro"),)),
     "emu3": Family("an Emu3 folder, as released (all files of BAAI/Emu3-Gen: config.json, emu3.tiktoken, "
                    "emu3_vision_tokens.txt, model.safetensors.index.json and its shards; with all files of "
                    "BAAI/Emu3-VisionTokenizer in its vision_tokenizer/ folder or in a folder beside it, any "
                    "name) or in transformers format (all files of BAAI/Emu3-Gen-hf: config.json, "
                    "tokenizer.json, model.safetensors.index.json and its model-*.safetensors shards)",
-                   "emu3:load_converted", ("emu3", "Emu3"), options=True, original="emu3_original",
+                   "emu3.adapter:load_converted", ("emu3", "Emu3"), options=True, original="emu3.original",
                    examples=(Example("sjdvp_emu3", "Emu3-Gen", "Emu3", size=(720, 720)),)),
     "lumina": Family("a Lumina-mGPT 1.0 folder (all files of Alpha-VLLM/Lumina-mGPT-7B-512, -768 or -1024: "
                      "config.json, tokenizer.json, *.safetensors) with Meta's Chameleon vqgan.yaml and vqgan.ckpt in "
-                     "its tokenizer/ folder", "lumina:load_lumina", ("chameleon",), options=True,
+                     "its tokenizer/ folder", "lumina.adapter:load_lumina", ("chameleon",), options=True,
                      examples=(Example("sjdvp_lumina_mgpt", "Lumina-mGPT-7B-768", "Lumina-mGPT", size=(768, 768)),)),
     "lumina2": Family("a Lumina-mGPT 2.0 folder (all files of Alpha-VLLM/Lumina-mGPT-2.0: config.json, tokenizer.json, "
                       "tokenizer_config.json, *.safetensors) with movqgan_270M.ckpt of ai-forever/MoVQGAN in its "
-                      "movqgan/ folder", "lumina2:load_lumina2", ("chameleon",), options=True,
+                      "movqgan/ folder", "lumina2.adapter:load_lumina2", ("chameleon",), options=True,
                       examples=(Example("sjdvp_lumina_mgpt2", "Lumina-mGPT-2.0", "Lumina-mGPT 2.0",
                                         size=(768, 768)),)),
 }

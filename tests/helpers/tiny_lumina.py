@@ -64,7 +64,7 @@ def vqgan_yaml() -> str:
 
 def write_vqgan(folder: str, seed: int = 0) -> None:
     """vqgan.yaml + a Lightning-style vqgan.ckpt: weights under "state_dict", with encoder and loss keys."""
-    from sjdvp_core.models.chameleon_vqgan import ChameleonVQGAN, read_vqgan_yaml
+    from sjdvp_core.models.lumina.vqgan import ChameleonVQGAN, read_vqgan_yaml
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, "vqgan.yaml"), "w") as f:
         f.write(vqgan_yaml())

@@ -17,7 +17,7 @@ import os
 
 import torch
 
-from sjdvp_core.models.lumina2 import IMAGE_BASE
+from sjdvp_core.models.lumina2.adapter import IMAGE_BASE
 from tests.helpers.tiny_hf import byte_bpe_tokenizer, spread_weights, write_shards
 
 CODES = 32                       # the tiny MoVQGAN's codebook
@@ -82,7 +82,7 @@ def config_json(vocab: dict[str, int]) -> dict:
 
 def write_movqgan(folder: str, seed: int = 0) -> str:
     """movqgan/movqgan_270M.ckpt: a plain state dict (decoder, codebook, post_quant_conv and encoder keys)."""
-    from sjdvp_core.models.movqgan import MoVQConfig, MoVQGAN
+    from sjdvp_core.models.lumina2.movqgan import MoVQConfig, MoVQGAN
     torch.manual_seed(seed)
     model = MoVQGAN(MoVQConfig(**MOVQ))
     spread_weights(model, std=0.1, seed=seed)

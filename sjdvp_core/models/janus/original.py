@@ -17,9 +17,9 @@ from typing import Mapping
 
 import torch
 
-from .checkpoint import CheckpointError, load_strict, read_state_dict
-from .hf_adapter import TextTokenizer, dtype_kwarg, read_json
-from .janus import PAD, JanusAdapter
+from ..checkpoint import CheckpointError, load_strict, read_state_dict
+from ..hf_adapter import TextTokenizer, dtype_kwarg, read_json
+from .adapter import PAD, JanusAdapter
 
 REPOS = "deepseek-ai/Janus-Pro-1B (or Janus-Pro-7B)"
 MODEL_TYPE = "multi_modality"
@@ -175,5 +175,5 @@ def _compute_rope(model) -> None:
     left = [n for n, t in (*model.named_parameters(), *model.named_buffers()) if t.is_meta]
     if left:
         raise RuntimeError(f"JanusForConditionalGeneration of this transformers version computes {left} at init; "
-                           "the original-layout loader must build them (sjdvp_core/models/janus_original.py)")
+                           "the original-layout loader must build them (sjdvp_core/models/janus/original.py)")
 

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .chameleon_vqgan import ChameleonVQGAN
-from .checkpoint import CheckpointError, load_decoder, read_state_dict
-from .llamagen_vq import Upsample, swish
+from ..checkpoint import CheckpointError, load_decoder, read_state_dict
+from ..llamagen.vq import Upsample, swish
+from ..lumina.vqgan import ChameleonVQGAN
 
 HINT = ("the MoVQGAN checkpoint Lumina-mGPT 2.0 decodes with (keys like decoder.conv_in.weight, "
         "quantize.embedding.weight)")

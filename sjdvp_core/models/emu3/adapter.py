@@ -1,6 +1,6 @@
 """Emu3-Gen (Wang et al. 2024, "Emu3: Next-Token Prediction is All You Need", github.com/baaivision/Emu3)
 through transformers' Emu3ForConditionalGeneration, from the converted BAAI/Emu3-Gen-hf folder or from the
-original BAAI/Emu3-Gen + BAAI/Emu3-VisionTokenizer release (mapped at load time, see emu3_original.py).
+original BAAI/Emu3-Gen + BAAI/Emu3-VisionTokenizer release (mapped at load time, see original.py).
 
 The prompt asks for a token grid: BOS + text + <|image start|> + "{h}*{w}" + <|image token|>, with
 h x w from an aspect ratio and a pixel area (default 1:1 at 720 x 720 = 90 x 90 tokens, the VQ-VAE
@@ -24,10 +24,10 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from ..engine.adapter import TokenLayout, weights_device
-from ..engine.settings import SamplingSettings
-from .checkpoint import CheckpointError
-from .hf_adapter import HFAdapter, SizeChoice, TextTokenizer, load_pretrained, read_json, to_image
+from ...engine.adapter import TokenLayout, weights_device
+from ...engine.settings import SamplingSettings
+from ..checkpoint import CheckpointError
+from ..hf_adapter import HFAdapter, SizeChoice, TextTokenizer, load_pretrained, read_json, to_image
 
 REPO = "BAAI/Emu3-Gen-hf"
 BOS, BOI, WRAPPER = "<|extra_203|>", "<|image start|>", "<|image token|>"
@@ -161,7 +161,7 @@ def pixel_stats(folder: str) -> dict:
 
 
 def load_converted(folder: str, device="cpu", dtype=torch.float32, **options) -> Emu3Adapter:
-    """The converted release (BAAI/Emu3-Gen-hf); the original one: emu3_original.
+    """The converted release (BAAI/Emu3-Gen-hf); the original one: original.py.
     options: ratio ("W:H"), image_area (pixels), quality_suffix (appended to every prompt)."""
     from transformers import Emu3ForConditionalGeneration
     model = load_pretrained(Emu3ForConditionalGeneration, folder, REPO, dtype)

@@ -24,11 +24,11 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from ..engine.adapter import TokenLayout, weights_device
-from ..engine.settings import SamplingSettings
-from .chameleon_vqgan import ChameleonVQGAN, load_vqgan, vqgan_files
-from .checkpoint import CheckpointError
-from .hf_adapter import HFAdapter, SizeChoice, TextTokenizer, check_folder, load_pretrained, to_image
+from ...engine.adapter import TokenLayout, weights_device
+from ...engine.settings import SamplingSettings
+from ..checkpoint import CheckpointError
+from ..hf_adapter import HFAdapter, SizeChoice, TextTokenizer, check_folder, load_pretrained, to_image
+from .vqgan import ChameleonVQGAN, load_vqgan, vqgan_files
 
 log = logging.getLogger(__name__)
 REPO = "Alpha-VLLM/Lumina-mGPT-7B-768 (or -512, -1024)"

@@ -20,9 +20,9 @@ import re
 import torch
 from torch import Tensor
 
-from .checkpoint import CheckpointError, read_state_dict
-from .emu3 import BOI, BOS, EOF, EOI, EOL, EOS, PAD, WRAPPER, Emu3Adapter, as_trained, pixel_stats
-from .hf_adapter import INDEX, TextTokenizer, dtype_kwarg, read_json
+from ..checkpoint import CheckpointError, read_state_dict
+from ..hf_adapter import INDEX, TextTokenizer, dtype_kwarg, read_json
+from .adapter import BOI, BOS, EOF, EOI, EOL, EOS, PAD, WRAPPER, Emu3Adapter, as_trained, pixel_stats
 
 REPO, VISION_REPO = "BAAI/Emu3-Gen", "BAAI/Emu3-VisionTokenizer"
 MODEL_TYPE, VISION_MODEL_TYPE = "Emu3", "Emu3VisionVQ"

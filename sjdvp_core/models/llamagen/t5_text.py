@@ -10,7 +10,7 @@ import os
 import torch
 from torch import Tensor
 
-from ..engine.adapter import weights_device
+from ...engine.adapter import weights_device
 from .captions import clean_caption
 
 T5_FILES = "config.json, model weights (*.safetensors or pytorch_model*.bin) and tokenizer files"
@@ -23,7 +23,7 @@ class T5CaptionEncoder:
                                     f"({T5_FILES}) into this folder")
         from transformers import AutoTokenizer, T5EncoderModel
 
-        from .hf_adapter import dtype_kwarg
+        from ..hf_adapter import dtype_kwarg
         self.tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
         self.model = T5EncoderModel.from_pretrained(folder, local_files_only=True, **dtype_kwarg(dtype))
         self.model = self.model.to(device).eval()

@@ -18,12 +18,12 @@ from typing import Any, Sequence
 import torch
 from torch import Tensor
 
-from ..engine.adapter import ModelAdapter, TokenLayout, weights_device
-from ..engine.settings import SamplingSettings
-from .checkpoint import WEIGHT_EXT, CheckpointError, load_strict, read_state_dict
-from .kv_cache import ForwardShape, TreeBranches, forward_bytes, kv_bytes
-from .llamagen_gpt import GPT_SIZES, GPTConfig, LlamaGenGPT, rope_table_2d
-from .llamagen_vq import LlamaGenVQ, VQConfig
+from ...engine.adapter import ModelAdapter, TokenLayout, weights_device
+from ...engine.settings import SamplingSettings
+from ..checkpoint import WEIGHT_EXT, CheckpointError, load_strict, read_state_dict
+from ..kv_cache import ForwardShape, TreeBranches, forward_bytes, kv_bytes
+from .gpt import GPT_SIZES, GPTConfig, LlamaGenGPT, rope_table_2d
+from .vq import LlamaGenVQ, VQConfig
 
 GPT_HINT = "a LlamaGen GPT checkpoint (keys like tok_embeddings.weight, layers.0.attention.wqkv.weight)"
 VQ_HINT = "a LlamaGen VQ tokenizer checkpoint (keys like quantize.embedding.weight, decoder.conv_in.weight)"

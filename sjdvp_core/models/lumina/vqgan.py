@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import yaml
 from torch import Tensor, nn
 
-from .checkpoint import CheckpointError, load_decoder, read_state_dict
-from .llamagen_vq import AttnBlock, ResnetBlock, Upsample, swish
+from ..checkpoint import CheckpointError, load_decoder, read_state_dict
+from ..llamagen.vq import AttnBlock, ResnetBlock, Upsample, swish
 
 CONFIG_FILE = "vqgan.yaml"
 WEIGHT_FILES = ("vqgan.ckpt", "vqgan.safetensors")        # Meta's file, or its state dict converted

@@ -1,6 +1,6 @@
 """Janus-Pro 1B / 7B (Chen et al. 2025, github.com/deepseek-ai/Janus) through transformers'
 JanusForConditionalGeneration, from the converted deepseek-community/Janus-Pro-{1B,7B} folders or the
-original deepseek-ai/Janus-Pro-{1B,7B} ones (mapped at load time, janus_original.py).
+original deepseek-ai/Janus-Pro-{1B,7B} ones (mapped at load time, original.py).
 
 Image generation uses its own path: VQ codes are embedded by generation_embeddings + generation_aligner,
 the Llama decoder runs, and generation_head scores the 16384 codes (the LM head is unused). 384 px =
@@ -16,9 +16,9 @@ import torch
 from torch import Tensor
 from torch.nn import functional as F
 
-from ..engine.adapter import TokenLayout, weights_device
-from ..engine.settings import SamplingSettings
-from .hf_adapter import HFAdapter, TextTokenizer, load_pretrained, to_image
+from ...engine.adapter import TokenLayout, weights_device
+from ...engine.settings import SamplingSettings
+from ..hf_adapter import HFAdapter, TextTokenizer, load_pretrained, to_image
 
 REPOS = "deepseek-community/Janus-Pro-1B (or Janus-Pro-7B)"
 PAD, BOI = "<｜▁pad▁｜>", "<begin_of_image>"
@@ -88,7 +88,7 @@ class JanusAdapter(HFAdapter):
 
 
 def load_converted(folder: str, device="cpu", dtype=torch.float32) -> JanusAdapter:
-    """The transformers-format release (deepseek-community/Janus-Pro-*); the original one: janus_original."""
+    """The transformers-format release (deepseek-community/Janus-Pro-*); the original one: original.py."""
     from transformers import JanusForConditionalGeneration
     model = load_pretrained(JanusForConditionalGeneration, folder, REPOS, dtype)
     return JanusAdapter(model, TextTokenizer(folder, REPOS), device=device)
