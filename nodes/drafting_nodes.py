@@ -63,7 +63,7 @@ class JacobiWindow(io.ComfyNode):
                 io.Boolean.Input("window_auto", default=DEFAULT_WINDOW.auto, optional=True,
                                  tooltip="Choose the tokens per pass (up to window) that commit the most tokens per "
                                          "second on this device: its pass cost and the model's acceptance are "
-                                         "measured on the first run (seconds; then cached) and this run's "
+                                         "measured on the first run (a bar shows it; then cached), and this run's "
                                          "acceptance decides. Exact. The same seed gives the same image on the "
                                          "same device; for the same image on any device, turn it off."),
                 io.Boolean.Input("tree_auto", default=DEFAULT_WINDOW.auto_tree, optional=True,

@@ -20,7 +20,7 @@ from .tree import scratch_nodes
 
 MeasureFn = Callable[[str, int, int], None]
 """Calibration progress: (what is measured, steps done, steps in all), after every iteration; it may raise to
-abort (then nothing is cached). The first automatic run on a model measures the device (seconds for the demo,
+abort (then nothing is cached). The first automatic run on a model measures the device (tens of the demo's decodes,
 about a thousand of the model's passes for a large one); a caller shows this, and lets the user stop it."""
 
 

@@ -108,6 +108,16 @@ function watchChoices(node) {
   greyIgnored(node);
 }
 
+// Runs fn(node, ...args) after the node type's own `method` (ComfyUI's, and other extensions' before ours).
+function after(nodeType, method, fn) {
+  const own = nodeType.prototype[method];
+  nodeType.prototype[method] = function (...args) {
+    const r = own?.apply(this, args);
+    fn(this, ...args);
+    return r;
+  };
+}
+
 app.registerExtension({
   name: "sjdvp.SpeedBadge",
   // Outputs put back without an "executed" message (a workflow tab opened again, a queue or history
@@ -120,43 +130,18 @@ app.registerExtension({
   },
   async beforeRegisterNodeDef(nodeType, nodeData) {
     if (nodeData.name in LEGACY) {
-      const onConfigure = nodeType.prototype.onConfigure;
-      nodeType.prototype.onConfigure = function (info) {
-        onConfigure?.apply(this, arguments);
-        const names = (this.widgets ?? []).map((w) => w.name);
+      after(nodeType, "onConfigure", (node, info) => {
+        const names = (node.widgets ?? []).map((w) => w.name);
         const values = legacyValues(nodeData.name, names, info?.widgets_values?.length ?? names.length);
-        for (const w of this.widgets ?? []) if (w.name in values) w.value = values[w.name];
-      };
+        for (const w of node.widgets ?? []) if (w.name in values) w.value = values[w.name];
+      });
     }
-    if (nodeData.name in IGNORED) {
-      const onNodeCreated = nodeType.prototype.onNodeCreated;
-      nodeType.prototype.onNodeCreated = function () {
-        const r = onNodeCreated?.apply(this, arguments);
-        watchChoices(this);
-        return r;
-      };
-      const onConfigure = nodeType.prototype.onConfigure;
-      nodeType.prototype.onConfigure = function () {
-        const r = onConfigure?.apply(this, arguments);
-        greyIgnored(this);
-        return r;
-      };
+    if (nodeData.name in IGNORED) {      // after the legacy values: they may change a choice
+      after(nodeType, "onNodeCreated", watchChoices);
+      after(nodeType, "onConfigure", greyIgnored);
     }
     if (!NODES.has(nodeData.name)) return;
-
-    if (nodeData.name === "SJDVP_Report") {
-      const onNodeCreated = nodeType.prototype.onNodeCreated;
-      nodeType.prototype.onNodeCreated = function () {
-        const r = onNodeCreated?.apply(this, arguments);
-        addReportBox(this);
-        return r;
-      };
-    }
-
-    const onExecuted = nodeType.prototype.onExecuted;
-    nodeType.prototype.onExecuted = function (message) {
-      onExecuted?.apply(this, arguments);
-      applyOutput(this, message);
-    };
+    if (nodeData.name === "SJDVP_Report") after(nodeType, "onNodeCreated", addReportBox);
+    after(nodeType, "onExecuted", applyOutput);
   },
 });
