@@ -1,82 +1,32 @@
-"""How drafts are made: fresh ones for positions entering the window, and re-drafts of the positions a
-forward pass scored but did not commit.
+"""How drafts are made: fresh ones for positions entering the window (fresh.py), and re-drafts of the
+positions a forward pass scored but did not commit.
 
-Fresh drafts: a copy of the nearest known cell above (the default: the SJD paper's vertical repeat) or to
-the left (one-hot q), or random over the image vocabulary (stored with q = that uniform distribution, the
-distribution they were really drawn from: exact, and accepted more often than declaring the draw
-one-hot). Forced positions always get their forced token.
-Re-drafts: from the position's new target p (plain SJD), or from VP's fusion of p with the position's
-probability history (vp.py; the strength fixed or chosen by AutoStrength); stored with q = the
-distribution drawn from, so verification stays exact.
-Coupled drafting draws every draft at a position with that position's persistent Gumbel noise
+A re-draft has a source, the distribution it draws from, and a draw, how the token is taken from it; both
+are small rule classes in tables (SOURCES, DRAWS), as verify.py's VERIFIERS are, and `Drafter` binds one of
+each to a decode. Every draft is stored with q = the distribution really drawn from, so verification stays
+exact.
+Sources: the position's new target p (plain SJD), or VP's fusion of p with the position's probability
+history (vp.py), its strength fixed or chosen per run by AutoStrength.
+Draws: coupled drafting draws every draft at a position with that position's persistent Gumbel noise
 (Gumbel-max), so successive drafts only differ where their distribution moved: the same idea as SCD's
-Gumbel coupling (So et al., ICML 2026, arXiv 2510.24211) and MC-SJD. Continuation instead keeps each
-re-drafted position's old draft by maximal coupling (continue_draft), as SJD-PAC does.
+Gumbel coupling (So et al., ICML 2026, arXiv 2510.24211) and MC-SJD. Sampled drafting draws independently.
+Continuation keeps each re-drafted position's old draft by maximal coupling (continue_draft), as SJD-PAC
+does, and draws the rest coupled or sampled.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import Tensor
 
 from .devices import wide_float
-from .settings import AUTO_STRENGTHS, DrafterSettings
+from .fresh import FreshDrafts
+from .settings import AUTO_STRENGTHS, DrafterSettings, VPSettings
 from .target import draw, residual, uniform
 from .vp import AutoStrength, fuse, strength_weights
 from .window import FLAT, ROSE, UNKNOWN, History, LocalLayout, Slide, Window
-
-
-class FreshDrafts:
-    """Drafts for positions with no target yet."""
-
-    def __init__(self, scheme: str, local: LocalLayout, slots: int, device):
-        self.local = local
-        self.ids = torch.arange(local.size, device=device)
-        self.uniform = torch.zeros(local.size, device=device)
-        self.uniform[:local.num_image] = 1.0 / local.num_image
-        self.log_uniform = torch.log(self.uniform[0])   # an image token's log q under a uniform draft
-        self.sources = None if scheme == "random" else copy_sources(scheme, local, max(slots, 1)).to(device)
-
-    def random(self, shape, generator: torch.Generator, device) -> Tensor:
-        """The random image tokens `__call__` may use, through the run's generator."""
-        return torch.randint(self.local.num_image, shape, generator=generator, device=device)
-
-    def __call__(self, positions: Tensor, canvas: Tensor, known_end: Tensor, random: Tensor,
-                 noise: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """Drafts for positions [B, S] given canvas [B, L + pad] known below known_end [B], and random image
-        tokens [B, S] (`random`), or with coupled drafting's noise [B, S, V] the Gumbel-max of the uniform q
-        (coupled_draw's draw, over the image tokens alone). Only the drafts at positions from known_end on are
-        fresh (the caller keeps the others). Returns tokens [B, S] and their draft distributions q [B, S, V]."""
-        tokens = random if noise is None else (noise[..., :self.local.num_image] + self.log_uniform).argmax(-1)
-        one_hot = torch.zeros_like(tokens, dtype=torch.bool)
-        if self.sources is not None:   # one lookup: the position known_end + d copies sources[known_end, d]
-            ahead = (positions - known_end[:, None]).clamp(0, self.sources.shape[1] - 1)
-            src = self.sources[known_end[:, None], ahead]
-            copy = src >= 0
-            tokens = torch.where(copy, canvas.gather(1, src.clamp_min(0)), tokens)
-            one_hot |= copy
-        forced = self.local.forced_at(positions)
-        tokens = torch.where(forced >= 0, forced, tokens)
-        one_hot |= forced >= 0
-        return tokens, torch.where(one_hot[..., None], (self.ids == tokens[..., None]).float(), self.uniform)
-
-
-def copy_sources(scheme: str, local: LocalLayout, slots: int) -> Tensor:
-    """[L + pad, slots]: the position a fresh draft at e + d copies when the positions before e are known
-    (repeat_above: the cell above it, chained up through unknown cells to a known one; where there is none,
-    and for repeat_left, the last known cell), -1 for none. Built once per decode, so that drafting looks a
-    source up in one gather rather than following the chain every iteration."""
-    above, last_cell = local.above.cpu(), local.last_cell.cpu()
-    size = above.shape[0]
-    known = torch.arange(size)[:, None]
-    left = last_cell[(known - 1).clamp_min(0)].expand(size, slots)
-    if scheme == "repeat_left":
-        return left.contiguous()
-    src = above[(known + torch.arange(slots)).clamp(max=size - 1)]
-    while bool((src >= known).any()):   # a cell's above is an earlier position: the chain ends
-        src = torch.where(src >= known, above[src], src)
-    return torch.where(src >= 0, src, left)
 
 
 def gumbel_noise(shape, generator: torch.Generator, device) -> Tensor:
@@ -120,25 +70,232 @@ class RedraftDraws:
     residual: Tensor | None = None     # [B, S] continuation: uniforms for the residual's draw
 
 
+@dataclass
+class Slots:
+    """One re-draft's view of the window after row b committed m[b] tokens: new slot s is old slot m[b] + s
+    (`slide`). Masks [B, S]: `redraw` slots this pass scored (re-drafted), `new` slots new to the window
+    (drafted fresh), `kept` neither (the old draft stays), `judged` re-drafted from a target with a history,
+    `fused` where VP may fuse. p, growth [B, S, V] and the histories before and after this pass's observation
+    (`before`, `history`) are in the new slots."""
+    slide: Slide
+    positions: Tensor
+    p: Tensor
+    growth: Tensor
+    before: History
+    history: History
+    redraw: Tensor
+    new: Tensor
+    kept: Tensor
+    judged: Tensor
+    fused: Tensor
+    carried: bool   # some slot keeps its old draft: a pass narrower than the window (a draft tree's), or
+                    # continuation; a chain's pass scores every slot, and its step skips the old drafts' fields
+
+    @classmethod
+    def after(cls, window: Window, p: Tensor, m: Tensor, n: Tensor, active: Tensor, offsets: Tensor,
+              source: "Plain", keeps_old: bool) -> "Slots":
+        S, w = window.slots, p.shape[1]
+        slide = Slide(m, S + 1)
+        before = window.history.slide(slide)
+        p = slide.take(p, S + 1)                      # this pass's targets in the new slots (stale past them)
+        history, growth = before.observe(p, (slide.old < w) & active[:, None], source.beta)
+        old = slide.old[:, :S]
+        redraw, new = old < w, old >= S
+        judged = redraw & (before.seen[:, :S] > 0)
+        positions = n[:, None] + offsets[:S]
+        return cls(slide, positions, p[:, :S], growth[:, :S], before, history, redraw, new, ~(redraw | new),
+                   judged, source.fusable(judged, positions), w < S or keeps_old)
+
+    @property
+    def pbar_prev(self) -> Tensor:
+        return self.before.pbar[:, :self.p.shape[1]]
+
+    @property
+    def pbar(self) -> Tensor:
+        return self.history.pbar[:, :self.p.shape[1]]
+
+    def prior(self, field: Tensor | None, dim: int = 1) -> Tensor | None:
+        """The old field in the new slots, where some slot keeps it (else never read)."""
+        return self.slide.take(field, dim=dim) if self.carried and field is not None else None
+
+    def update(self, drafted: Tensor, fresh, old: Tensor | None, mask: Tensor | None = None) -> Tensor:
+        """A field in the new slots: drafted where mask (default: redraw), else the old value where the slot
+        was kept, else fresh; masks broadcast over the field's trailing axes."""
+        mask = self.redraw if mask is None else mask
+        rest = fresh if old is None else torch.where(_along(self.kept, old), old, fresh)
+        return torch.where(_along(mask, drafted), drafted, rest)
+
+
+# --- the sources: what a re-draft draws from (the first in SOURCES whose `wants` holds) ---
+class Plain:
+    """SJD's re-draft: from the position's new target p."""
+    beta: ClassVar[float] = 0.5    # the history's decay (kept for the statistics' `rose` without VP)
+    auto: AutoStrength | None = None
+
+    def __init__(self, vp: VPSettings | None, local: LocalLayout, device):
+        self.vp, self.local = vp, local
+
+    @staticmethod
+    def wants(vp: VPSettings | None) -> bool:
+        return True
+
+    def fusable(self, judged: Tensor, positions: Tensor) -> Tensor:
+        return torch.zeros_like(judged)
+
+    def distribution(self, s: Slots, window: Window) -> tuple[Tensor, Tensor | None]:
+        """(the re-drafts' distribution [B, S, V], VP auto's candidates or None)."""
+        return s.p, None
+
+    def stored(self, dist: Tensor, s: Slots) -> Tensor:
+        """The q stored with a re-draft: what it was drawn from."""
+        return dist
+
+    def fresh_candidates(self, batch: int, slots: int, device) -> Tensor | None:
+        return None
+
+
+class FixedVP(Plain):
+    """VP at a fixed strength: p fused with the history on judged slots of free positions inside the image."""
+
+    def __init__(self, vp: VPSettings, local: LocalLayout, device):
+        super().__init__(vp, local, device)
+        self.beta = vp.beta
+        self.weights = None if vp.auto else strength_weights((vp.strength,), device)   # made once
+
+    @staticmethod
+    def wants(vp: VPSettings | None) -> bool:
+        return vp is not None
+
+    def fusable(self, judged: Tensor, positions: Tensor) -> Tensor:
+        return judged & (self.local.forced_at(positions) < 0) & (positions < self.local.length)
+
+    def distribution(self, s: Slots, window: Window) -> tuple[Tensor, Tensor | None]:
+        return fuse(s.p, s.pbar_prev, s.pbar, s.growth, s.fused, self.vp, self.weights), None
+
+    def stored(self, dist: Tensor, s: Slots) -> Tensor:
+        return dist if self.vp.lossless else s.p   # lossy VP: verified against the unfused p (an ablation)
+
+
+class AutoVP(FixedVP):
+    """VP's strength chosen per run (AutoStrength): every candidate strength's fusion is kept per slot, so
+    that verification can score what each would have drafted."""
+
+    def __init__(self, vp: VPSettings, local: LocalLayout, device):
+        super().__init__(vp, local, device)
+        self.auto = AutoStrength(vp, AUTO_STRENGTHS, device)
+
+    @staticmethod
+    def wants(vp: VPSettings | None) -> bool:
+        return vp is not None and vp.auto
+
+    def distribution(self, s: Slots, window: Window) -> tuple[Tensor, Tensor | None]:
+        candidates = self.auto.fuse(s.p, s.pbar_prev, s.pbar, s.growth, s.fused)
+        dist = self.auto.chosen(candidates)
+        if s.carried:   # (elsewhere the new slots' are never read: their drafts are fresh, not fused)
+            candidates = torch.where(_along(s.redraw, candidates), candidates, s.prior(window.candidates, dim=2))
+        return dist, candidates
+
+    def fresh_candidates(self, batch: int, slots: int, device) -> Tensor | None:
+        return torch.zeros(len(self.auto.strengths), batch, slots, self.local.size, device=device)
+
+
+SOURCES = (AutoVP, FixedVP, Plain)
+
+
+# --- the draws: how a re-draft's token is taken from its distribution ---
+class Sampled:
+    """An independent draw per re-draft (uniforms drawn up front)."""
+    keeps_old: ClassVar[bool] = False
+    follows_noise: ClassVar[bool] = False
+
+    def randomness(self, shape: tuple[int, int], vocab: int, gen: torch.Generator, device) -> dict:
+        """This draw's fields of RedraftDraws, drawn in a fixed order."""
+        return {"draft": uniform(shape, gen, device)}
+
+    def fresh_noise(self, shape: tuple[int, int, int], gen: torch.Generator, device) -> Tensor | None:
+        """Noise for slots drafted fresh (coupled drafting's), or None."""
+        return None
+
+    def noise(self, s: Slots, window: Window, draws: RedraftDraws) -> Tensor | None:
+        """The window's noise in the new slots, or None."""
+        return None
+
+    def __call__(self, dist: Tensor, s: Slots, window: Window, noise: Tensor | None, draws: RedraftDraws) -> Tensor:
+        # slots not re-drafted get a harmless distribution (their token is never kept)
+        return draw(dist.masked_fill(~s.redraw[..., None], 1.0), draws.draft)
+
+
+class Coupled(Sampled):
+    """Gumbel-max with the position's persistent noise: positions new to the draft slots get their noise
+    now, the rest keep theirs."""
+    follows_noise: ClassVar[bool] = True
+
+    def randomness(self, shape: tuple[int, int], vocab: int, gen: torch.Generator, device) -> dict:
+        return {"noise": gumbel_noise((*shape, vocab), gen, device)}
+
+    def fresh_noise(self, shape: tuple[int, int, int], gen: torch.Generator, device) -> Tensor | None:
+        return gumbel_noise(shape, gen, device)
+
+    def noise(self, s: Slots, window: Window, draws: RedraftDraws) -> Tensor | None:
+        return torch.where(s.new[..., None], draws.noise, s.slide.take(window.noise))
+
+    def __call__(self, dist: Tensor, s: Slots, window: Window, noise: Tensor | None, draws: RedraftDraws) -> Tensor:
+        return coupled_draw(dist, noise)
+
+
+class Continued:
+    """SJD-PAC's continuation over a base draw: a slot that held a draft keeps it by maximal coupling
+    (continue_draft); the window's last scored position, which held none, is drawn by the base draw."""
+    keeps_old: ClassVar[bool] = True
+    follows_noise: ClassVar[bool] = False   # a kept draft ignores the noise
+
+    def __init__(self, base: Sampled):
+        self.base = base
+
+    def randomness(self, shape: tuple[int, int], vocab: int, gen: torch.Generator, device) -> dict:
+        return self.base.randomness(shape, vocab, gen, device) | {
+            "keep": torch.rand(shape, generator=gen, device=device), "residual": uniform(shape, gen, device)}
+
+    def fresh_noise(self, shape: tuple[int, int, int], gen: torch.Generator, device) -> Tensor | None:
+        return self.base.fresh_noise(shape, gen, device)
+
+    def noise(self, s: Slots, window: Window, draws: RedraftDraws) -> Tensor | None:
+        return self.base.noise(s, window, draws)
+
+    def __call__(self, dist: Tensor, s: Slots, window: Window, noise: Tensor | None, draws: RedraftDraws) -> Tensor:
+        dist = dist.masked_fill(~s.redraw[..., None], 1.0)
+        tok = self.base(dist, s, window, noise, draws)
+        old_tokens, old_q = s.prior(window.tokens).masked_fill(s.new, 0), s.prior(window.q)
+        return torch.where(s.new, tok, continue_draft(old_tokens, old_q.masked_fill(s.new[..., None], 0), dist,
+                                                      draws.keep, draws.residual))
+
+
+DRAWS = {"sampled": Sampled, "coupled": Coupled}
+
+
+def draw_rule(settings: DrafterSettings) -> Sampled | Continued:
+    base = DRAWS["coupled" if settings.coupled else "sampled"]()
+    return Continued(base) if settings.continuation else base
+
+
 class Drafter:
-    """The drafting rules of one decode: fresh drafts, plain / VP-fused / auto re-drafts, coupling. slots: the
-    most draft slots its windows have (an automatic window's change from plan to plan within it, `resize`)."""
+    """The drafting rules of one decode: fresh drafts, a source and a draw for re-drafts. slots: the most draft
+    slots its windows have (an automatic window's change from plan to plan within it, `resize`)."""
 
     def __init__(self, settings: DrafterSettings, scheme: str, local: LocalLayout, slots: int, device):
-        self.vp, self.coupled, self.local = settings.vp, settings.coupled, local
-        self.continuation = settings.continuation
+        self.vp, self.local = settings.vp, local
+        self.source = next(rule for rule in SOURCES if rule.wants(settings.vp))(settings.vp, local, device)
+        self.rule = draw_rule(settings)
+        self.auto = self.source.auto
         self.fresh = FreshDrafts(scheme, local, slots, device)
         self.slots = torch.arange(slots, device=device)
-        self.auto = AutoStrength(self.vp, AUTO_STRENGTHS, device) if self.vp is not None and self.vp.auto else None
-        fixed = self.vp is not None and not self.vp.auto
-        self.weights = strength_weights((self.vp.strength,), device) if fixed else None   # VP's, made once
 
     @staticmethod
     def follows_noise(settings: DrafterSettings) -> bool:
         """Whether every draft is the argmax of log q + its position's noise, as coupled drafting draws it,
         so that further draws at a position (draft trees) may continue that noise's ranking: not under
         continuation (a kept draft ignores the noise) nor lossy VP (q is then not what was drawn from)."""
-        return settings.coupled and not settings.continuation and (settings.vp is None or settings.vp.lossless)
+        return draw_rule(settings).follows_noise and (settings.vp is None or settings.vp.lossless)
 
     def start(self, n: Tensor, canvas: Tensor, gen: torch.Generator, slots: int) -> Window:
         """The first window, `slots` draft slots wide: every slot drafted fresh."""
@@ -159,13 +316,12 @@ class Drafter:
         B, V, dev = n.shape[0], self.local.size, n.device
         positions = n[:, None] + first + self.slots[:count]
         random = self.fresh.random((B, count), gen, dev)
-        noise = gumbel_noise((B, count, V), gen, dev) if self.coupled else None
+        noise = self.rule.fresh_noise((B, count, V), gen, dev)
         tokens, q = self.fresh(positions, canvas, n + first, random, noise)
         canvas.scatter_(1, positions, tokens)
         no = torch.zeros(B, count, dtype=torch.bool, device=dev)
-        candidates = torch.zeros(len(self.auto.strengths), B, count, V, device=dev) if self.auto else None
         return Window(tokens, q, no, torch.full((B, count), UNKNOWN, device=dev),
-                      History.empty(B, count + 1, V, dev), noise, candidates)
+                      History.empty(B, count + 1, V, dev), noise, self.source.fresh_candidates(B, count, dev))
 
     def draws(self, batch: int, slots: int, gen: torch.Generator, device) -> RedraftDraws | None:
         """The randomness `redraft` uses for a window of `slots` draft slots, drawn in a fixed order (none for a
@@ -173,11 +329,8 @@ class Drafter:
         if slots == 0:
             return None
         shape = (batch, slots)
-        return RedraftDraws(self.fresh.random(shape, gen, device),
-                            gumbel_noise((*shape, self.local.size), gen, device) if self.coupled else None,
-                            None if self.coupled else uniform(shape, gen, device),
-                            torch.rand(shape, generator=gen, device=device) if self.continuation else None,
-                            uniform(shape, gen, device) if self.continuation else None)
+        fresh = self.fresh.random(shape, gen, device)
+        return RedraftDraws(fresh, **self.rule.randomness(shape, self.local.size, gen, device))
 
     def redraft(self, window: Window, p: Tensor, m: Tensor, n: Tensor, active: Tensor, canvas: Tensor,
                 draws: RedraftDraws | None) -> Window:
@@ -185,65 +338,23 @@ class Drafter:
         scored (p [B, w, V]) are re-drafted, drafts it did not score are carried, positions entering the
         window are drafted fresh. The drafts are written to canvas after the committed tokens: they are the
         next forward's inputs (and repeat inits copy from them). All randomness comes in draws (`draws`)."""
-        S = window.slots
-        if S == 0:
+        if window.slots == 0:
             return window
-        W, w = S + 1, p.shape[1]
-        slide = Slide(m, W)
-        before = window.history.slide(slide)         # the history before this observation, in the new slots
-        p = slide.take(p, W)                         # this pass's targets in the new slots (stale past them)
-        history, growth = before.observe(p, (slide.old < w) & active[:, None], self.vp.beta if self.vp else 0.5)
-        p, growth, pbar_prev, pbar = p[:, :S], growth[:, :S], before.pbar[:, :S], history.pbar[:, :S]
-        had, old = before.seen[:, :S] > 0, slide.old[:, :S]
-        redraw, new = old < w, old >= S
-        kept, judged = ~(redraw | new), redraw & had      # judged: re-drafted from a target with a history
-        positions = n[:, None] + self.slots[:S]
-        if self.vp is not None:   # VP fuses judged slots of free positions inside the image
-            fused = judged & (self.local.forced_at(positions) < 0) & (positions < self.local.length)
-        else:
-            fused = torch.zeros_like(judged)
-        # a slot keeps its old draft only where this pass did not score it (a draft tree's pass narrower than the
-        # window) or under continuation: a chain's pass scores every slot, and its step skips the old drafts' fields
-        carried = w < S or self.continuation
-
-        def prior(field: Tensor, dim: int = 1) -> Tensor | None:
-            return slide.take(field, dim=dim) if carried else None
-
-        def update(drafted: Tensor, fresh, old: Tensor | None, mask: Tensor = redraw) -> Tensor:
-            """A field in the new slots: drafted where mask, else the old value (slid) where the slot was kept,
-            else fresh; masks [B, S] broadcast over the field's trailing axes."""
-            rest = fresh if old is None else torch.where(_along(kept, old), old, fresh)
-            return torch.where(_along(mask, drafted), drafted, rest)
-
-        candidates = None
-        if self.auto is not None:
-            candidates = self.auto.fuse(p, pbar_prev, pbar, growth, fused)
-            dist = self.auto.chosen(candidates)
-            if carried:   # (elsewhere the new slots' are never read: their drafts are fresh, not fused)
-                candidates = torch.where(_along(redraw, candidates), candidates, prior(window.candidates, dim=2))
-        else:
-            dist = fuse(p, pbar_prev, pbar, growth, fused, self.vp, self.weights) if self.vp is not None else p
-        if not self.coupled or self.continuation:   # sampled: slots not re-drafted get a harmless distribution
-            dist = dist.masked_fill(~redraw[..., None], 1.0)
-        noise = None
-        if self.coupled:   # positions new to the draft slots get their noise now, the rest keep theirs
-            noise = torch.where(new[..., None], draws.noise, slide.take(window.noise))
-        tok = coupled_draw(dist, noise) if self.coupled else draw(dist, draws.draft)
-        old_tokens, old_q = prior(window.tokens), prior(window.q)
-        if self.continuation:   # where the slot held a draft (the window's last scored position held none)
-            tok = torch.where(new, tok, continue_draft(old_tokens.masked_fill(new, 0),
-                                                       old_q.masked_fill(new[..., None], 0), dist, draws.keep,
-                                                       draws.residual))
-        rose = growth.gather(-1, tok[..., None])[..., 0] > 0          # p(tok) rose at this observation
-        q = dist if (self.vp is None or self.vp.lossless) else p
+        s = Slots.after(window, p, m, n, active, self.slots, self.source, self.rule.keeps_old)
+        dist, candidates = self.source.distribution(s, window)
+        noise = self.rule.noise(s, window, draws)
+        tok = self.rule(dist, s, window, noise, draws)
+        rose = s.growth.gather(-1, tok[..., None])[..., 0] > 0          # p(tok) rose at this observation
+        old_tokens = s.prior(window.tokens)
         # sources for repeat inits (a new slot gets tok as a placeholder: fresh drafts copy only from before them)
-        canvas.scatter_(1, positions, update(tok, tok, old_tokens))
-        fresh_tok, fresh_q = self.fresh(positions, canvas, n + (~new).sum(1), draws.fresh, noise)
-        tokens = update(tok, fresh_tok, old_tokens)
-        canvas.scatter_(1, positions, tokens)
-        return Window(tokens, update(q, fresh_q, old_q), update(fused, False, prior(window.fused)),
-                      update(torch.where(rose, ROSE, FLAT), UNKNOWN, prior(window.rose), judged),
-                      history, noise, candidates)
+        canvas.scatter_(1, s.positions, s.update(tok, tok, old_tokens))
+        fresh_tok, fresh_q = self.fresh(s.positions, canvas, n + (~s.new).sum(1), draws.fresh, noise)
+        tokens = s.update(tok, fresh_tok, old_tokens)
+        canvas.scatter_(1, s.positions, tokens)
+        return Window(tokens, s.update(self.source.stored(dist, s), fresh_q, s.prior(window.q)),
+                      s.update(s.fused, False, s.prior(window.fused)),
+                      s.update(torch.where(rose, ROSE, FLAT), UNKNOWN, s.prior(window.rose), s.judged),
+                      s.history, noise, candidates)
 
 
 def _along(mask: Tensor, field: Tensor) -> Tensor:
