@@ -11,14 +11,13 @@ overstated by that factor (the loop's own work per token: bookkeeping, the struc
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import torch
 
 from sjdvp_core.demo import load_demo
 from sjdvp_core.engine.decode import decode
 from sjdvp_core.engine.settings import method_settings
+from sjdvp_core.timing import interleaved
 
 
 def plain_ar(adapter, prompt: str, seed: int) -> torch.Tensor:
@@ -47,17 +46,9 @@ def main(argv=None) -> dict:
     s = adapter.default_sampling
     if s.top_k or s.top_p < 1 or s.greedy or adapter.layout.forced.ge(0).any():
         raise SystemExit("the plain loop assumes no top-k / top-p, sampling, and no forced tokens (the demo's)")
-    times = {"plain": [], "engine": []}
-    for seed in range(args.repeats + 1):   # the first round warms up, untimed
-        for name in times:
-            t = time.perf_counter()
-            if name == "plain":
-                plain_ar(adapter, args.prompt, seed)
-            else:
-                decode(adapter, args.prompt, method_settings("ar", 1, s, seed))
-            if seed:
-                times[name].append(time.perf_counter() - t)
-    plain, engine = (statistics.median(times[k]) for k in ("plain", "engine"))
+    timed = interleaved({"plain": lambda: plain_ar(adapter, args.prompt, 0),
+                         "engine": lambda: decode(adapter, args.prompt, method_settings("ar", 1, s, 0))}, args.repeats)
+    plain, engine = timed["plain"].median, timed["engine"].median
     print(f"plain AR loop {plain:.3f} s, the engine's AR {engine:.3f} s per image (medians of {args.repeats}): "
           f"the engine's AR takes {engine / plain:.3f}x the plain loop's time")
     return {"plain_s": plain, "engine_s": engine, "ratio": engine / plain}

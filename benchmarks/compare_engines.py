@@ -11,6 +11,7 @@ and the engine's own work (verification and drafting), each the median over runs
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import importlib.util
 import json
@@ -19,6 +20,8 @@ import statistics
 import sys
 
 import torch
+
+from sjdvp_core.timing import interleaved
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -57,10 +60,12 @@ def main(before: str, methods, windows, coupling, prompts: int, seeds: int, thre
             for coupled in coupling:
                 runs = {k: [] for k in engines}
                 for prompt in chosen:
-                    for seed in range(seeds):
-                        for k, (core, settings_mod, demo) in engines.items():   # alternate: same load for both
-                            runs[k].append(timed_decode(core, settings_mod, demo, adapters[k], prompt, method, window,
-                                                        coupled, seed))
+                    for seed in range(seeds):   # the engines take turns: the same load for both
+                        timed = interleaved({k: functools.partial(timed_decode, core, settings_mod, demo, adapters[k],
+                                                                  prompt, method, window, coupled, seed)
+                                             for k, (core, settings_mod, demo) in engines.items()}, 1, warmup=0)
+                        for k, t in timed.items():
+                            runs[k].append(t.result)
                 for k, rs in runs.items():
                     rows.append(dict(engine=k, method=method, window=window, coupled=coupled,
                                      **{f: round(statistics.median(r[f] for r in rs), 3) for f in rs[0]}))

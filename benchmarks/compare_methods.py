@@ -26,7 +26,6 @@ import itertools
 import json
 import os
 import statistics
-import time
 from dataclasses import replace
 
 import torch
@@ -34,6 +33,7 @@ import torch
 from sjdvp_core import decode
 from sjdvp_core.engine.budget import decode_bytes
 from sjdvp_core.engine.settings import DEFAULT_WINDOW, DRAFT_INITS, METHODS, TreeSettings, method_settings
+from sjdvp_core.timing import interleaved
 
 from . import shards
 
@@ -63,7 +63,7 @@ def load_model(name: str, prompts: int, prompts_file: str = PROMPTS_T2I, device:
         step = max(1, len(scenes.PROMPTS) // prompts)
         demo = load_demo(device)
         return demo, scenes.PROMPTS[::step][:prompts], demo.default_sampling, load_judge()
-    from sjdvp_core.models.registry import load_model as load_folder
+    from sjdvp_core.models.loading import load_model as load_folder
     adapter = load_folder(name, device=device)
     return adapter, read_prompts(prompts_file)[:prompts], adapter.default_sampling, None
 
@@ -107,11 +107,8 @@ def extra_bytes(adapter, settings) -> int:
 
 def run_one(adapter, judge, cond, settings, repeats: int) -> dict:
     """One decode (timed `repeats` times; the tokens are the same each time) -> a plain record."""
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        res = decode(adapter, cond, settings, timing=True)
-        times.append(time.perf_counter() - t)
+    timed = interleaved({"decode": lambda: decode(adapter, cond, settings, timing=True)}, repeats, warmup=0)["decode"]
+    res = timed.result
     st = res.stats
     match = None
     if judge is not None:
@@ -122,7 +119,7 @@ def run_one(adapter, judge, cond, settings, repeats: int) -> dict:
     return dict(nfe=int(st.row_forward_passes[0]), mean_accepted=st.mean_accepted,
                 tree_tried=st.tree_tried, tree_accepted=st.tree_guess_accepted + st.tree_draw_accepted,
                 tree_guess_accepted=st.tree_guess_accepted,
-                acceptance=st.acceptance_rate, seconds=statistics.median(times), match=match,
+                acceptance=st.acceptance_rate, seconds=timed.median, match=match,
                 entropy=st.mean_entropy, momentum=st.momentum(), vp_auto=st.vp_auto,
                 tokens_per_forward=st.tokens_per_forward,
                 time_forward=st.time_forward, time_draft=st.time_draft, time_verify=st.time_verify,

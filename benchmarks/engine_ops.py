@@ -18,7 +18,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from sjdvp_core.engine.decode import decode
 from sjdvp_core.engine.settings import TreeSettings, method_settings
-from sjdvp_core.models.registry import load_model
+from sjdvp_core.models.loading import load_model
 
 CASES = (  # name, method, window, tree
     ("chain W=32, coupled SJD", "sjd", 32, TreeSettings()),

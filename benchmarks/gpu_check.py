@@ -18,7 +18,6 @@ import functools
 import json
 import os
 import statistics
-import time
 from dataclasses import replace
 
 import torch
@@ -26,6 +25,7 @@ import torch
 from sjdvp_core import DecodeSettings, DrafterSettings, SamplingSettings, VPSettings, WindowSettings, decode
 from sjdvp_core.engine.adapter import ModelAdapter, TokenLayout
 from sjdvp_core.models.hf_adapter import HFAdapter, dtype_kwarg
+from sjdvp_core.timing import interleaved
 
 WINDOWS = (1, 16, 32, 64)
 
@@ -84,16 +84,7 @@ def build(cls, config, dtype, device):
 
 def timed(fn, repeats: int) -> float:
     """Median seconds of fn() over repeats, after a warm-up, synchronising the GPU."""
-    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
-    fn()
-    times = []
-    for _ in range(repeats):
-        sync()
-        t = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+    return interleaved({"fn": fn}, repeats)["fn"].median
 
 
 @torch.inference_mode()

@@ -18,9 +18,9 @@ cached). "tree: auto" rows may also choose auto.TREES' capped draft tree, "chain
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
-import time
 from typing import NamedTuple
 
 import torch
@@ -29,7 +29,8 @@ from sjdvp_core.datasheet import roofline
 from sjdvp_core.engine.calibration import calibration, warm_up
 from sjdvp_core.engine.decode import decode
 from sjdvp_core.engine.settings import TreeSettings, method_settings
-from sjdvp_core.models.registry import load_model
+from sjdvp_core.models.loading import load_model
+from sjdvp_core.timing import interleaved
 
 PROMPTS = ("a red circle on grass", "a blue square on snow", "a green diamond on sand")
 MODELLED = [(d, m) for d in ("H200", "RTX 4090") for m in ("Lumina-mGPT 7B", "Janus-Pro-7B", "LlamaGen-XL")]
@@ -87,20 +88,15 @@ def main(argv=None):
         warm_up(adapter, settings(adapter, row, 0), cpu[row][1].plans if row in cpu else ())
     runs = [(p, s) for p in PROMPTS for s in range(args.seeds)]
     model_runs = [(p, s) for p in PROMPTS for s in range(args.model_seeds)]
-    seconds = {row: [] for row in ROWS}
-    stats = {row: [] for row in ROWS}
-    for repeat in range(args.repeats):                # every row in every repeat: drift hits them alike
-        for row in ROWS:
-            total = 0.0
-            for prompt, seed in runs:
-                t = time.perf_counter()
-                cost, profile = cpu.get(row, (None, None))
-                st = decode(adapter, prompt, settings(adapter, row, seed), cost=cost, profile=profile).stats
-                total += time.perf_counter() - t
-                if repeat == 0:
-                    stats[row].append(st)
-            seconds[row].append(total)
-    ar_seconds = min(statistics.median(seconds[row]) for row in ROWS if row.method == "ar")
+
+    def decodes(row: Row) -> list:
+        cost, profile = cpu.get(row, (None, None))
+        return [decode(adapter, p, settings(adapter, row, s), cost=cost, profile=profile).stats for p, s in runs]
+
+    # every row in every repeat: drift hits them alike (the warm-up is above)
+    timed = interleaved({row: functools.partial(decodes, row) for row in ROWS}, args.repeats, warmup=0)
+    stats = {row: t.result for row, t in timed.items()}
+    ar_seconds = min(timed[row].median for row in ROWS if row.method == "ar")
     out, priced_rows = [], {}
     for row in ROWS:
         eager = row._replace(compiled=False)   # compiling changes no step: priced as its eager twin
@@ -117,8 +113,8 @@ def main(argv=None):
         out.append(label(row) | {
             "step_compression": round(statistics.mean(st.step_compression for st in sts), 3),
             "tokens_per_row": round(statistics.mean(st.tokens_per_forward for st in sts), 1),
-            "cpu_seconds": round(statistics.median(seconds[row]), 3),
-            "cpu_speedup": round(ar_seconds / statistics.median(seconds[row]), 3),
+            "cpu_seconds": round(timed[row].median, 3),
+            "cpu_speedup": round(ar_seconds / timed[row].median, 3),
             "modeled": modelled})
         print(out[-1], flush=True)
     if args.out:

@@ -22,7 +22,7 @@ from sjdvp_core.engine.auto import contenders
 from sjdvp_core.engine.calibration import auto_plans, measure_profile, pass_cost
 from sjdvp_core.engine.decode import decode
 from sjdvp_core.engine.settings import method_settings
-from sjdvp_core.models.registry import load_model
+from sjdvp_core.models.loading import load_model
 
 from .latency import PROMPTS
 

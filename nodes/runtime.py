@@ -15,7 +15,8 @@ import torch
 from ..sjdvp_core.engine.adapter import ModelAdapter
 from ..sjdvp_core.hub import catalogue
 from ..sjdvp_core.hub.download import download, on_disk
-from ..sjdvp_core.models.registry import DEMO, list_models, load_model
+from ..sjdvp_core.models.loading import load_model
+from ..sjdvp_core.models.registry import DEMO, list_models
 
 FOLDER = "sjdvp"
 folder_paths.add_model_folder_path(FOLDER, os.path.join(folder_paths.models_dir, FOLDER))

@@ -16,7 +16,7 @@ from .engine.settings import (
     method_settings,
 )
 from .engine.stats import DecodeStats
-from .models.registry import load_model
+from .models.loading import load_model
 
 __all__ = ["ModelAdapter", "TokenLayout", "DecodeResult", "decode", "DecodeSettings", "DrafterSettings",
            "SamplingSettings", "TreeSettings", "VPSettings", "WindowSettings", "DEFAULT_WINDOW", "method_settings",

@@ -6,6 +6,7 @@ import subprocess
 import sys
 from dataclasses import replace
 
+import pytest
 import torch
 
 from benchmarks import ar_baseline
@@ -50,3 +51,18 @@ def test_plain_ar_loop_is_the_same_model_run(monkeypatch):
     engine = decode(adapter, "a red circle on grass", greedy).tokens
     monkeypatch.setattr(torch, "multinomial", lambda probs, n, generator=None: probs.argmax(-1, keepdim=True))
     assert torch.equal(ar_baseline.plain_ar(adapter, "a red circle on grass", 0), engine)
+
+
+def test_interleaved_takes_turns_and_leaves_the_warm_up_out(monkeypatch):
+    """Every contender runs once per round in order; warm-up rounds are run but not counted; the result is
+    the last run's; no contender is timed with another's work."""
+    from sjdvp_core import timing
+    calls, clock = [], iter(range(100))
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: next(clock))
+    runs = {"a": lambda: calls.append("a") or len(calls), "b": lambda: calls.append("b") or len(calls)}
+    timed = timing.interleaved(runs, repeats=3, warmup=1)
+    assert calls == ["a", "b"] * 4
+    assert [t.seconds for t in timed.values()] == [[1, 1, 1], [1, 1, 1]] and timed["b"].result == 8
+    assert timed["a"].to_json() == {"seconds": 1, "runs_s": [1, 1, 1], "repeats": 3}
+    with pytest.raises(ValueError, match="at least once"):
+        timing.interleaved(runs, repeats=0)

@@ -12,7 +12,7 @@ from torch.profiler import ProfilerActivity, profile
 from sjdvp_core import decode
 from sjdvp_core.engine import compiled as compiled_module
 from sjdvp_core.engine.settings import DrafterSettings, SamplingSettings, method_settings
-from sjdvp_core.models.registry import load_model
+from sjdvp_core.models.loading import load_model
 
 PROMPTS = ["a red circle on grass", "a blue square on snow"]
 

@@ -13,7 +13,7 @@ from sjdvp_core.demo.judge import attribute_match
 from sjdvp_core.engine import auto
 from sjdvp_core.engine.cost import PassCost
 from sjdvp_core.engine.settings import method_settings
-from sjdvp_core.models.registry import load_model
+from sjdvp_core.models.loading import load_model
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,8 @@ from sjdvp_core.hub import catalogue
 from sjdvp_core.hub.check import check
 from sjdvp_core.hub.download import DownloadError, download, main, on_disk
 from sjdvp_core.models.folders import INCOMPLETE, incomplete
-from sjdvp_core.models.registry import FAMILIES, detect_family, list_models, load_model
+from sjdvp_core.models.loading import load_model
+from sjdvp_core.models.registry import FAMILIES, detect_family, list_models
 from tests.helpers.fake_hub import FakeHub
 from tests.test_llamagen import random_gpt, random_vq
 

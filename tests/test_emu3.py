@@ -26,7 +26,8 @@ from sjdvp_core.models.emu3.adapter import (
     Emu3Adapter,
     token_grid,
 )
-from sjdvp_core.models.registry import detect_family, load_model
+from sjdvp_core.models.loading import load_model
+from sjdvp_core.models.registry import detect_family
 from tests.helpers.tiny_hf import (
     assert_windows_match_recompute,
     byte_bpe_tokenizer,

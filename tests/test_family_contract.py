@@ -2,13 +2,14 @@
 PipelineTesterMixin runs one suite on every pipeline): detected from its files and loaded; greedy SJD and
 SJD-VP return AR's tokens, on a chain and on a draft tree; a tree's forward equals its branches' forwards;
 decode_image gives an IMAGE; every missing or broken file is named with the repository to download; the
-check command finds no problem. A new family adds its fixture to FIXTURES and keeps only its own special
+check command finds no problem. A family's original release, where its loader takes one beside the converted
+layout, is a fixture of its own. A new family adds its fixture to FIXTURES and keeps only its own special
 tests (prompt layout, sizes, upstream equivalence) in its test file."""
 from __future__ import annotations
 
 import io
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -18,8 +19,10 @@ import torch
 from sjdvp_core import decode, method_settings
 from sjdvp_core.engine.settings import SamplingSettings
 from sjdvp_core.hub.check import check
-from sjdvp_core.models.registry import detect_family, load_model
-from tests.helpers.tiny_hf import assert_greedy_sjd_equals_ar, assert_missing_files_are_named
+from sjdvp_core.models.checkpoint import CheckpointError
+from sjdvp_core.models.loading import load_model
+from sjdvp_core.models.registry import detect_family
+from tests.helpers.tiny_hf import assert_greedy_sjd_equals_ar, hf_broken_folders, variant
 from tests.helpers.tree_check import assert_tree_matches_chains
 
 PROMPTS = ["a red fox in the snow", "a blue sky"]
@@ -37,6 +40,38 @@ def _janus(folder: str) -> str:
     return str(write_converted(Path(folder)))
 
 
+def _emu3_original(folder: str) -> str:
+    from tests.test_emu3_original import write_folders
+    return write_folders(Path(folder))[1]
+
+
+def _janus_original(folder: str) -> str:
+    from tests.test_janus import write_converted
+    from tests.test_janus_original import write_original
+    converted = Path(folder) / "converted"
+    converted.mkdir(parents=True)
+    write_converted(converted)
+    return write_original(str(converted), Path(folder) / "Janus-Pro-7B", sharded=True)
+
+
+def _llamagen(folder: str) -> str:
+    """A class-conditional release folder: the GPT (ImageNet's 1000 classes) and its tokenizer side by side."""
+    from safetensors.torch import save_file
+
+    from tests.test_llamagen import GPT_TINY, random_gpt, random_vq
+    os.makedirs(folder)
+    gpt = random_gpt(replace(GPT_TINY, num_classes=1000)).state_dict()
+    save_file({k: v.contiguous() for k, v in gpt.items()}, os.path.join(folder, "c2i_B_256.safetensors"))
+    torch.save({"model": random_vq().state_dict()}, os.path.join(folder, "vq_ds16_c2i.pt"))
+    return folder
+
+
+def _llamagen_broken(folder: str, tmp_path) -> list[tuple[str, str]]:
+    return [(variant(folder, tmp_path, "no_vq", drop=["vq_*"]), r"no tokenizer for the c2i model.*vq_ds16_c2i\.pt"),
+            (variant(folder, tmp_path, "bad_gpt", write={"c2i_B_256.safetensors": "not a safetensors file"}),
+             "c2i_B_256.safetensors")]
+
+
 def _lumina(folder: str) -> str:
     from tests.helpers.tiny_lumina import write_lumina
     return write_lumina(folder)
@@ -50,8 +85,8 @@ def _lumina2(folder: str) -> str:
 @dataclass(frozen=True)
 class Fixture:
     """A family's tiny folder: its writer, the name the folder takes, how to load it at a size its positions
-    hold, the guidance scale the family uses, the repository its error messages name, and what the check
-    command rightly finds wrong with a tiny model."""
+    hold, the guidance scale the family uses, the repository its error messages name, what the check
+    command rightly finds wrong with a tiny model, its prompts, and its broken copies."""
     family: str
     write: Callable[[str], str]
     name: str
@@ -59,19 +94,31 @@ class Fixture:
     cfg: float
     size: dict = field(default_factory=dict)
     problems: tuple[str, ...] = ()
+    prompts: tuple = tuple(PROMPTS)
+    # (folder, tmp_path) -> [(a broken copy, the message it must give)]; None: the release's own test module
+    # names each of its files (several repositories, .bin shards), test_<family>_original.py
+    broken: Callable | None = hf_broken_folders
+    freed: Callable = lambda adapter: adapter.cache is None   # whether finish() freed the KV cache
 
 
 FIXTURES = [
+    Fixture("llamagen", _llamagen, "LlamaGen-c2i-B-256", "FoundationVision/LlamaGen", 4.0,
+            prompts=("golden retriever", "tabby"), broken=_llamagen_broken,
+            freed=lambda adapter: all(layer.attention.kv_cache is None for layer in adapter.gpt.layers)),
     Fixture("emu3", _emu3, "Emu3-Gen-hf", "BAAI/Emu3-Gen-hf", 3.0, dict(image_area=128, ratio="2:1")),
+    Fixture("emu3", _emu3_original, "Emu3-Gen", "BAAI/Emu3-Gen", 3.0, dict(image_area=128, ratio="2:1"),
+            broken=None),
     Fixture("janus", _janus, "Janus-Pro-1B", "deepseek-community/Janus-Pro-1B", 5.0,
             problems=("image size: 64 px (Janus-Pro generates 384 x 384)",)),     # the tiny model's 4 x 4 grid
+    Fixture("janus", _janus_original, "Janus-Pro-7B", "deepseek-ai/Janus-Pro-7B", 5.0,
+            problems=("image size: 64 px (Janus-Pro generates 384 x 384)",), broken=None),
     Fixture("lumina", _lumina, "Lumina-mGPT-tiny-64", "Alpha-VLLM/Lumina-mGPT-7B-768 (or -512, -1024)", 4.0,
             dict(width=64, height=32)),
     Fixture("lumina2", _lumina2, "Lumina-mGPT-2.0", "Alpha-VLLM/Lumina-mGPT-2.0", 4.0, dict(width=64, height=32)),
 ]
 
 
-@pytest.fixture(scope="module", params=FIXTURES, ids=[f.family for f in FIXTURES])
+@pytest.fixture(scope="module", params=FIXTURES, ids=[f.name for f in FIXTURES])
 def family(request, tmp_path_factory):
     spec = request.param
     folder = spec.write(str(tmp_path_factory.mktemp("models") / spec.name))
@@ -86,19 +133,20 @@ def test_family_is_detected_and_loaded(family):
 
 def test_family_greedy_sjd_equals_ar_on_chains_and_trees(family):
     spec, _, adapter = family
-    assert_greedy_sjd_equals_ar(adapter, PROMPTS, windows=(4, 16), cfg_scales=(1.0, spec.cfg))
+    assert_greedy_sjd_equals_ar(adapter, list(spec.prompts), windows=(4, 16), cfg_scales=(1.0, spec.cfg))
+    assert spec.freed(adapter)
 
 
 def test_family_tree_forward_equals_its_chains(family):
-    _, _, adapter = family
-    assert_tree_matches_chains(adapter, PROMPTS, True)
+    spec, _, adapter = family
+    assert_tree_matches_chains(adapter, list(spec.prompts), True)
 
 
 @torch.no_grad()
 def test_family_decode_image_is_an_image(family):
     spec, _, adapter = family
-    res = decode(adapter, PROMPTS, method_settings("sjd-vp", 8, SamplingSettings(cfg_scale=spec.cfg, top_k=8),
-                                                   batch_size=2))
+    sampling = SamplingSettings(cfg_scale=spec.cfg, top_k=8)
+    res = decode(adapter, list(spec.prompts), method_settings("sjd-vp", 8, sampling, batch_size=2))
     image = adapter.decode_image(res.codes)
     h, w = adapter.layout.grid.shape
     assert res.codes.shape == (2, h, w) and image.shape[0] == 2 and image.shape[3] == 3
@@ -107,7 +155,12 @@ def test_family_decode_image_is_an_image(family):
 
 def test_family_missing_files_are_named(family, tmp_path):
     spec, folder, _ = family
-    assert_missing_files_are_named(folder, tmp_path, lambda path: load_model(path, **spec.size), spec.repo)
+    if spec.broken is None:
+        pytest.skip(f"{spec.name}'s files are named by tests/test_{spec.family}_original.py")
+    for path, message in spec.broken(folder, tmp_path):
+        with pytest.raises(CheckpointError, match=message) as err:
+            load_model(path, **spec.size)
+        assert spec.repo in str(err.value), str(err.value)
 
 
 def test_family_check_command_finds_no_problem(family):

@@ -10,7 +10,8 @@ from sjdvp_core import decode
 from sjdvp_core.engine.settings import SamplingSettings, method_settings
 from sjdvp_core.models.hf_adapter import left_pad
 from sjdvp_core.models.janus.adapter import BOI, PAD, JanusAdapter, chat_prompt
-from sjdvp_core.models.registry import detect_family, list_models, load_model
+from sjdvp_core.models.loading import load_model
+from sjdvp_core.models.registry import detect_family, list_models
 from tests.helpers.tiny_hf import (
     assert_windows_match_recompute,
     byte_bpe_tokenizer,

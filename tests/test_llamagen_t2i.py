@@ -97,7 +97,7 @@ def test_golden_captions_are_cleaned_as_upstream():
 
 
 def test_the_encoder_sees_cleaned_captions_in_the_gpts_precision(t5_folder, tmp_path):
-    from sjdvp_core.models.registry import load_model
+    from sjdvp_core.models.loading import load_model
     enc = T5CaptionEncoder(t5_folder)
     a, mask_a = enc(["A RED FOX in the <b>snow</b>"])
     b, mask_b = enc(["a red fox in the snow"])

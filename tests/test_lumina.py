@@ -13,6 +13,7 @@ from sjdvp_core import DecodeSettings, WindowSettings, decode
 from sjdvp_core.engine.settings import SamplingSettings, method_settings
 from sjdvp_core.models.checkpoint import CheckpointError
 from sjdvp_core.models.hf_adapter import read_tensor
+from sjdvp_core.models.loading import load_model
 from sjdvp_core.models.lumina.adapter import (
     IMAGE_END,
     IMAGE_START,
@@ -24,7 +25,7 @@ from sjdvp_core.models.lumina.adapter import (
     trained_size,
 )
 from sjdvp_core.models.lumina.vqgan import ChameleonVQGAN, VQGANConfig, load_vqgan
-from sjdvp_core.models.registry import detect_family, list_models, load_model
+from sjdvp_core.models.registry import detect_family, list_models
 from tests.helpers.tiny_hf import (
     assert_windows_match_recompute,
     byte_bpe_tokenizer,

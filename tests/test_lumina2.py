@@ -16,9 +16,10 @@ from sjdvp_core import decode
 from sjdvp_core.engine.settings import SamplingSettings, method_settings
 from sjdvp_core.models.checkpoint import CheckpointError
 from sjdvp_core.models.hf_adapter import read_tensor
+from sjdvp_core.models.loading import load_model
 from sjdvp_core.models.lumina.adapter import IMAGE_START, resolution_token
 from sjdvp_core.models.lumina2.adapter import IMAGE_BASE, Lumina2Adapter
-from sjdvp_core.models.registry import detect_family, list_models, load_model
+from sjdvp_core.models.registry import detect_family, list_models
 from tests.helpers.tiny_hf import assert_greedy_sjd_equals_ar
 from tests.helpers.tiny_lumina2 import CODES, write_lumina2
 from tests.test_lumina import (

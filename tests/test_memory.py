@@ -12,9 +12,9 @@ from torch.profiler import ProfilerActivity, profile
 
 from sjdvp_core import decode
 from sjdvp_core.engine.settings import method_settings
+from sjdvp_core.models.loading import load_model
 from sjdvp_core.models.memory import choose_precision, need
 from sjdvp_core.models.quantize import weight_bytes
-from sjdvp_core.models.registry import load_model
 from tests.test_quantize import FAMILIES
 
 PRECISIONS = ("fp32", "bf16", "int8", "nf4")

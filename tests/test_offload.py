@@ -11,8 +11,8 @@ import torch
 
 from sjdvp_core import SamplingSettings, decode
 from sjdvp_core.engine.settings import TreeSettings, method_settings
+from sjdvp_core.models.loading import load_model
 from sjdvp_core.models.placement import offload_map, place
-from sjdvp_core.models.registry import load_model
 from tests.helpers.tiny_lumina import write_lumina
 
 MODELS = {

@@ -18,8 +18,9 @@ from sjdvp_core.engine.target import cfg_mix
 from sjdvp_core.models.llamagen.adapter import LlamaGenAdapter
 from sjdvp_core.models.llamagen.gpt import GPTConfig, LlamaGenGPT
 from sjdvp_core.models.llamagen.vq import LlamaGenVQ
+from sjdvp_core.models.loading import load_model, quantize
 from sjdvp_core.models.quantize import is_quantised, quantisable, stored_quantisation, weight_bytes
-from sjdvp_core.models.registry import detect_family, load_model, quantize
+from sjdvp_core.models.registry import detect_family
 from tests.helpers.tiny_lumina import write_lumina, write_lumina_4bit
 from tests.helpers.tiny_lumina2 import write_lumina2
 from tests.helpers.toy_reference import chi2_pvalue, code_index

@@ -10,7 +10,8 @@ from sjdvp_core.engine.cost import PassCost
 from sjdvp_core.engine.report import colour_ramp, commit_map, report_data, report_text
 from sjdvp_core.engine.settings import decode_settings
 from sjdvp_core.figures import commit_figure
-from sjdvp_core.models.registry import detect_family, list_models, load_model, resolve_dtype
+from sjdvp_core.models.loading import load_model, resolve_dtype
+from sjdvp_core.models.registry import detect_family, list_models
 from sjdvp_core.models.toy import ToyGridAdapter
 from tests.test_llamagen import random_gpt, random_vq
 

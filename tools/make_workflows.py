@@ -12,6 +12,7 @@ import importlib.util
 import json
 import os
 import sys
+from dataclasses import dataclass
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
@@ -27,6 +28,31 @@ from sjdvp_core.hub.catalogue import BY_NAME, Entry, size_text  # noqa: E402
 from sjdvp_core.models.registry import FAMILIES  # noqa: E402
 
 OUT = os.path.join(REPO, "workflows")
+FOX = "a photo of a red fox sitting in fresh snow, morning light"
+
+
+@dataclass(frozen=True)
+class Example:
+    """A workflow shipped for a family (workflows/<workflow>.json): the catalogue entry it downloads on its
+    first run, its title, its prompt, the key of the family module's SAMPLING table where it has one per model
+    type, and its image size."""
+    workflow: str
+    entry: str
+    title: str
+    prompt: str = FOX
+    sampling: str = ""
+    size: tuple[int, int] = (0, 0)
+
+
+# every family of sjdvp_core.models.registry.FAMILIES ships at least one (family_workflows checks it)
+EXAMPLES = {
+    "llamagen": (Example("sjdvp_llamagen_c2i", "LlamaGen-c2i-L-384", "LlamaGen-c2i", "golden retriever", "c2i"),
+                 Example("sjdvp_llamagen_t2i", "LlamaGen-t2i-XL-256", "LlamaGen-t2i", sampling="t2i")),
+    "janus": (Example("sjdvp_janus_pro", "Janus-Pro-7B", "Janus-Pro"),),
+    "emu3": (Example("sjdvp_emu3", "Emu3-Gen", "Emu3", size=(720, 720)),),
+    "lumina": (Example("sjdvp_lumina_mgpt", "Lumina-mGPT-7B-768", "Lumina-mGPT", size=(768, 768)),),
+    "lumina2": (Example("sjdvp_lumina_mgpt2", "Lumina-mGPT-2.0", "Lumina-mGPT 2.0", size=(768, 768)),),
+}
 LEGACY_JS = os.path.join(REPO, "web", "js", "legacy_values.js")
 
 SOCKETS = {  # node type -> (socket inputs, outputs)
@@ -186,12 +212,15 @@ def family_note(entry: Entry, title: str) -> str:
 
 
 def family_workflows() -> dict:
-    """One per Example of each family row (sjdvp_core.models.registry.FAMILIES). They name catalogue
-    entries ("Janus-Pro-7B (download, ~14.8 GB)"): a shared workflow downloads its model into models/sjdvp
-    on its first run and finds it there afterwards."""
+    """One per Example of each family (EXAMPLES). They name catalogue entries ("Janus-Pro-7B (download,
+    ~14.8 GB)"): a shared workflow downloads its model into models/sjdvp on its first run and finds it there
+    afterwards."""
+    missing = sorted(set(FAMILIES) - set(EXAMPLES))
+    if missing:
+        raise SystemExit(f"no example workflow for the families {missing}: add them to EXAMPLES")
     out = {}
-    for family in FAMILIES.values():
-        for ex in family.examples:
+    for name, family in FAMILIES.items():
+        for ex in EXAMPLES[name]:
             sampling = family.module.SAMPLING[ex.sampling] if ex.sampling else family.module.SAMPLING
             entry = BY_NAME[ex.entry]
             out[ex.workflow] = quick(entry.choice, ex.prompt, sampling, family_note(entry, ex.title), name=ex.title,

@@ -28,7 +28,7 @@ import torch
 from ..engine.adapter import at_size
 from ..engine.decode import decode
 from ..engine.settings import METHODS, TreeSettings, WindowSettings, method_settings
-from ..models.registry import load_model
+from ..models.loading import load_model
 from .generate import chosen_sampling, decoding_arguments, enlargement, save_png, window_arg
 from .mistakes import run_command
 

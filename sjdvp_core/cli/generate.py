@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import os
-import statistics
 import sys
 import time
 
@@ -29,8 +29,9 @@ from ..engine.settings import (
     WindowSettings,
     method_settings,
 )
+from ..models.loading import PRECISIONS, load_model
 from ..models.placement import PLACEMENTS
-from ..models.registry import PRECISIONS, load_model
+from ..timing import interleaved
 from .mistakes import run_command
 
 PROG = "python -m sjdvp_core"
@@ -74,7 +75,7 @@ def main(prompt: str, methods=("ar", "sjd-vp"), model: str = "demo", window: int
          tree_branch: int = TreeSettings().branch, precision: str = "auto", placement: str | None = None,
          auto_tree: bool = True, compile: bool = False, repeats: int = 3,
          init: str = WindowSettings.init) -> list[dict]:
-    if repeats < 1:
+    if repeats < 1:   # before the model loads
         raise ValueError(f"repeats={repeats}: time each method at least once")
     size, auto = window_arg(window) if isinstance(window, str) else (window, False)
     adapter = at_size(load_model(model, device=device, precision=precision, placement=placement), width, height)
@@ -96,14 +97,10 @@ def main(prompt: str, methods=("ar", "sjd-vp"), model: str = "demo", window: int
                   f"{measuring:.1f} s (once per model and device; cached)")
         warm_up(adapter, settings, calibrated[1].plans if calibrated[1] is not None else ())
         chosen[name] = settings, calibrated
-    seconds, results = {name: [] for name in chosen}, {}
-    for _ in range(repeats):   # the methods take turns: a drift of the machine's speed moves each alike
-        for name, (settings, (cost, profile)) in chosen.items():
-            t = time.perf_counter()
-            results[name] = decode(adapter, prompt, settings, cost=cost, profile=profile)   # the same each time
-            seconds[name].append(time.perf_counter() - t)
-    for name, result in results.items():
-        decode_s = statistics.median(seconds[name])
+    timed = interleaved({name: functools.partial(decode, adapter, prompt, settings, cost=cost, profile=profile)
+                         for name, (settings, (cost, profile)) in chosen.items()}, repeats, warmup=0, device=device)
+    for name, t in timed.items():
+        result, decode_s = t.result, t.median   # the same tokens each time
         image = adapter.decode_image(result.codes)[0]
         path = os.path.join(out, f"{name}_seed{seed}.png")
         save_png(image, path, enlargement(model))

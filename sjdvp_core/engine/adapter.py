@@ -146,20 +146,6 @@ class ModelAdapter:
         return []
 
 
-def weights_device(module: torch.nn.Module) -> torch.device:
-    """Where a module computes: where its weights are now (a memory manager may move them between runs), or,
-    where a device map placed it (models.placement), accelerate's execution device for it (its weights may
-    sit in CPU memory, on disk or on the meta device meanwhile)."""
-    for m in module.modules():
-        hook = getattr(m, "_hf_hook", None)
-        for h in getattr(hook, "hooks", [hook]):
-            if getattr(h, "execution_device", None) is not None:
-                return torch.device(h.execution_device)
-        for p in m.parameters(recurse=False):
-            return p.device
-    raise ValueError(f"{type(module).__name__} holds no weights")
-
-
 KEEP_SIZE = 0   # at_size's width and height: the model's own size
 
 

@@ -7,6 +7,7 @@ drafts for positions n_b .. n_b + W - 2; one forward gives targets p for positio
 `accept` verifies the drafts left to right (first rejection by one cumulative op) and draws one more
 token (the residual at the rejection, or a bonus draw from p after the last draft); the accepted drafts
 and that token are committed; the window slides by what was committed and is re-drafted (drafting.py).
+A step (steps.py: a chain's or a tree's) does that after the plan is chosen; the loop records its outcome.
 Each image advances by its own count, and the model's cache is written by position, so rolling back
 rejected entries costs nothing. With a draft tree (tree.py) the first slots hold several candidates,
 scored in the same forward. W = 1 is plain AR. All randomness goes through one seeded
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 from torch import Tensor
@@ -30,10 +31,10 @@ from .cost import PassCost
 from .drafting import Drafter
 from .settings import DecodeSettings
 from .stats import DecodeStats, Recorder
+from .steps import ChainStep, Outcome, TreeStep
 from .target import cfg_mix, sample, target_probs
-from .tree import propose, tree_inputs, tree_shape, verify_tree
-from .verify import Verifier, accept, accept_uniforms
-from .window import LocalLayout
+from .verify import Verifier
+from .window import LocalLayout, Window
 
 ProgressFn = Callable[[int, int, Tensor], None]
 
@@ -44,18 +45,6 @@ class DecodeResult:
     codes: Tensor     # [B, h, w] codebook indices of the image cells
     layout: TokenLayout
     stats: DecodeStats
-
-
-@dataclass
-class Step:
-    """What a draft tree's forward and verification decided."""
-    p: Tensor              # [B, w, V] the targets along the path taken
-    k: Tensor              # [B] drafts accepted
-    next: Tensor           # [B] the token after them
-    accepted: Tensor       # [B, w - 1] each draft's own outcome
-    scored: int            # tokens the forward scored per row
-    forward_end: float     # the clock when the forward had finished
-    tree: tuple[Tensor, Tensor, Tensor] | None = None   # per row: alternatives tried, one taken, a guess
 
 
 class _Clock:
@@ -78,7 +67,7 @@ class Loop:
     n_host: list[int]       # their host copy
     trace: list[list[int]]  # n_host after every iteration (the prefill's first), for DecodeStats.commit_iter
     row_passes: Tensor      # [B] forward passes until each image was complete
-    window: Any             # the drafts (window.Window)
+    window: Window          # the drafts
     rec: Recorder
     it: int = 1
     plans: dict = field(default_factory=dict)   # auto: iterations per plan
@@ -104,10 +93,9 @@ class JacobiDecoder:
         self.chooser = PlanChooser(cost, profile) if auto else None
         self.warm = warmed(layout.jacobi_span)
         self.steps = torch.arange(self.W + 1, device=self.device)   # slot offsets, made once
-        # compiled: a chain's whole step (verification and drafting) is one graph; a tree's drafting is its own
-        self.step, self.redraft = None, self.drafter.redraft
-        if settings.compile:
-            self.step, self.redraft = compiled(self._step, "step"), compiled(self.drafter.redraft, "draft")
+        # compiled: a chain's whole step after its forward is one graph (ChainStep); a tree's re-draft its own
+        self.redraft = compiled(self.drafter.redraft, "draft") if settings.compile else self.drafter.redraft
+        self.chain, self.tree = ChainStep(self), TreeStep(self)
 
     def targets(self, logits: Tensor, at: Tensor) -> Tensor:
         """Model logits [R, N, V_model] predicting positions at [B, N] -> p [B, N, V]."""
@@ -143,52 +131,35 @@ class JacobiDecoder:
         return all(c >= self.local.free_end for c in loop.n_host)
 
     def iterate(self, loop: Loop) -> None:
-        """forward -> targets -> accept (one step) -> commit -> redraft; one read back to the host."""
-        dev, local, rec = self.device, self.local, loop.rec
-        end, (lo, hi) = local.free_end, local.span
-        n, canvas, window = loop.n, loop.canvas, loop.window
+        """plan -> step (chain or tree: forward, targets, accept, commit, re-draft) -> record; one read back to
+        the host."""
         plan = self.plan if self.chooser is None else self.chooser.choose(loop.it)
+        window = loop.window
         if plan.window - 1 != window.slots:   # auto changed plans: the state follows, so the step costs the plan's
-            window = self.drafter.resize(window, plan.window - 1, n, canvas, self.gen)
+            window = self.drafter.resize(window, plan.window - 1, loop.n, loop.canvas, self.gen)
         # how far each row may accept drafts: to the end of the image grid, nothing outside it
+        end, (lo, hi) = self.local.free_end, self.local.span
         limit_host = [min(plan.window - 1, max(hi - c, 0)) if lo <= c < end else 0 for c in loop.n_host]
-        limit, active = torch.tensor(limit_host, device=dev), n < end
+        limit, active, reach = torch.tensor(limit_host, device=self.device), loop.n < end, max(limit_host)
         t0 = self.clock.now()
-        w, one_step = max(limit_host) + 1, False
-        if plan.tree.on and w > 1:
-            step = self._tree_step(window, canvas, n, w, limit, plan.tree)
-            p, t1, scored = step.p, step.forward_end, step.scored
-            m = self.commit(rec, window, canvas, n, limit, active, p, step.k, step.next, step.accepted)
-            rec.tree_outcome(*step.tree)
-            t2, n_next = self.clock.now(), n + m
-            loop.window = self.redraft(window, p, m, n_next, active, canvas,
-                                       self.drafter.draws(self.B, window.slots, self.gen, dev))
-        else:   # the plan's full window even where the image's end leaves fewer drafts: one shape per plan
-            scored, at = plan.window, n[:, None] + self.steps[:plan.window]
-            logits = self._chain_forward(canvas, at)
-            t1 = self.clock.now()
-            # the step's randomness in the generator's order: the verification's, then the drafts'
-            u = accept_uniforms(self.B, scored - 1, self.gen, dev)
-            draws = self.drafter.draws(self.B, window.slots, self.gen, dev)
-            one_step = self.step is not None
-            if one_step:   # one compiled graph (timed as one: DecodeStats.time_step)
-                m, n_next, loop.window = self.step(rec, logits, at, window, canvas, n, limit, active, *u, draws)
-                t2 = self.clock.now()
-            else:
-                p, m = self._check(rec, logits, at, window, canvas, n, limit, active, *u)
-                t2, n_next = self.clock.now(), n + m
-                loop.window = self.redraft(window, p, m, n_next, active, canvas, draws)
-        rec.scored.append(scored)
-        rec.committed.append(m.clone() if one_step else m)   # a CUDA graph's next replay overwrites its outputs
-        n, loop.row_passes, loop.it = n_next, loop.row_passes + active, loop.it + 1
-        loop.n = n
-        before, loop.n_host = loop.n_host, n.tolist()                                      # the one sync
+        step = self.tree if plan.tree.on and reach > 0 else self.chain
+        self.record(loop, plan, active, t0, step(loop, plan, window, limit, active, reach))
+
+    def record(self, loop: Loop, plan: Plan, active: Tensor, t0: float, out: Outcome) -> None:
+        """The loop's state and statistics after a step; auto's record of what the plan committed."""
+        rec = loop.rec
+        rec.scored.append(out.scored)
+        rec.committed.append(out.m)
+        if out.tree is not None:
+            rec.tree_outcome(*out.tree)
+        loop.n, loop.window, loop.row_passes, loop.it = out.n, out.window, loop.row_passes + active, loop.it + 1
+        before, loop.n_host = loop.n_host, out.n.tolist()                                  # the one sync
         if self.chooser is not None:
             loop.plans[plan] = loop.plans.get(plan, 0) + 1
             if min(before) >= self.warm:
                 self.chooser.record(plan, sum(b - a for a, b in zip(before, loop.n_host)) / self.B)
         loop.trace.append(loop.n_host)
-        rec.phases(t0, t1, t2, self.clock.now(), one_step)
+        rec.phases(t0, out.forward_end, out.verify_end, self.clock.now(), out.one_graph)
 
     def run(self, first_logits: Tensor, progress: ProgressFn | None) -> DecodeResult:
         """Iterate until every image is complete, then fill in the known tail."""
@@ -213,64 +184,14 @@ class JacobiDecoder:
         stats.time_total = time.perf_counter() - t_start
         return DecodeResult(local.vocab[canvas[:, :L]], canvas[:, :L][:, local.grid], self.local.layout, stats)
 
-    def _chain_forward(self, canvas: Tensor, at: Tensor) -> Tensor:
-        """The model's logits predicting positions at [B, w]: over the last committed token and the w - 1 drafts
-        after it (the canvas holds them)."""
-        positions = (at - 1).clamp(max=self.local.length - 1)
-        return self.adapter.forward(self.rows(self.local.vocab[canvas.gather(1, at - 1)]), self.rows(positions))
-
-    def _step(self, rec: Recorder, logits: Tensor, at: Tensor, window, canvas: Tensor, n: Tensor, limit: Tensor,
-              active: Tensor, u: Tensor, u_next: Tensor, draws) -> tuple[Tensor, Tensor, Any]:
-        """A chain's whole step after its forward, `_check` then the re-draft (draws: Drafter.draws) -> (tokens
-        committed [B], the new counts [B], the next window): one function, so that torch.compile makes the step
-        one graph, which CUDA can capture and replay (compiled.py)."""
-        p, m = self._check(rec, logits, at, window, canvas, n, limit, active, u, u_next)
-        n = n + m
-        return m, n, self.drafter.redraft(window, p, m, n, active, canvas, draws)
-
-    def _check(self, rec: Recorder, logits: Tensor, at: Tensor, window, canvas: Tensor, n: Tensor, limit: Tensor,
-               active: Tensor, u: Tensor, u_next: Tensor) -> tuple[Tensor, Tensor]:
-        """A chain's verification after its forward (logits predicting positions at [B, w]): targets, accept
-        (uniforms u [B, w - 1], u_next [B]: verify.accept_uniforms) and the commit -> (p [B, w, V], tokens
-        committed [B]). Pure but for the canvas and the statistics it writes."""
-        w = at.shape[1]
-        p = self.targets(logits, at)                                                              # [B, w, V]
-        k, nxt, accepted = accept(window.tokens[:, :w - 1], window.q[:, :w - 1], p, limit, self.verifier, u,
-                                  u_next)
-        return p, self.commit(rec, window, canvas, n, limit, active, p, k, nxt, accepted)
-
-    def commit(self, rec: Recorder, window, canvas: Tensor, n: Tensor, limit: Tensor, active: Tensor, p: Tensor,
-               k: Tensor, nxt: Tensor, accepted: Tensor) -> Tensor:
-        """Write the token after the k accepted drafts and tally the outcome -> tokens committed per row [B]."""
+    def commit(self, canvas: Tensor, n: Tensor, active: Tensor, k: Tensor, nxt: Tensor) -> Tensor:
+        """Write the token after the k accepted drafts -> tokens committed per row [B]; in a row that commits
+        none it lands past the row's end, where nothing reads it."""
         at = n + k
-        m = k + (active & (at < self.local.free_end))
-        # the next token; in a row that commits none it lands past the row's end, where nothing reads it
         canvas.scatter_(1, at[:, None], nxt[:, None])
-        self._observe(rec, window, p, k, accepted, limit, m)
-        return m
+        return k + (active & (at < self.local.free_end))
 
-    def _tree_step(self, window, canvas: Tensor, n: Tensor, w: int, limit: Tensor, tree) -> Step:
-        """The same over a draft tree (tree.py); p is along the path taken. The accepted alternatives are
-        written to the canvas and their branch's cache entries kept."""
-        shape, local = tree_shape(w, tree, self.device), self.local
-        cand = propose(window, canvas, n, local, shape, tree.guesses, self.same_noise, self.gen)
-        inputs = tree_inputs(canvas.gather(1, (n - 1)[:, None])[:, 0], window.tokens, cand, shape)
-        positions = ((n - 1)[:, None] + shape.offsets).clamp(max=local.length - 1)
-        logits = self.adapter.forward_tree(self.rows(local.vocab[inputs]), self.rows(positions), shape.ancestors, w)
-        t1 = self.clock.now()
-        p_all = self.targets(logits, n[:, None] + shape.offsets)                              # [B, N, V]
-        out = verify_tree(window.tokens[:, :w - 1], window.q[:, :w - 1], p_all, cand, shape, limit, self.verifier,
-                          self.gen)
-        pick = (out.level * shape.alts + out.choice.clamp(max=shape.alts - 1))[:, None]
-        at = (n + out.level)[:, None]
-        canvas.scatter_(1, at, torch.where(out.took[:, None], cand.tokens.flatten(1).gather(1, pick),
-                                           canvas.gather(1, at)))
-        self.adapter.adopt(self.rows(out.branch))
-        p = p_all.gather(1, out.path[..., None].expand(-1, -1, p_all.shape[-1]))
-        return Step(p, out.k, out.next, out.accepted, shape.nodes, t1,
-                    (out.tried, out.took, cand.guess[out.choice.clamp(max=shape.alts - 1)]))
-
-    def _observe(self, rec: Recorder, window, p: Tensor, k: Tensor, accepted: Tensor, limit: Tensor,
+    def observe(self, rec: Recorder, window: Window, p: Tensor, k: Tensor, accepted: Tensor, limit: Tensor,
                  m: Tensor) -> None:
         """Statistics and VP auto's scores: they look at what verification decided, never steer it."""
         slots = self.steps[:p.shape[1]]

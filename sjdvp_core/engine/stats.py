@@ -146,11 +146,11 @@ class Recorder:
         """The device tensors the step adds into."""
         return self.outcome_counts, self.vp, self.entropy, self.tree
 
-    def phases(self, t0: float, t1: float, t2: float, t3: float, one_step: bool = False) -> None:
-        """One iteration's clock readings: forward t0..t1, verification t1..t2, drafting t2..t3; one_step: a
+    def phases(self, t0: float, t1: float, t2: float, t3: float, one_graph: bool = False) -> None:
+        """One iteration's clock readings: forward t0..t1, verification t1..t2, drafting t2..t3; one_graph: a
         compiled step did both in one graph, t1..t2, counted as such (t2..t3 is then the loop's own work)."""
         self.times[0] += t1 - t0
-        if one_step:
+        if one_graph:
             self.times[3] += t2 - t1
         else:
             self.times[1] += t2 - t1

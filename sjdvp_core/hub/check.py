@@ -20,7 +20,8 @@ import torch
 
 from ..cli.mistakes import run_command
 from ..engine.devices import default_device
-from ..models.registry import PRECISIONS, detect_family, load_model, resolve_dtype
+from ..models.loading import PRECISIONS, load_model, resolve_dtype
+from ..models.registry import detect_family
 
 PROG = "python -m sjdvp_core.check"
 WEIGHT_FILES = (".safetensors", ".pt", ".pth", ".bin", ".ckpt")

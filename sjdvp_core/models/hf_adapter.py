@@ -24,7 +24,7 @@ from torch import Tensor
 from transformers import __version__ as TRANSFORMERS_VERSION
 from transformers.cache_utils import Cache
 
-from ..engine.adapter import ModelAdapter, TokenLayout, weights_device
+from ..engine.adapter import ModelAdapter, TokenLayout
 from .checkpoint import CheckpointError
 from .kv_cache import (
     ForwardShape,
@@ -37,6 +37,7 @@ from .kv_cache import (
     window_mask,
 )
 from .optional import require
+from .placement import weights_device
 from .quantize import adopt_stored, stored_quantisation
 
 INDEX = "model.safetensors.index.json"
@@ -229,7 +230,7 @@ class HFAdapter(ModelAdapter):
 
     @property
     def device(self) -> torch.device:
-        """Where the embeddings compute (engine.adapter.weights_device): the engine's tensors live there."""
+        """Where the embeddings compute (models.placement.weights_device): the engine's tensors live there."""
         return weights_device(self.lm.get_input_embeddings())
 
     # --- family hooks ------------------------------------------------------------------------------

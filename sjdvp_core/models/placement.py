@@ -27,6 +27,20 @@ from .optional import require
 PLACEMENTS = ("split", "offload")
 
 
+def weights_device(module: torch.nn.Module) -> torch.device:
+    """Where a module computes: where its weights are now (a memory manager may move them between runs), or,
+    where a device map placed it (models.placement), accelerate's execution device for it (its weights may
+    sit in CPU memory, on disk or on the meta device meanwhile)."""
+    for m in module.modules():
+        hook = getattr(m, "_hf_hook", None)
+        for h in getattr(hook, "hooks", [hook]):
+            if getattr(h, "execution_device", None) is not None:
+                return torch.device(h.execution_device)
+        for p in m.parameters(recurse=False):
+            return p.device
+    raise ValueError(f"{type(module).__name__} holds no weights")
+
+
 def accelerate_module():
     """accelerate, or an ImportError that says what to install."""
     return require("accelerate", "placing a model over devices", "or load it on one device")

@@ -24,10 +24,11 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from ...engine.adapter import TokenLayout, weights_device
+from ...engine.adapter import TokenLayout
 from ...engine.settings import SamplingSettings
 from ..checkpoint import CheckpointError
 from ..hf_adapter import HFAdapter, SizeChoice, TextTokenizer, load_pretrained, read_json, to_image
+from ..placement import weights_device
 
 REPO = "BAAI/Emu3-Gen-hf"
 BOS, BOI, WRAPPER = "<|extra_203|>", "<|image start|>", "<|image token|>"

@@ -16,9 +16,10 @@ import torch
 from torch import Tensor
 from torch.nn import functional as F
 
-from ...engine.adapter import TokenLayout, weights_device
+from ...engine.adapter import TokenLayout
 from ...engine.settings import SamplingSettings
 from ..hf_adapter import HFAdapter, TextTokenizer, load_pretrained, to_image
+from ..placement import weights_device
 
 REPOS = "deepseek-community/Janus-Pro-1B (or Janus-Pro-7B)"
 PAD, BOI = "<｜▁pad▁｜>", "<begin_of_image>"

@@ -18,18 +18,20 @@ from typing import Any, Sequence
 import torch
 from torch import Tensor
 
-from ...engine.adapter import ModelAdapter, TokenLayout, weights_device
+from ...engine.adapter import ModelAdapter, TokenLayout
 from ...engine.settings import SamplingSettings
 from ..checkpoint import WEIGHT_EXT, CheckpointError, load_strict, read_state_dict
 from ..kv_cache import ForwardShape, TreeBranches, forward_bytes, kv_bytes
+from ..placement import weights_device
 from .gpt import GPT_SIZES, GPTConfig, LlamaGenGPT, rope_table_2d
 from .vq import LlamaGenVQ, VQConfig
 
-GPT_HINT = "a LlamaGen GPT checkpoint (keys like tok_embeddings.weight, layers.0.attention.wqkv.weight)"
-VQ_HINT = "a LlamaGen VQ tokenizer checkpoint (keys like quantize.embedding.weight, decoder.conv_in.weight)"
 SAMPLING = {"c2i": SamplingSettings(cfg_scale=4.0, top_k=2000),    # LlamaGen's own sampling scripts
             "t2i": SamplingSettings(cfg_scale=7.5, top_k=1000)}
 RELEASES = {"c2i": "huggingface.co/FoundationVision/LlamaGen", "t2i": "huggingface.co/peizesun/llamagen_t2i"}
+_FROM = f"as released at {RELEASES['c2i']} (c2i) and {RELEASES['t2i']} (t2i)"
+GPT_HINT = f"a LlamaGen GPT checkpoint (keys like tok_embeddings.weight, layers.0.attention.wqkv.weight; {_FROM})"
+VQ_HINT = f"a LlamaGen VQ tokenizer checkpoint (keys like quantize.embedding.weight, decoder.conv_in.weight; {_FROM})"
 
 
 def gpt_config_from_state(state: dict[str, Tensor], meta: dict[str, str], path: str,
@@ -180,7 +182,7 @@ class LlamaGenAdapter(ModelAdapter):
 
     @property
     def device(self) -> torch.device:
-        """Where the output head computes (engine.adapter.weights_device): the engine's tensors live there."""
+        """Where the output head computes (models.placement.weights_device): the engine's tensors live there."""
         return weights_device(self.gpt.output)
 
     @property

@@ -18,8 +18,8 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from ...engine.adapter import weights_device
 from ..kv_cache import StaticKVCache, additive_mask, tree_mask, window_mask
+from ..placement import weights_device
 
 
 def find_multiple(n: int, k: int) -> int:

@@ -10,7 +10,7 @@ import os
 import torch
 from torch import Tensor
 
-from ...engine.adapter import weights_device
+from ..placement import weights_device
 from .captions import clean_caption
 
 T5_FILES = "config.json, model weights (*.safetensors or pytorch_model*.bin) and tokenizer files"

@@ -24,10 +24,11 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from ...engine.adapter import TokenLayout, weights_device
+from ...engine.adapter import TokenLayout
 from ...engine.settings import SamplingSettings
 from ..checkpoint import CheckpointError
 from ..hf_adapter import HFAdapter, SizeChoice, TextTokenizer, check_folder, load_pretrained, to_image
+from ..placement import weights_device
 from .vqgan import ChameleonVQGAN, load_vqgan, vqgan_files
 
 log = logging.getLogger(__name__)
