@@ -66,7 +66,9 @@ def _gather(t: Tensor, x: Tensor) -> Tensor:
     return t.gather(-1, x[..., None]).squeeze(-1)
 
 
-# --- the verification rules: one small frozen class each, with its knobs (read from DrafterSettings) ---
+# --- the verification rules: one small frozen class each, with its knobs. A rule is made from the decode's
+# DrafterSettings (`of`), which hold every knob's default and validate it: the knobs' one source of defaults, and
+# the flat fields that the verifier nodes' widgets and the command lines set ---
 @dataclass(frozen=True)
 class SJD:
     """Exact: a = min(1, p(x) / q(x)). The relaxed rules extend it and fall back to it at their zero setting
@@ -90,8 +92,8 @@ class SJD:
 @dataclass(frozen=True)
 class LANTERN(SJD):
     """p(x) raised by the mass of x's nearest codebook neighbours, as many as fit in delta."""
-    k: int = 1000
-    delta: float = 0.1
+    k: int          # latent neighbours considered per token
+    delta: float    # cap on the neighbours' mass added to p(x); 0 is SJD
     name: ClassVar[str] = "lantern"
 
     @classmethod
@@ -122,9 +124,9 @@ class LANTERN(SJD):
 class GSD(SJD):
     """a = min(1, p(C) / q(C)) over a cluster C of about `group` tokens around x by target rank, filtered by
     probability gap (and optionally codebook distance)."""
-    group: int = 14
-    max_gap: float = 0.15
-    max_distance: float | None = None
+    group: int                     # G: tokens around the draft by target rank; 1 is SJD
+    max_gap: float                 # cluster members differ from p(x) by less than this
+    max_distance: float | None     # optional codebook L2 distance filter
     name: ClassVar[str] = "gsd"
 
     @classmethod
