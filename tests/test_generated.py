@@ -3,6 +3,7 @@ the engine's settings) and the web extension's legacy table (from nodes/legacy.p
 import importlib.util
 import json
 import os
+import sys
 
 from tests.comfy.server import REPO
 
@@ -10,6 +11,7 @@ from tests.comfy.server import REPO
 def _generator():
     spec = importlib.util.spec_from_file_location("make_workflows", os.path.join(REPO, "tools", "make_workflows.py"))
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module   # its dataclasses look their module up by name
     spec.loader.exec_module(module)
     return module
 
