@@ -24,13 +24,18 @@ class TokenLayout:
     special_tokens: Tensor  # [S] vocabulary ids of forced structure tokens (disjoint from image_tokens)
     forced: Tensor          # [L] vocabulary id forced at each position, -1 where the model chooses
     grid: Tensor            # [h, w] position of each image cell, raster order
+    # [h', w'] grids of image tokens generated before the image grid that are not part of the image (GLM-Image's
+    # small prior grid, which conditions the large one): drafted, and their cells' neighbours guessed, as the
+    # image grid's are
+    prior_grids: tuple[Tensor, ...] = ()
 
     def __post_init__(self):
         L = self.forced.numel()
-        if self.grid.numel() == 0 or int(self.grid.max()) >= L or int(self.grid.min()) < 0:
-            raise ValueError("TokenLayout.grid must hold positions inside the generated sequence")
-        if bool((self.forced[self.grid.flatten()] >= 0).any()):
-            raise ValueError("TokenLayout: an image cell cannot be a forced position")
+        for grid in self.grids:
+            if grid.numel() == 0 or int(grid.max()) >= L or int(grid.min()) < 0:
+                raise ValueError("TokenLayout.grid must hold positions inside the generated sequence")
+            if bool((self.forced[grid.flatten()] >= 0).any()):
+                raise ValueError("TokenLayout: an image cell cannot be a forced position")
         if torch.isin(self.special_tokens, self.image_tokens).any():
             raise ValueError("TokenLayout: special tokens must not be image tokens")
         forced_ids = self.forced[self.forced >= 0]
@@ -42,9 +47,14 @@ class TokenLayout:
         return self.forced.numel()
 
     @property
+    def grids(self) -> tuple[Tensor, ...]:
+        """The prior grids, then the image grid."""
+        return (*self.prior_grids, self.grid)
+
+    @property
     def jacobi_span(self) -> tuple[int, int]:
-        """Positions that may be drafted: the image grid. Structure tokens outside it decode as AR."""
-        return int(self.grid.min()), int(self.grid.max()) + 1
+        """Positions that may be drafted: the grids. Structure tokens outside them decode as AR."""
+        return min(int(g.min()) for g in self.grids), max(int(g.max()) for g in self.grids) + 1
 
     @classmethod
     def raster(cls, image_tokens: Tensor, height: int, width: int, *, row_end: int | None = None,

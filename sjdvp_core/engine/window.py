@@ -82,12 +82,13 @@ class LocalLayout:
         forced = [to_local[int(t)] if t >= 0 else -1 for t in layout.forced.tolist()]
         self.forced = torch.tensor(forced + [-1] * pad, device=device)
         is_cell = torch.zeros(L + pad, dtype=torch.bool)
-        is_cell[layout.grid.flatten()] = True
+        above, left = torch.full((L + pad,), -1), torch.full((L + pad,), -1)
+        for grid in layout.grids:   # neighbours within each grid (a prior grid's cells are cells too)
+            is_cell[grid.flatten()] = True
+            above[grid[1:].flatten()] = grid[:-1].flatten()
+            left[grid[:, 1:].flatten()] = grid[:, :-1].flatten()
         idx = torch.where(is_cell, torch.arange(L + pad), torch.full((L + pad,), -1))
         self.last_cell = idx.cummax(0).values.to(device)
-        above, left = torch.full((L + pad,), -1), torch.full((L + pad,), -1)
-        above[layout.grid[1:].flatten()] = layout.grid[:-1].flatten()
-        left[layout.grid[:, 1:].flatten()] = layout.grid[:, :-1].flatten()
         self.above, self.left = above.to(device), left.to(device)
         # the structure mask of every position, through a few distinct rows: free, or forced to one token
         kinds = sorted(set(forced)) + [-1]

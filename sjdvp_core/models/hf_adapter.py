@@ -45,9 +45,9 @@ PROMPT_ALLOWANCE = 256   # prompt tokens cache_bytes assumes before a prompt is 
 
 
 # --- the model folder -----------------------------------------------------------------------------
-def check_folder(folder: str, repo: str) -> None:
-    """Raise a CheckpointError naming every missing file (config, tokenizer, weight shards)."""
-    missing = [f for f in ("config.json", "tokenizer.json") if not os.path.isfile(os.path.join(folder, f))]
+def check_folder(folder: str, repo: str, files: Sequence[str] = ("config.json", "tokenizer.json")) -> None:
+    """Raise a CheckpointError naming every missing file (`files`, and the weights and their shards)."""
+    missing = [f for f in files if not os.path.isfile(os.path.join(folder, f))]
     index = os.path.join(folder, INDEX)
     if os.path.isfile(index):
         shards = sorted(set(read_json(index)["weight_map"].values()))
@@ -68,14 +68,16 @@ def read_json(path: str) -> dict:
 
 
 def load_pretrained(model_class, folder: str, repo: str, dtype: torch.dtype, optional: Sequence[str] = (),
-                    reshape: Callable[[str, Tensor, torch.Size], Tensor | None] | None = None, config=None):
+                    reshape: Callable[[str, Tensor, torch.Size], Tensor | None] | None = None, config=None,
+                    files: Sequence[str] = ("config.json", "tokenizer.json")):
     """model_class.from_pretrained on a local folder; weights that are missing from the files are an
     error here (transformers would initialise them randomly and only warn), except those under the
     `optional` prefixes (parts a family never runs, which its release may omit or shape otherwise).
     `reshape(key, stored, shape)` is a family's rule for tensors its release stores in another shape
     than transformers' class: the stored tensor in `shape`, or None where the rule does not apply. `config`:
-    the folder's config as the family amended it (None: config.json as is)."""
-    check_folder(folder, repo)
+    the folder's config as the family amended it (None: config.json as is). `files`: what the folder must
+    hold besides the weights."""
+    check_folder(folder, repo, files)
     quantised = stored_quantisation(folder)
     if quantised and not quantised.startswith("bitsandbytes 4-bit"):
         raise CheckpointError(f"{folder}: its weights are stored quantised ({quantised}), which this loader does not "
@@ -244,6 +246,11 @@ class HFAdapter(ModelAdapter):
     def head(self, hidden: Tensor) -> Tensor:
         raise NotImplementedError
 
+    def rope_positions(self, positions: Tensor) -> Tensor:
+        """RoPE positions of generated positions [R, W]: counted on from the row's real prompt tokens. A family
+        whose positions follow its grids (GLM-Image's 3-D ones) returns [3, R, W]."""
+        return self.prompt_len[:, None] + positions
+
     # --- the adapter interface ---------------------------------------------------------------------
     def start(self, conditions, negatives, cfg: bool, scratch: int = 0):
         ids, valid = (t.to(self.device) for t in left_pad(self.prompt_ids(conditions, negatives, cfg), self.pad_id))
@@ -260,7 +267,7 @@ class HFAdapter(ModelAdapter):
     def forward(self, tokens: Tensor, positions: Tensor) -> Tensor:
         if self.cache is None:
             raise RuntimeError(f"{self.family}: forward() before start()")
-        hidden = self._run(self.embed(tokens), self.prefix_len + positions, self.prompt_len[:, None] + positions)
+        hidden = self._run(self.embed(tokens), self.prefix_len + positions, self.rope_positions(positions))
         return self.head(hidden).float().to(self.device)   # a split model's head may sit elsewhere
 
     def forward_tree(self, tokens: Tensor, positions: Tensor, ancestors: Tensor, chain: int) -> Tensor:
@@ -268,14 +275,14 @@ class HFAdapter(ModelAdapter):
             raise RuntimeError(f"{self.family}: forward_tree() before start()")
         slots = self.branches.place(self.prefix_len + positions, chain, self.prefix_len + self.layout.length)
         mask = tree_mask(slots, ancestors, self.cache.max_len, self.key_valid)
-        hidden = self._run(self.embed(tokens), slots, self.prompt_len[:, None] + positions, mask)
+        hidden = self._run(self.embed(tokens), slots, self.rope_positions(positions), mask)
         return self.head(hidden).float().to(self.device)   # a split model's head may sit elsewhere
 
     def adopt(self, nodes: Tensor) -> None:
         self.branches.adopt(self.cache.kv.values(), nodes)
 
     def _run(self, x: Tensor, slots: Tensor, position_ids: Tensor, mask: Tensor | None = None) -> Tensor:
-        """Embeddings [R, W, C] written at cache slots [R, W] with RoPE positions [R, W] under mask
+        """Embeddings [R, W, C] written at cache slots [R, W] with RoPE positions [R, W] (or [3, R, W]) under mask
         (causal over the slots unless given) -> hidden [R, W, C]."""
         S = self.cache.max_len
         if mask is None:
