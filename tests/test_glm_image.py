@@ -1,14 +1,17 @@
 """GLM-Image's token stage on a tiny folder in the release's layout (tests/helpers/tiny_glm_image.py): the engine's
 plain AR decode writes transformers' generate() tokens, token for token, with the 3-D positions computed from the
 layout; greedy SJD and SJD-VP return AR's tokens on chains and trees; window steps with rollback equal a recompute;
-a tree's forward equals its branches'; sizes, guidance and sampling as the release has them."""
+a tree's forward equals its branches'; sizes, guidance and sampling as the release has them; the image grid through
+diffusers' pipeline (DiT, VAE, glyph encoder) gives the images, step by step."""
 from __future__ import annotations
 
 import pytest
 import torch
 
 from sjdvp_core import SamplingSettings, decode, method_settings
+from sjdvp_core.models.checkpoint import CheckpointError
 from sjdvp_core.models.glm_image.adapter import GENERATE_DEFAULTS, is_glm_image, load_glm_image
+from sjdvp_core.models.glm_image.dit import GlmImageDiT, prior_token_ids
 from tests.helpers.tiny_glm_image import CODES, SAMPLING, write_glm_image
 from tests.helpers.tiny_hf import assert_greedy_sjd_equals_ar, assert_windows_match_recompute
 from tests.helpers.tree_check import assert_tree_matches_chains
@@ -95,3 +98,30 @@ def test_sampled_sjd_vp_decodes_codes_only(adapter):
     grids = res.tokens[:, :-1]
     assert bool((grids < CODES).all()) and bool((res.tokens[:, -1] == CODES + 1).all())
     assert res.codes.shape == (2, 3, 2)
+
+
+def test_pixel_stage_draws_the_image_grid_with_the_dit(folder, adapter):
+    """The token stage's image grid through diffusers' pipeline (its own token stage skipped): one image per
+    prompt at the grid's size, a progress report per DiT step, and a progress hook that raises stops it."""
+    res = decode(adapter, PROMPTS, method_settings("sjd-vp", 16, adapter.default_sampling, batch_size=2))
+    dit = GlmImageDiT(folder)
+    steps = []
+    images = dit(PROMPTS, res.codes, steps=3, progress=lambda done, total: steps.append((done, total)))
+    assert images.shape == (2, 96, 64, 3) and steps == [(1, 3), (2, 3), (3, 3)]
+    assert 0 <= float(images.min()) and float(images.max()) <= 1
+    again = dit(PROMPTS, res.codes, steps=3)
+    assert torch.equal(images, again)                      # the seed decides the noise
+    assert prior_token_ids(torch.tensor([[[1, 2]]])).tolist() == [[1, 1, 2, 2, 1, 1, 2, 2]]
+
+    def cancel(done, total):
+        raise InterruptedError
+    with pytest.raises(InterruptedError):
+        dit(PROMPTS, res.codes, steps=3, progress=cancel)
+
+
+def test_pixel_stage_names_missing_parts(folder, tmp_path):
+    import shutil
+    partial = tmp_path / "GLM-Image"
+    shutil.copytree(folder, partial, ignore=shutil.ignore_patterns("vae"))
+    with pytest.raises(CheckpointError, match=r"missing the folders vae; download every file of zai-org/GLM-Image"):
+        GlmImageDiT(str(partial))

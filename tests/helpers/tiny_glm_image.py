@@ -1,9 +1,10 @@
-"""A tiny GLM-Image folder in the release's diffusers layout: model_index.json naming GlmImagePipeline, the token
-stage in vision_language_encoder/ (transformers' GlmImageForConditionalGeneration at tiny sizes, with the release's
-shape choices: 2 key/value heads, a head scoring the codes and a few more ids, half the head dimension rotated in
-three sections), its generation_config.json, and processor/ (transformers' GlmImageProcessor with a byte-level
-BPE tokenizer whose first ids are the <|dit_token_k|> codes, image start and end, as the release's are, and a
-GLM-4-style chat template of our own: the release's is not readable offline)."""
+"""A tiny GLM-Image folder in the release's diffusers layout, written by GlmImagePipeline.save_pretrained:
+model_index.json, the DiT, VAE and ByT5 glyph encoder in their folders, the token stage in vision_language_encoder/
+(transformers' GlmImageForConditionalGeneration at tiny sizes, with the release's shape choices: 2 key/value heads,
+a head scoring the codes and a few more ids, half the head dimension rotated in three sections), its
+generation_config.json, and processor/ (transformers' GlmImageProcessor with a byte-level BPE tokenizer whose
+first ids are the <|dit_token_k|> codes, image start and end, as the release's are, and a GLM-4-style chat
+template of our own: the release's is not readable offline)."""
 from __future__ import annotations
 
 import json
@@ -39,25 +40,41 @@ def tiny_model(vocab_size: int, pad: int, image_token: int, seed: int = 0):
     return model
 
 
+def tiny_dit():
+    """The pixel stage's parts at tiny sizes (as diffusers' own GLM-Image pipeline test builds them): the DiT over
+    the codes, a 4-channel VAE (8x), a one-layer T5 glyph encoder, ByT5's tokenizer (it needs no files)."""
+    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, GlmImageTransformer2DModel
+    from transformers import ByT5Tokenizer, T5Config, T5EncoderModel
+    torch.manual_seed(1)
+    glyph = T5EncoderModel(T5Config(vocab_size=384, d_model=32, d_kv=8, d_ff=64, num_layers=1, num_heads=4,
+                                    relative_attention_num_buckets=8))
+    dit = GlmImageTransformer2DModel(patch_size=2, in_channels=4, out_channels=4, num_layers=2, attention_head_dim=8,
+                                     num_attention_heads=2, text_embed_dim=32, time_embed_dim=16, condition_dim=8,
+                                     prior_vq_quantizer_codebook_size=CODES)
+    vae = AutoencoderKL(block_out_channels=(4, 8, 16, 16), in_channels=3, out_channels=3, latent_channels=4,
+                        down_block_types=["DownEncoderBlock2D"] * 4, up_block_types=["UpDecoderBlock2D"] * 4,
+                        norm_num_groups=4, sample_size=64, latents_mean=[0.0] * 4, latents_std=[1.0] * 4)
+    return dict(tokenizer=ByT5Tokenizer(), text_encoder=glyph.eval(), transformer=dit.eval(), vae=vae.eval(),
+                scheduler=FlowMatchEulerDiscreteScheduler())
+
+
 def write_glm_image(folder: str, sampling: dict | None = None) -> str:
+    """The whole release folder, written by diffusers' GlmImagePipeline.save_pretrained as the release was."""
+    import tempfile
+
+    from diffusers import GlmImagePipeline
     from transformers import GlmImageProcessor, PreTrainedTokenizerFast
     from transformers.models.glm_image.image_processing_pil_glm_image import GlmImageImageProcessorPil
-    processor_dir, encoder_dir = os.path.join(folder, "processor"), os.path.join(folder, "vision_language_encoder")
-    os.makedirs(processor_dir)
-    tok = byte_bpe_tokenizer(processor_dir, DIT + TEXT_SPECIALS, vocab_size=400)
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_file=os.path.join(processor_dir, "tokenizer.json"), bos_token=DIT[CODES], eos_token=DIT[CODES + 1],
-        pad_token="<|endoftext|>",
-        extra_special_tokens={"image_token": "<|image|>", "grid_bos_token": "<sop>", "grid_eos_token": "<eop>"})
+    with tempfile.TemporaryDirectory() as build:
+        tok = byte_bpe_tokenizer(build, DIT + TEXT_SPECIALS, vocab_size=400)
+        tokenizer = PreTrainedTokenizerFast(
+            tokenizer_file=os.path.join(build, "tokenizer.json"), bos_token=DIT[CODES], eos_token=DIT[CODES + 1],
+            pad_token="<|endoftext|>",
+            extra_special_tokens={"image_token": "<|image|>", "grid_bos_token": "<sop>", "grid_eos_token": "<eop>"})
     image_processor = GlmImageImageProcessorPil(patch_size=16, merge_size=1, temporal_patch_size=1)
-    GlmImageProcessor(image_processor=image_processor, tokenizer=tokenizer, chat_template=TEMPLATE
-                      ).save_pretrained(processor_dir)
+    processor = GlmImageProcessor(image_processor=image_processor, tokenizer=tokenizer, chat_template=TEMPLATE)
     model = tiny_model(tok.get_vocab_size(), tok.token_to_id("<|endoftext|>"), tok.token_to_id("<|image|>"))
-    model.save_pretrained(encoder_dir)
-    with open(os.path.join(encoder_dir, "generation_config.json"), "w") as f:
+    GlmImagePipeline(processor=processor, vision_language_encoder=model, **tiny_dit()).save_pretrained(folder)
+    with open(os.path.join(folder, "vision_language_encoder", "generation_config.json"), "w") as f:
         json.dump(SAMPLING if sampling is None else sampling, f)
-    with open(os.path.join(folder, "model_index.json"), "w") as f:
-        json.dump({"_class_name": "GlmImagePipeline", "_diffusers_version": "0.37.0",
-                   "processor": ["transformers", "GlmImageProcessor"],
-                   "vision_language_encoder": ["transformers", "GlmImageForConditionalGeneration"]}, f)
     return folder

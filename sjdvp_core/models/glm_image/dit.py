@@ -1,0 +1,77 @@
+"""GLM-Image's pixels: the release's DiT, VAE and ByT5 glyph encoder through diffusers' GlmImagePipeline, fed the
+token stage's image grid (`prior_token_ids`), so the pipeline skips its own autoregressive stage.
+
+As GlmImagePipeline.generate_prior_tokens hands them over: only the image grid (the prior grid conditioned the
+token stage and is dropped), each code repeated over a 2 x 2 block (32 px per code -> the DiT's 16 px patches),
+row-major. The prompt goes to the glyph encoder too (its quoted spans are the text drawn in the image). Steps and
+guidance default to the pipeline's own; each step reports to `progress`, which may raise to stop between steps.
+"""
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Callable, Sequence
+
+import torch
+from torch import Tensor
+from torch.nn import functional as F
+
+from ..checkpoint import CheckpointError
+from ..optional import require
+
+REPO = "zai-org/GLM-Image"
+STEPS, GUIDANCE = 50, 1.5      # GlmImagePipeline.__call__'s defaults
+PIXELS_PER_CODE = 32
+DIT_PARTS = ("transformer", "vae", "text_encoder", "tokenizer", "scheduler")
+StepFn = Callable[[int, int], None]   # (steps done, steps in all); may raise to stop
+
+
+def prior_token_ids(codes: Tensor) -> Tensor:
+    """Image-grid codes [B, h, w] -> the pipeline's prior_token_ids [B, 4 h w]: each code over a 2 x 2 block."""
+    return F.interpolate(codes[:, None].float(), scale_factor=2, mode="nearest").long().flatten(1)
+
+
+class GlmImageDiT:
+    """The pixel stage of a GLM-Image folder: diffusers' pipeline without the token stage and its processor (they
+    are the adapter's), loaded on its own so that a memory manager can free the 9B token stage first."""
+
+    def __init__(self, folder: str, device="cpu", dtype: torch.dtype = torch.float32):
+        diffusers = require("diffusers", "GLM-Image's pixel stage", "or decode another model")
+        GlmImagePipeline = getattr(diffusers, "GlmImagePipeline", None)
+        if GlmImagePipeline is None:
+            raise ImportError(f"GLM-Image's pixel stage needs diffusers 0.37 or newer (GlmImagePipeline); this is "
+                              f"{diffusers.__version__}: run `pip install -U diffusers` in ComfyUI's Python")
+        missing = [p for p in DIT_PARTS if not os.path.isdir(os.path.join(folder, p))]
+        if missing:
+            raise CheckpointError(f"{folder}: missing the folders {', '.join(missing)}; download every file of {REPO}")
+        try:
+            with warnings.catch_warnings():   # torch_dtype: 0.37 reads only it, later releases call it deprecated
+                warnings.simplefilter("ignore", FutureWarning)
+                self.pipe = GlmImagePipeline.from_pretrained(folder, vision_language_encoder=None, processor=None,
+                                                             torch_dtype=dtype, local_files_only=True)
+        except Exception as e:  # corrupt or truncated files, a config of another version
+            raise CheckpointError(f"{folder}: GLM-Image's DiT, VAE or glyph encoder cannot be loaded "
+                                  f"({type(e).__name__}: {e}); re-download the files of {REPO}") from e
+        self.pipe.set_progress_bar_config(disable=True)
+        self.pipe.to(device)
+        self.device = torch.device(device)
+
+    @torch.inference_mode()
+    def __call__(self, prompts: Sequence[str], codes: Tensor, steps: int = STEPS, guidance: float = GUIDANCE,
+                 seed: int = 0, progress: StepFn | None = None) -> Tensor:
+        """prompts (one per image), image-grid codes [B, h, w] -> images [B, 32 h, 32 w, 3] in [0, 1] on the CPU."""
+        if steps < 1 or guidance < 0:
+            raise ValueError(f"steps={steps}, guidance={guidance}: the DiT needs at least 1 step and guidance >= 0")
+        if len(prompts) != codes.shape[0]:
+            raise ValueError(f"{len(prompts)} prompts for {codes.shape[0]} images: give one prompt per image")
+
+        def step_end(pipe, i, t, tensors):
+            if progress is not None:
+                progress(i + 1, steps)
+            return {}
+        h, w = codes.shape[1:]
+        out = self.pipe(prompt=list(prompts), height=h * PIXELS_PER_CODE, width=w * PIXELS_PER_CODE,
+                        prior_token_ids=prior_token_ids(codes).to(self.device), num_inference_steps=steps,
+                        guidance_scale=guidance, generator=torch.Generator(self.device).manual_seed(seed),
+                        output_type="pt", callback_on_step_end=step_end)
+        return out.images.permute(0, 2, 3, 1).float().cpu()
