@@ -34,7 +34,9 @@ from sjdvp_core.timing import interleaved
 
 PROMPTS = ("a red circle on grass", "a blue square on snow", "a green diamond on sand")
 MODELLED = [(d, m) for d in ("H200", "RTX 4090") for m in ("Lumina-mGPT 7B", "Janus-Pro-7B", "LlamaGen-XL")]
-CAPPED = TreeSettings(width=6, branch=4)   # auto.TREES: each alternative followed by at most 4 drafts
+CAPPED = TreeSettings(width=6, branch=4)   # auto.TREES: each alternative followed by at most 4 drafts,
+LONGER = TreeSettings(width=6, branch=8)   # ... 8 drafts,
+WIDER = TreeSettings(width=8, branch=6)    # ... 8 alternatives followed by at most 6
 
 class Row(NamedTuple):
     method: str
@@ -50,6 +52,7 @@ EAGER = (
     Row("sjd-vp", 4, ""), Row("sjd-vp", 8, ""), Row("sjd-vp", 16, ""), Row("sjd-vp", 32, ""),
     Row("sjd-vp", 64, ""), Row("sjd-vp", 128, ""),
     Row("sjd-vp", 32, "", TreeSettings(width=6)), Row("sjd-vp", 32, "", CAPPED), Row("sjd-vp", 64, "", CAPPED),
+    Row("sjd-vp", 32, "", LONGER), Row("sjd-vp", 32, "", WIDER),
     Row("sjd-vp", 32, "", coupled=False),
     Row("sjd", 128, "tree"), Row("sjd-vp", 128, "chain"), Row("sjd-vp", 128, "tree"),
 )

@@ -43,6 +43,8 @@ def test_candidates_drop_plans_that_a_richer_one_matches_in_cost():
     flat = PassCost((1, 64, 128), (1.0, 1.0, 1.5), "GPU-like: flat to 64")
     chains = [p.window for p in auto.candidate_plans(flat, 128)]
     assert chains == [128, 96, 64]                       # below the knee, narrower windows only lose
+    almost = PassCost((1, 64, 128), (1.0, 1.005, 1.5), "GPU-like: 0.5% dearer at 64")
+    assert 48 in [p.window for p in auto.candidate_plans(almost, 128)]   # it may commit nearly as much for less
     assert [p.window for p in auto.candidate_plans(RISING, 16)] == [16, 12, 8, 6, 4, 3, 2]
     trees = [p for p in auto.candidate_plans(flat, 128, auto_tree=True) if p.tree.on]
     assert trees and all(p.window >= auto.TREE_FROM and p.tree in auto.TREES for p in trees)
@@ -178,6 +180,25 @@ def test_greedy_auto_returns_the_ar_tokens(tree, monkeypatch):
                  cost=PassCost((1, 16), (1.0, 2.0), "synthetic"), profile=profile)
     assert torch.equal(out.tokens, ar.tokens)
     assert set(out.stats.auto_plans) == {"4" + "+3x1/0" * tree.on, "12" + "+3x1/0" * tree.on}
+
+
+@pytest.mark.parametrize("tree", auto.TREES[1:], ids=lambda t: f"{t.width}x{t.depth}/{t.branch}")
+def test_greedy_auto_switching_to_a_capped_tree_returns_the_ar_tokens(tree, monkeypatch):
+    """auto.TREES' longer and wider trees beside a chain, the plan switching as the toy's greedy drafts outrun the
+    profile: AR's tokens."""
+    monkeypatch.setattr(auto, "EVERY", 1)
+    monkeypatch.setattr(auto, "PRIOR", 0.5)
+    monkeypatch.setattr(auto, "G_RANGE", (0.5, 20.0))
+    toy = ToyGridAdapter(height=8, width=8, levels=8)
+    sampling = SamplingSettings(greedy=True, cfg_scale=2.0)
+    ar = decode(toy, [0, 1], DecodeSettings(window=WindowSettings(1), sampling=sampling, batch_size=2))
+    profile = auto.Profile((auto.Plan(16, tree), auto.Plan(4)), (1.9, 1.1), "synthetic")
+    out = decode(toy, [0, 1], DecodeSettings(window=WindowSettings(16, auto=True, auto_tree=True),
+                                             drafter=DrafterSettings(vp=VPSettings()), sampling=sampling,
+                                             batch_size=2),
+                 cost=PassCost((1, 16, 128), (1.0, 2.0, 6.0), "synthetic"), profile=profile)
+    assert torch.equal(out.tokens, ar.tokens)
+    assert set(out.stats.auto_plans) == {"4", f"16+{tree.width}x1/{tree.branch}"}
 
 
 def test_each_iteration_works_on_its_own_plans_slots(monkeypatch):

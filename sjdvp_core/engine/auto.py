@@ -20,7 +20,7 @@ records the ladder chooser this replaced and how it fared).
 Candidates: chain windows on a ladder (each about 1.5x the next, at most the largest worth allocating,
 `most_tokens`), and where the adapter scores trees, each window of 16 or more with TREES at its first slot
 (SJD-PAC's proactive drafting, capped branches; tree.py); a plan is dropped when a wider chain or a richer
-tree costs no more than it does (it can only lose). Choices hold for EVERY iterations and switch only for a
+tree of its kind costs no more than it does: the fitted profile never has it commit less, so it can only lose. Choices hold for EVERY iterations and switch only for a
 HYSTERESIS gain, so drafts keep maturing in one window.
 
 The choice reads only the committed counts of past iterations (and the profile, measured on another image),
@@ -43,8 +43,11 @@ PRIOR = 8.0         # pseudo-tokens of evidence that g = 1 (the example's accept
 G_RANGE = (0.5, 2.0)   # how far a decode's acceptance may stray from the example's (g) when plans are kept
 WARM = 32           # image tokens the drafts mature over before acceptance is counted (profile and decode alike)
 LADDER = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
-TREES = (TreeSettings(width=6, depth=1, branch=4),)   # the capped tree with the most steps per node measured
-                                                       # (benchmarks/results/trees_branch.md)
+# capped trees: 6x1/4 takes the most steps per node measured (benchmarks/results/trees_branch.md); longer branches
+# and a wider first slot take fewer passes where the device scores their extra nodes almost for free, under a
+# GPU's knee (benchmarks/results/trees_budget.md). The profile and the device's cost decide between them.
+TREES = (TreeSettings(width=6, depth=1, branch=4), TreeSettings(width=6, depth=1, branch=8),
+         TreeSettings(width=8, depth=1, branch=6))
 TREE_FROM = 16      # trees are tried at windows this wide or wider
 CHAIN = TreeSettings()
 
@@ -89,14 +92,15 @@ class Plan:
 def candidate_plans(cost: PassCost, most: int, tree: TreeSettings = CHAIN, auto_tree: bool = False) -> list[Plan]:
     """The plans worth measuring and choosing from on a device with this cost, widest first: windows of the
     ladder up to most (and most itself), each with the user's tree, and with TREES where auto_tree; a plan is
-    dropped when another that scores at least as much of the same kind costs no more (within 1%)."""
+    dropped when another that scores at least as much of the same kind costs no more. Not when the other costs a
+    little more: a plan that commits a little less for a little less may still be the better rate."""
     windows = sorted({w for w in LADDER if w < most} | {most}, reverse=True)
     plans = [Plan(w, tree) for w in windows]
     if auto_tree:
         plans += [Plan(w, t) for w in windows if w >= TREE_FROM for t in TREES
                   if t != tree and cost.relative(Plan(w, t).nodes) <= MOST_FACTOR]
     return [plan for plan in plans if not any(
-        o is not plan and _covers(o, plan) and cost(o.nodes) <= 1.01 * cost(plan.nodes) for o in plans)]
+        o is not plan and _covers(o, plan) and cost(o.nodes) <= cost(plan.nodes) for o in plans)]
 
 
 def _covers(a: Plan, b: Plan) -> bool:
