@@ -20,8 +20,9 @@ records the ladder chooser this replaced and how it fared).
 Candidates: chain windows on a ladder (each about 1.5x the next, at most the largest worth allocating,
 `most_tokens`), and where the adapter scores trees, each window of 16 or more with TREES at its first slot
 (SJD-PAC's proactive drafting, capped branches; tree.py); a plan is dropped when a wider chain or a richer
-tree of its kind costs no more than it does: the fitted profile never has it commit less, so it can only lose. Choices hold for EVERY iterations and switch only for a
-HYSTERESIS gain, so drafts keep maturing in one window.
+tree of its kind costs no more than it does: the fitted profile never has that one commit less, so the plan
+can only lose. Choices hold for EVERY iterations and switch only for a HYSTERESIS gain, so drafts keep
+maturing in one window.
 
 The choice reads only the committed counts of past iterations (and the profile, measured on another image),
 never the randomness of the drafts it is about to verify, so every committed token keeps its exact law (the

@@ -18,7 +18,7 @@ the new positions.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -31,7 +31,7 @@ from .cost import PassCost
 from .drafting import Drafter
 from .settings import DecodeSettings
 from .stats import DecodeStats, Recorder
-from .steps import ChainStep, Outcome, TreeStep
+from .steps import ChainStep, Loop, Outcome, TreeStep
 from .target import cfg_mix, sample, target_probs
 from .verify import Verifier
 from .window import LocalLayout, Window
@@ -57,20 +57,6 @@ class _Clock:
         if self.on and self.cuda:
             torch.cuda.synchronize()
         return time.perf_counter() if self.on else 0.0
-
-
-@dataclass
-class Loop:
-    """The loop's state between iterations."""
-    canvas: Tensor          # [B, L + W + 1] committed tokens, then drafts
-    n: Tensor               # [B] committed tokens
-    n_host: list[int]       # their host copy
-    trace: list[list[int]]  # n_host after every iteration (the prefill's first), for DecodeStats.commit_iter
-    row_passes: Tensor      # [B] forward passes until each image was complete
-    window: Window          # the drafts
-    rec: Recorder
-    it: int = 1
-    plans: dict = field(default_factory=dict)   # auto: iterations per plan
 
 
 class JacobiDecoder:

@@ -4,20 +4,60 @@ the commit, the re-draft. The loop (loop.py) chooses the plan, runs the step and
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
 
+import torch
 from torch import Tensor
 
+from .adapter import ModelAdapter
 from .auto import Plan
 from .compiled import compiled
+from .drafting import Drafter
+from .settings import DecodeSettings
 from .stats import Recorder
 from .tree import propose, tree_inputs, tree_shape, verify_tree
-from .verify import accept, accept_uniforms
-from .window import Window
+from .verify import Verifier, accept, accept_uniforms
+from .window import LocalLayout, Window
 
-if TYPE_CHECKING:
-    from .loop import JacobiDecoder, Loop
+
+@dataclass
+class Loop:
+    """The loop's state between iterations."""
+    canvas: Tensor          # [B, L + W + 1] committed tokens, then drafts
+    n: Tensor               # [B] committed tokens
+    n_host: list[int]       # their host copy
+    trace: list[list[int]]  # n_host after every iteration (the prefill's first), for DecodeStats.commit_iter
+    row_passes: Tensor      # [B] forward passes until each image was complete
+    window: Window          # the drafts
+    rec: Recorder
+    it: int = 1
+    plans: dict = field(default_factory=dict)   # auto: iterations per plan
+
+
+class Decoder(Protocol):
+    """What a step uses of its decode (loop.JacobiDecoder): the model, the rules, the shared pieces."""
+    adapter: ModelAdapter
+    s: DecodeSettings
+    drafter: Drafter
+    verifier: Verifier
+    local: LocalLayout
+    gen: torch.Generator
+    device: torch.device
+    B: int
+    steps: Tensor
+    same_noise: bool
+    redraft: Callable[..., Window]
+    clock: object
+
+    def targets(self, logits: Tensor, at: Tensor) -> Tensor: ...
+
+    def rows(self, t: Tensor) -> Tensor: ...
+
+    def commit(self, canvas: Tensor, n: Tensor, active: Tensor, k: Tensor, nxt: Tensor) -> Tensor: ...
+
+    def observe(self, rec: Recorder, window: Window, p: Tensor, k: Tensor, accepted: Tensor, limit: Tensor,
+                m: Tensor) -> None: ...
 
 
 @dataclass
@@ -38,7 +78,7 @@ class ChainStep:
     plan), then `accept` and the re-draft. With compile, everything after the forward is one function, so one
     graph, which CUDA can capture and replay (compiled.py)."""
 
-    def __init__(self, decoder: JacobiDecoder):
+    def __init__(self, decoder: Decoder):
         self.d = decoder
         self.graph = compiled(self.after_forward, "step") if decoder.s.compile else None
 
@@ -91,7 +131,7 @@ class TreeStep:
     """The same over a draft tree (tree.py), scoring `reach` + 1 slots; p is along the path taken. The accepted
     alternatives are written to the canvas and their branch's cache entries kept."""
 
-    def __init__(self, decoder: JacobiDecoder):
+    def __init__(self, decoder: Decoder):
         self.d = decoder
 
     def __call__(self, loop: Loop, plan: Plan, window: Window, limit: Tensor, active: Tensor,
