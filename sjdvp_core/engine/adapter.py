@@ -33,7 +33,7 @@ class TokenLayout:
         L = self.forced.numel()
         for grid in self.grids:
             if grid.numel() == 0 or int(grid.max()) >= L or int(grid.min()) < 0:
-                raise ValueError("TokenLayout.grid must hold positions inside the generated sequence")
+                raise ValueError("TokenLayout: every grid must hold positions inside the generated sequence")
             if bool((self.forced[grid.flatten()] >= 0).any()):
                 raise ValueError("TokenLayout: an image cell cannot be a forced position")
         if torch.isin(self.special_tokens, self.image_tokens).any():

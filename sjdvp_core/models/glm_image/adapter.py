@@ -55,6 +55,8 @@ class GlmImageAdapter(SizeChoice, HFAdapter):
         self.processor, self.sampling = processor, sampling
         self.codes = config.vq_config.num_embeddings
         self.image_start, self.image_end = config.image_start_token_id, config.image_end_token_id
+        # transformers 5.25 takes the processor's own arguments apart from the template's (5.0 among them)
+        self.split_kwargs = "processor_kwargs" in inspect.signature(processor.apply_chat_template).parameters
         self.layout = self.size_to(width, height)
 
     @property
@@ -88,10 +90,8 @@ class GlmImageAdapter(SizeChoice, HFAdapter):
             raise ValueError(f"GLM-Image needs a text prompt, got {prompt!r}")
         messages = [{"role": "user", "content": [{"type": "text", "text": prompt}]}]
         size = {"target_h": self.height, "target_w": self.width}
-        # transformers 5.x from 5.1 takes the processor's own arguments apart from the template's
-        takes = "processor_kwargs" in inspect.signature(self.processor.apply_chat_template).parameters
         out = self.processor.apply_chat_template(messages, tokenize=True, return_dict=True, return_tensors="pt",
-                                                 **({"processor_kwargs": size} if takes else size))
+                                                 **({"processor_kwargs": size} if self.split_kwargs else size))
         ids = out["input_ids"][0].tolist()
         if ids[-1] != self.image_start:
             raise CheckpointError(f"the processor's prompt ends with id {ids[-1]}, not the image start "
@@ -100,8 +100,9 @@ class GlmImageAdapter(SizeChoice, HFAdapter):
 
     def rope_positions(self, positions: Tensor) -> Tensor:
         """[3, R, W]: each generated position's (temporal, row, column) after the row's prompt tokens."""
-        table = self.rope.to(positions.device)
-        return self.prompt_len[None, :, None] + table[:, positions]
+        if self.rope.device != positions.device:   # once per device, not every forward
+            self.rope = self.rope.to(positions.device)
+        return self.prompt_len[None, :, None] + self.rope[:, positions]
 
     def head(self, hidden: Tensor) -> Tensor:
         return self.model.lm_head(hidden)

@@ -18,10 +18,9 @@ from torch.nn import functional as F
 
 from ..checkpoint import CheckpointError
 from ..optional import require
+from .adapter import GRID, REPO
 
-REPO = "zai-org/GLM-Image"
 STEPS, GUIDANCE = 50, 1.5      # GlmImagePipeline.__call__'s defaults
-PIXELS_PER_CODE = 32
 DIT_PARTS = ("transformer", "vae", "text_encoder", "tokenizer", "scheduler")
 StepFn = Callable[[int, int], None]   # (steps done, steps in all); may raise to stop
 
@@ -70,7 +69,7 @@ class GlmImageDiT:
                 progress(i + 1, steps)
             return {}
         h, w = codes.shape[1:]
-        out = self.pipe(prompt=list(prompts), height=h * PIXELS_PER_CODE, width=w * PIXELS_PER_CODE,
+        out = self.pipe(prompt=list(prompts), height=h * GRID, width=w * GRID,
                         prior_token_ids=prior_token_ids(codes).to(self.device), num_inference_steps=steps,
                         guidance_scale=guidance, generator=torch.Generator(self.device).manual_seed(seed),
                         output_type="pt", callback_on_step_end=step_end)
