@@ -7,7 +7,7 @@ import torch
 from comfy_api.latest import io, ui
 
 from ..sjdvp_core.demo import DEMO_SAMPLING
-from ..sjdvp_core.engine.adapter import KEEP_SIZE, at_size
+from ..sjdvp_core.engine.adapter import KEEP_SIZE, PixelSettings, at_size
 from ..sjdvp_core.engine.budget import decode_bytes
 from ..sjdvp_core.engine.calibration import calibration
 from ..sjdvp_core.engine.decode import DecodeResult, decode
@@ -22,6 +22,7 @@ from ..sjdvp_core.engine.settings import (
     decode_settings,
 )
 from ..sjdvp_core.figures import commit_figure
+from ..sjdvp_core.models.glm_image.dit import GUIDANCE, STEPS
 from . import runtime
 from .drafting_nodes import DRAFTER, WINDOW
 from .legacy import LEGACY
@@ -40,10 +41,13 @@ FIRST_RELEASE_WINDOW = WindowSettings(16, init="random")
 
 @dataclass
 class Tokens:
-    """What flows through an SJDVP_TOKENS socket."""
+    """What flows through an SJDVP_TOKENS socket: the tokens, and what a pixel model draws them with (the prompt
+of each image, the seed)."""
     model: runtime.LoadedModel
     result: DecodeResult
     method: str
+    prompts: tuple[str, ...] = ()
+    seed: int = 0
 
 
 class SpeculativeDecode(io.ComfyNode):
@@ -134,7 +138,7 @@ class SpeculativeDecode(io.ComfyNode):
         shown = report_ui(result, method)
         if progress.final is not None:     # the last preview, kept as a temp image: a cached run shows it again
             shown |= ui.PreviewImage(progress.final[None], cls=cls).as_dict()
-        return io.NodeOutput(Tokens(model, result, method), ui=shown)
+        return io.NodeOutput(Tokens(model, result, method, (prompt,) * batch_size, settings.seed), ui=shown)
 
 
 def method_or_nodes(method: str, drafter, window):
@@ -153,16 +157,25 @@ class DecodeImage(io.ComfyNode):
     def define_schema(cls):
         return io.Schema(
             node_id="SJDVP_DecodeImage", display_name="Tokens to Image", category="sjdvp",
-            description="Turns image tokens into pixels with the model's VQ decoder.",
-            inputs=[TOKENS.Input("tokens", tooltip="From Speculative Decode.")],
+            description="Turns image tokens into pixels with the model's decoder: its VQ decoder, or for GLM-Image "
+                        "its DiT (steps and guidance below; a progress bar per step, Cancel between steps), "
+                        "conditioned on the decode's prompt and seeded by its seed.",
+            inputs=[TOKENS.Input("tokens", tooltip="From Speculative Decode."),
+                    io.Int.Input("steps", default=STEPS, min=1, max=200, optional=True,
+                                 tooltip="GLM-Image only: the DiT's denoising steps (upstream's default 50). VQ "
+                                         "decoders ignore it."),
+                    io.Float.Input("guidance", default=GUIDANCE, min=0.0, max=20.0, step=0.1, optional=True,
+                                   tooltip="GLM-Image only: the DiT's guidance scale (upstream's default 1.5). VQ "
+                                           "decoders ignore it.")],
             outputs=[io.Image.Output(display_name="image")],
         )
 
     @classmethod
-    def execute(cls, tokens) -> io.NodeOutput:
+    def execute(cls, tokens, steps=STEPS, guidance=GUIDANCE) -> io.NodeOutput:
         runtime.prepare_decoder(tokens.model)
+        pixels = PixelSettings(tokens.prompts, steps, guidance, tokens.seed, runtime.StepProgress())
         with torch.inference_mode():
-            images = tokens.model.adapter.decode_image(tokens.result.codes)
+            images = tokens.model.adapter.decode_image(tokens.result.codes, pixels)
         return io.NodeOutput(images.float().cpu().contiguous())
 
 

@@ -135,19 +135,35 @@ def _compute(device: torch.device) -> str:
 
 def prepare(model: LoadedModel, memory_required: int) -> None:
     """Before decoding tokens: ask ComfyUI to put the generator and the image decoder (for the live
-    preview) wholly on its device (plain modules cannot be partly loaded), with `memory_required` bytes
-    left for the decode (sjdvp_core.engine.budget.decode_bytes), evicting other models if needed. A placed
-    model is not moved: other models are evicted until `memory_required` is free on its device."""
+    preview; not a pixel model apart, such as GLM-Image's DiT) wholly on its device (plain modules cannot be
+    partly loaded), with `memory_required` bytes left for the decode (sjdvp_core.engine.budget.decode_bytes),
+    evicting other models if needed. A placed model is not moved: other models are evicted until
+    `memory_required` is free on its device."""
     if model.placed:
         mm.free_memory(memory_required, model.adapter.device)
         return
-    mm.load_models_gpu([model.patcher, model.decoder_patcher], memory_required=memory_required, force_full_load=True)
+    decoder = [] if model.adapter.pixels_apart else [model.decoder_patcher]
+    mm.load_models_gpu([model.patcher, *decoder], memory_required=memory_required, force_full_load=True)
 
 
 def prepare_decoder(model: LoadedModel) -> None:
-    """Before decoding pixels: only the image decoder needs the device (a placed model's is where it was put)."""
-    if not model.placed:
+    """Before decoding pixels: only the image decoder needs the device, and ComfyUI may evict the generator to
+    make room for a pixel model apart (a placed model's own decoder is where it was put)."""
+    if not model.placed or model.adapter.pixels_apart:
         mm.load_models_gpu([model.decoder_patcher], force_full_load=True)
+
+
+class StepProgress:
+    """A pixel model's steps -> ComfyUI's bar; ComfyUI's interrupt stops it between steps."""
+
+    def __init__(self):
+        self.pbar = None
+
+    def __call__(self, done: int, total: int) -> None:
+        mm.throw_exception_if_processing_interrupted()
+        if self.pbar is None:
+            self.pbar = comfy.utils.ProgressBar(total)
+        self.pbar.update_absolute(done, total)
 
 
 class Progress:

@@ -1,20 +1,21 @@
-"""GLM-Image's token stage on a tiny folder in the release's layout (tests/helpers/tiny_glm_image.py): the engine's
-plain AR decode writes transformers' generate() tokens, token for token, with the 3-D positions computed from the
-layout; greedy SJD and SJD-VP return AR's tokens on chains and trees; window steps with rollback equal a recompute;
-a tree's forward equals its branches'; sizes, guidance and sampling as the release has them; the image grid through
-diffusers' pipeline (DiT, VAE, glyph encoder) gives the images, step by step."""
+"""GLM-Image on a tiny folder in the release's layout (tests/helpers/tiny_glm_image.py), beyond the family contract
+(tests/test_family_contract.py: detection, greedy SJD == AR on chains and trees, tree forwards, broken files, the
+check command): the engine's plain AR decode writes transformers' generate() tokens, token for token, with the 3-D
+positions computed from the layout; window steps with rollback equal a recompute; sizes, guidance and sampling as
+the release has them; the DiT draws the image diffusers' pipeline draws from the same tokens, step by step; the
+preview needs no DiT; the pixel model stays apart from the token stage (listing, quantisation, memory)."""
 from __future__ import annotations
 
 import pytest
 import torch
 
 from sjdvp_core import SamplingSettings, decode, method_settings
-from sjdvp_core.models.checkpoint import CheckpointError
-from sjdvp_core.models.glm_image.adapter import GENERATE_DEFAULTS, is_glm_image, load_glm_image
-from sjdvp_core.models.glm_image.dit import GlmImageDiT, prior_token_ids
+from sjdvp_core.engine.adapter import PixelSettings
+from sjdvp_core.models.glm_image import is_glm_image
+from sjdvp_core.models.glm_image.adapter import GENERATE_DEFAULTS, load_glm_image
+from sjdvp_core.models.glm_image.dit import prior_token_ids
 from tests.helpers.tiny_glm_image import CODES, SAMPLING, write_glm_image
-from tests.helpers.tiny_hf import assert_greedy_sjd_equals_ar, assert_windows_match_recompute
-from tests.helpers.tree_check import assert_tree_matches_chains
+from tests.helpers.tiny_hf import assert_windows_match_recompute
 
 PROMPTS = ["a red fox in the snow", "a sky"]
 GREEDY = SamplingSettings(greedy=True, temperature=0.0)
@@ -57,15 +58,6 @@ def test_ar_writes_upstream_generates_tokens(adapter):
         assert torch.equal(upstream[:n - 1], ours[row, :n - 1]), row
 
 
-def test_greedy_sjd_equals_ar_on_chains_and_trees(adapter):
-    assert_greedy_sjd_equals_ar(adapter, PROMPTS, windows=(4, 16), cfg_scales=(1.0,))
-    assert adapter.cache is None
-
-
-def test_tree_forward_equals_its_chains(adapter):
-    assert_tree_matches_chains(adapter, PROMPTS, False)
-
-
 @torch.inference_mode()
 def test_windows_with_rollback_equal_a_recompute(adapter):
     prompts = [adapter._encode(p) for p in PROMPTS]
@@ -101,27 +93,62 @@ def test_sampled_sjd_vp_decodes_codes_only(adapter):
 
 
 def test_pixel_stage_draws_the_image_grid_with_the_dit(folder, adapter):
-    """The token stage's image grid through diffusers' pipeline (its own token stage skipped): one image per
-    prompt at the grid's size, a progress report per DiT step, and a progress hook that raises stops it."""
+    """The token stage's image grid through the DiT: the image diffusers' own pipeline draws from the same tokens
+    (prior_token_ids, its token stage skipped) and seed, one per prompt at the grid's size, a progress report per
+    DiT step, and a progress hook that raises stops it."""
+    from diffusers import GlmImagePipeline
     res = decode(adapter, PROMPTS, method_settings("sjd-vp", 16, adapter.default_sampling, batch_size=2))
-    dit = GlmImageDiT(folder)
     steps = []
-    images = dit(PROMPTS, res.codes, steps=3, progress=lambda done, total: steps.append((done, total)))
+    pixels = PixelSettings(PROMPTS, steps=3, seed=5, progress=lambda done, total: steps.append((done, total)))
+    images = adapter.decode_image(res.codes, pixels)
     assert images.shape == (2, 96, 64, 3) and steps == [(1, 3), (2, 3), (3, 3)]
     assert 0 <= float(images.min()) and float(images.max()) <= 1
-    again = dit(PROMPTS, res.codes, steps=3)
-    assert torch.equal(images, again)                      # the seed decides the noise
+    pipe = GlmImagePipeline.from_pretrained(folder)
+    theirs = pipe(prompt=PROMPTS, height=96, width=64, prior_token_ids=prior_token_ids(res.codes),
+                  num_inference_steps=3, generator=torch.Generator().manual_seed(5), output_type="pt").images
+    assert torch.allclose(images, theirs.permute(0, 2, 3, 1), atol=1e-6)
     assert prior_token_ids(torch.tensor([[[1, 2]]])).tolist() == [[1, 1, 2, 2, 1, 1, 2, 2]]
 
     def cancel(done, total):
         raise InterruptedError
     with pytest.raises(InterruptedError):
-        dit(PROMPTS, res.codes, steps=3, progress=cancel)
+        adapter.decode_image(res.codes, PixelSettings(PROMPTS, steps=3, progress=cancel))
+    with pytest.raises(ValueError, match="give the prompts"):
+        adapter.decode_image(res.codes)
+    with pytest.raises(ValueError, match="one prompt per image"):
+        adapter.decode_image(res.codes, PixelSettings(PROMPTS[:1], steps=1))
 
 
-def test_pixel_stage_names_missing_parts(folder, tmp_path):
+def test_preview_colours_codes_without_the_dit(adapter):
+    """A live preview costs no DiT step: each code a colour from the codebook (equal codes, equal colours)."""
+    codes = torch.tensor([[[0, 1], [1, 0], [2, 3]]])
+    preview = adapter.preview_image(codes)
+    assert preview.shape == (1, 96, 64, 3) and 0 <= float(preview.min()) and float(preview.max()) <= 1
+    assert torch.equal(preview[0, 0, 0], preview[0, 32, 32]) and not torch.equal(preview[0, 0, 0], preview[0, 0, 32])
+
+
+def test_detected_listed_and_loaded_with_its_pixel_stage_apart(folder, tmp_path):
+    """The release's folder is a model (its parts' folders are not); the token stage's folder alone says which to
+    choose; load_model gives the adapter, int8 quantises the token stage only, and the memory estimate leaves out the
+    pixel model, which a memory manager loads after the decode."""
+    import os
     import shutil
-    partial = tmp_path / "GLM-Image"
-    shutil.copytree(folder, partial, ignore=shutil.ignore_patterns("vae"))
-    with pytest.raises(CheckpointError, match=r"missing the folders vae; download every file of zai-org/GLM-Image"):
-        GlmImageDiT(str(partial))
+
+    from sjdvp_core.models.loading import load_model
+    from sjdvp_core.models.memory import weight_need
+    from sjdvp_core.models.registry import detect_family, list_models
+    root = tmp_path / "models"
+    shutil.copytree(folder, root / "GLM-Image")
+    assert detect_family(str(root / "GLM-Image")) == "glm_image"
+    assert list_models([str(root)]) == ["demo", "GLM-Image"]
+    with pytest.raises(ValueError, match="token stage alone; choose the folder above it"):
+        detect_family(os.path.join(folder, "vision_language_encoder"))
+    quantised = load_model(str(root / "GLM-Image"), precision="int8", width=64, height=96)
+    assert quantised.pixels_apart and quantised.precision == "int8"
+    dit = {id(p) for p in quantised.image_decoder.parameters()}
+    assert dit and not dit & {id(p) for p in quantised.module.parameters()}
+    assert all(p.dtype == torch.float32 for p in quantised.image_decoder.parameters())
+    tokens_only = sum(t.numel() * t.element_size() for t in load_model(folder).module.state_dict().values())
+    assert weight_need(load_model(folder), "fp32", "fp32") == tokens_only
+    res = decode(quantised, PROMPTS[:1], method_settings("sjd-vp", 8, quantised.default_sampling))
+    assert quantised.decode_image(res.codes, PixelSettings(PROMPTS[:1], steps=1)).shape == (1, 96, 64, 3)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..engine.adapter import at_size
+from ..engine.adapter import PixelSettings, at_size
 from ..engine.decode import decode
 from ..engine.settings import METHODS, TreeSettings, WindowSettings, method_settings
 from ..models.loading import load_model
@@ -186,7 +186,8 @@ def _decode_jobs(mine: list[Job], out: str, rank: int, world: int, model: str, p
         seconds = time.perf_counter() - t
         image = job.name + ".png"
         tmp = os.path.join(out, f".{image}.{os.getpid()}.tmp.png")
-        save_png(adapter.decode_image(result.codes)[0], tmp, enlargement(model))
+        save_png(adapter.decode_image(result.codes, PixelSettings((job.prompt,), seed=job.seed))[0], tmp,
+                 enlargement(model))
         os.replace(tmp, os.path.join(out, image))
         st = result.stats
         record = dict(image=image, index=job.index, prompt=job.prompt, negative=job.negative, seed=job.seed,

@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from ..engine.adapter import KEEP_SIZE, at_size
+from ..engine.adapter import KEEP_SIZE, PixelSettings, at_size
 from ..engine.calibration import calibration, warm_up
 from ..engine.decode import decode
 from ..engine.devices import default_device
@@ -101,7 +101,7 @@ def main(prompt: str, methods=("ar", "sjd-vp"), model: str = "demo", window: int
                          for name, (settings, (cost, profile)) in chosen.items()}, repeats, warmup=0, device=device)
     for name, t in timed.items():
         result, decode_s = t.result, t.median   # the same tokens each time
-        image = adapter.decode_image(result.codes)[0]
+        image = adapter.decode_image(result.codes, PixelSettings((prompt,), seed=seed))[0]
         path = os.path.join(out, f"{name}_seed{seed}.png")
         save_png(image, path, enlargement(model))
         st = result.stats

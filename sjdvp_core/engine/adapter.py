@@ -9,7 +9,7 @@ which LANTERN and GSD rely on), then the structure tokens.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -72,6 +72,18 @@ class TokenLayout:
 Fact = tuple[str, str, bool]   # (what, detail, as expected): a line of the check command's report
 
 
+@dataclass(frozen=True)
+class PixelSettings:
+    """How a family whose pixels come from a diffusion model (GLM-Image's DiT) draws them from the tokens: the
+    prompts it is conditioned on (one per image), its steps and guidance (None: the family's defaults), the seed
+    of its noise, and a call after each step (done, total) that may raise to stop. A VQ decoder needs none."""
+    prompts: Sequence[Any] = ()
+    steps: int | None = None
+    guidance: float | None = None
+    seed: int = 0
+    progress: Callable[[int, int], None] | None = None
+
+
 class ModelAdapter:
     """What a model family implements for the engine, with the optional parts supplied here (so the engine
     and the check command never probe an adapter). Rows R = B, or 2B with CFG (cond rows first)."""
@@ -79,8 +91,11 @@ class ModelAdapter:
     layout: TokenLayout     # where the generated tokens go, at the current size
     device: torch.device    # where the weights are
     default_sampling: SamplingSettings = SamplingSettings()  # the family's recommended cfg, top-k, ...
-    module: torch.nn.Module  # every weight the adapter uses, for a memory manager to move
-    image_decoder: torch.nn.Module  # the part of module that decode_image needs (the VQ decoder)
+    module: torch.nn.Module  # every weight a decode uses, for a memory manager to move
+    image_decoder: torch.nn.Module  # what decode_image needs: part of module (a VQ decoder), or apart from it
+    # the image decoder is a model of its own (GLM-Image's DiT), loaded for the pixels only, after the decode: it is
+    # not in `module` nor in a decode's memory, and previews do not use it (preview_image)
+    pixels_apart: bool = False
     trees: bool = False      # forward_tree and adopt are implemented (draft trees can be scored)
     example_condition: Any = "a red fox in the snow"   # what the check command's test forward uses
     precision: str = ""      # how the weights were loaded where a loader chose it (auto: its reasons)
@@ -146,9 +161,15 @@ class ModelAdapter:
         the verifiers that need one say so)."""
         return None
 
-    def decode_image(self, codes: Tensor) -> Tensor:
-        """codes [B, h, w] (codebook indices) -> images [B, H, W, 3] float in [0, 1]."""
+    def decode_image(self, codes: Tensor, pixels: PixelSettings | None = None) -> Tensor:
+        """codes [B, h, w] (codebook indices) -> images [B, H, W, 3] float in [0, 1]. pixels: for a family whose
+        pixels come from a diffusion model (its prompts are required there); a VQ decoder ignores it."""
         raise NotImplementedError
+
+    def preview_image(self, codes: Tensor) -> Tensor:
+        """What a live preview shows of codes [B, h, w], as decode_image returns (a family whose decoder is too slow
+        to run per preview gives a cheap picture of its tokens)."""
+        return self.decode_image(codes)
 
     def facts(self) -> list[Fact]:
         """The family's tokens and sizes that a wrong tokenizer file or config would silently change, for

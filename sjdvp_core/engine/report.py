@@ -93,7 +93,7 @@ def report_text(result: DecodeResult, method: str) -> str:
 def partial_image(adapter, codes: Tensor, grey: float = 0.5) -> Tensor:
     """codes [h, w] with -1 where undecided -> [H, W, 3] image, undecided cells grey (for previews)."""
     known = codes >= 0
-    image = adapter.decode_image(codes.clamp_min(0)[None])[0]
+    image = adapter.preview_image(codes.clamp_min(0)[None])[0]
     scale = image.shape[0] // codes.shape[0]
     mask = known.cpu().repeat_interleave(scale, 0).repeat_interleave(scale, 1)[..., None]
     return torch.where(mask, image, torch.full_like(image, grey))

@@ -121,12 +121,13 @@ def key_ids(rep: Report, adapter) -> None:
 
 
 def forward(rep: Report, adapter, prompt) -> None:
-    """Prefill with CFG and one window of 4 drafts, timed; logits must be finite."""
+    """Prefill (with CFG where the family's sampling has it) and one window of 4 drafts, timed; logits must be
+    finite."""
     rep.line("forward")
     device = adapter.device
     with torch.inference_mode():
         t = time.perf_counter()
-        layout, logits = adapter.start([prompt], None, True)
+        layout, logits = adapter.start([prompt], None, adapter.default_sampling.uses_cfg)
         prefill_s = time.perf_counter() - t
         if not torch.isfinite(logits[:, layout.image_tokens.to(logits.device)]).all():
             rep.problem("prefill", "image logits are not finite (wrong precision for these weights? try fp32)")
@@ -142,10 +143,13 @@ def forward(rep: Report, adapter, prompt) -> None:
 
 
 def memory(rep: Report, adapter) -> None:
-    weights = sum(t.numel() * t.element_size() for t in adapter.module.state_dict().values())
+    def size(module) -> float:
+        return sum(t.numel() * t.element_size() for t in module.state_dict().values()) / GiB
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GiB     # KiB on Linux
     gpu = f", GPU peak {torch.cuda.max_memory_allocated() / GiB:.2f} GiB" if torch.cuda.is_available() else ""
-    rep.ok("memory", f"weights {weights / GiB:.2f} GiB, process peak {peak:.2f} GiB{gpu}")
+    apart = f" (+ {size(adapter.image_decoder):.2f} GiB of pixel model, used after the decode)" \
+        if adapter.pixels_apart else ""
+    rep.ok("memory", f"weights {size(adapter.module):.2f} GiB{apart}, process peak {peak:.2f} GiB{gpu}")
 
 
 def check(path: str, device: str = "cpu", precision: str = "auto", run_forward: bool = True,

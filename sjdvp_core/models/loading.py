@@ -94,7 +94,7 @@ def fit_precision(adapter, compute: str, memory: int, device: torch.device) -> s
     if chosen in QUANTISED:
         quantize(adapter, chosen, device, DTYPES[compute])
     else:
-        adapter.module.to(device)
+        to_device(adapter, device)
     adapter.precision = f"{chosen} (auto: {why})"
     return chosen
 
@@ -105,4 +105,11 @@ def quantize(adapter, precision: str, device: torch.device, dtype: torch.dtype) 
     if not swap_linears(adapter.blocks(), precision, dtype):
         raise ValueError(f"{adapter.family}: nothing to quantise (no linear layers in its transformer blocks); "
                          "choose bf16, fp16 or fp32")
+    to_device(adapter, device)
+
+
+def to_device(adapter, device: torch.device) -> None:
+    """The adapter's weights, and a pixel model kept apart from them, to device."""
     adapter.module.to(device)
+    if adapter.pixels_apart:
+        adapter.image_decoder.to(device)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from . import glm_image
 from .folders import incomplete, incomplete_folder, incomplete_message
 from .llamagen.adapter import gpt_files, is_gpt_file
 
@@ -73,6 +74,9 @@ FAMILIES = {
     "lumina2": Family("a Lumina-mGPT 2.0 folder (all files of Alpha-VLLM/Lumina-mGPT-2.0: config.json, tokenizer.json, "
                       "tokenizer_config.json, *.safetensors) with movqgan_270M.ckpt of ai-forever/MoVQGAN in its "
                       "movqgan/ folder", "lumina2.adapter:load_lumina2", ("chameleon",), options=True),
+    "glm_image": Family(f"a GLM-Image folder (all files of {glm_image.REPO}: model_index.json and the folders "
+                        f"{glm_image.ENCODER}/, processor/, transformer/, vae/, text_encoder/, tokenizer/, "
+                        "scheduler/; the pixels need diffusers)", "glm_image.adapter:load_glm_image", options=True),
 }
 LUMINA_ARCHITECTURE = "ChameleonXLLMXForConditionalGeneration"   # Lumina's own class; Chameleon/Anole use others
 IMAGE_START = "<racm3:break>"       # Lumina's image start token, in both releases' vocabularies
@@ -92,6 +96,8 @@ def detect_family(path: str) -> str:
         return "llamagen"
     if os.path.isdir(path) and gpt_files(path):
         return "llamagen"
+    if os.path.isdir(path) and glm_image.is_glm_image(path):
+        return "glm_image"
     family = hf_family(path) if os.path.isdir(path) else None
     if family:
         return family
@@ -109,6 +115,9 @@ def hf_family(folder: str) -> str | None:
         model_type, architectures = config.get("model_type"), config.get("architectures") or []
     except (OSError, ValueError, AttributeError) as e:
         raise ValueError(f"{path}: cannot be read ({e}); re-download the model's config.json") from e
+    if model_type == "glm_image":
+        raise ValueError(f"{folder}: GLM-Image's token stage alone; choose the folder above it (the one with "
+                         "model_index.json): its DiT draws the pixels")
     family = next((name for name, f in FAMILIES.items() if model_type in f.model_types), None)
     return chameleon_family(folder, config, architectures) if family == "lumina" else family
 
@@ -168,6 +177,14 @@ def _listed_hf(folder: str) -> bool:
         return True
 
 
+def _listed_glm(folder: str) -> bool:
+    """A GLM-Image folder, or an unreadable model_index.json (listed, so choosing it shows why)."""
+    try:
+        return glm_image.is_glm_image(folder)
+    except ValueError:
+        return True
+
+
 def list_models(roots: list[str]) -> list[str]:
     """'demo', then every model folder or GPT file under the roots (relative names). An unfinished
     download (sjdvp_core.download's marker in its folder) is not listed, nor anything under it."""
@@ -178,6 +195,10 @@ def list_models(roots: list[str]) -> list[str]:
                 dirs.clear()
                 continue
             rel = os.path.relpath(dirpath, root)
+            if rel != "." and "model_index.json" in files and _listed_glm(dirpath):
+                found.append(rel)
+                dirs.clear()     # its parts' folders are not models of their own
+                continue
             if rel != "." and "config.json" in files and _listed_hf(dirpath):
                 found.append(rel)
             gpts = sorted(f for f in files if is_gpt_file(f))

@@ -123,7 +123,7 @@ class ToyGridAdapter(ModelAdapter):
     def codebook(self) -> Tensor:
         return self._codebook
 
-    def decode_image(self, codes: Tensor, cell: int = 8) -> Tensor:
+    def decode_image(self, codes: Tensor, pixels=None, cell: int = 8) -> Tensor:
         e = self._codebook[codes.cpu()]                                            # [B, h, w, 2]
         rgb = torch.stack([e[..., 0], e[..., 1], 1 - (e[..., 0] + e[..., 1]) / 2], -1)
         return rgb.repeat_interleave(cell, 1).repeat_interleave(cell, 2)

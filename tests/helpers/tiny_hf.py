@@ -126,11 +126,11 @@ def hf_broken_folders(folder: str, tmp_path) -> list[tuple[str, str]]:
              (copy("bad_weights", write={weights[0]: "not a safetensors file"}), "cannot be loaded")]
     if os.path.isfile(os.path.join(folder, "model.safetensors.index.json")):
         cases.append((copy("no_shard", drop=[weights[-1]]), f"missing {weights[-1]}"))
-    cases.append((_without_a_tensor(copy("partial_weights"), weights[0]), "the weights lack 1 tensors"))
+    cases.append((without_a_tensor(copy("partial_weights"), weights[0]), "the weights lack 1 tensors"))
     return cases
 
 
-def _without_a_tensor(folder: str, shard: str) -> str:
+def without_a_tensor(folder: str, shard: str) -> str:
     """Drop one tensor from a weight file (and from the shard index, if any): an incomplete checkpoint."""
     from safetensors.torch import load_file, save_file
     path = os.path.join(folder, shard)

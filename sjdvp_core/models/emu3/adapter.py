@@ -127,7 +127,7 @@ class Emu3Adapter(SizeChoice, HFAdapter):
         return self.model.model.vqmodel.quantize.embedding.weight.float()
 
     @torch.no_grad()
-    def decode_image(self, codes: Tensor) -> Tensor:
+    def decode_image(self, codes: Tensor, pixels=None) -> Tensor:
         pixels = self.image_decoder.decode(codes.to(weights_device(self.image_decoder)))    # [B, 3, H, W]
         return to_image(pixels, self.pixel_mean, self.pixel_std)
 

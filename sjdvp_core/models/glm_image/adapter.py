@@ -12,6 +12,8 @@ three axes (temporal, row, column) that follow its grid: after P prompt tokens t
 (P, P + r, P + c), the image grid's at (Q, Q + r, Q + c) with Q = P + max(h, w), the end token at
 Q + max(H/32, W/32) on all three. `rope_positions` computes them for every drafted slot from this layout, never
 from a table of the last forward (as transformers' generate() keeps one).
+The pixels: the release's DiT (dit.py), a model of its own that a memory manager loads after the token stage
+(`pixels_apart`); a live preview colours each code by the codebook's three main directions instead.
 Sampling: the release's generation_config.json, with transformers' defaults where it is silent (upstream's
 generate() reads it so), one row: the token stage has no classifier-free guidance. One deviation: a grid position
 draws only the 16384 codes, where upstream samples all of the head's entries (a code past the codebook would
@@ -26,33 +28,28 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from ...engine.adapter import TokenLayout
+from ...engine.adapter import PixelSettings, TokenLayout
 from ...engine.settings import SamplingSettings
 from ..checkpoint import CheckpointError
-from ..hf_adapter import HFAdapter, SizeChoice, load_pretrained, read_json
+from ..hf_adapter import HFAdapter, SizeChoice, load_pretrained
+from . import ENCODER, GRID, PIPELINE, REPO, is_glm_image
+from .dit import GlmImageDiT
 
-REPO = "zai-org/GLM-Image"
-PIPELINE = "GlmImagePipeline"          # model_index.json's _class_name for the release's folder
-ENCODER, PROCESSOR = "vision_language_encoder", "processor"
-GRID = 32                              # pixels per token of the image grid (the processor's factor)
+PROCESSOR = "processor"
 DEFAULT_SIZE = 1024
-
-
-def is_glm_image(folder: str) -> bool:
-    """A diffusers-format folder whose model_index.json names GlmImagePipeline."""
-    path = os.path.join(folder, "model_index.json")
-    return os.path.isfile(path) and read_json(path).get("_class_name") == PIPELINE
 
 
 class GlmImageAdapter(SizeChoice, HFAdapter):
     family = "GLM-Image"
+    pixels_apart = True
 
-    def __init__(self, model, processor, sampling: SamplingSettings, width: int = DEFAULT_SIZE,
+    def __init__(self, model, processor, sampling: SamplingSettings, dit, width: int = DEFAULT_SIZE,
                  height: int = DEFAULT_SIZE, device="cpu"):
         config = model.config
         super().__init__(model, model.model.language_model, config.text_config, None,
                          config.text_config.pad_token_id, device)
-        self.processor, self.sampling = processor, sampling
+        self.processor, self.sampling, self.dit, self.palette = processor, sampling, dit, None
+        self.image_decoder = dit.module
         self.codes = config.vq_config.num_embeddings
         self.image_start, self.image_end = config.image_start_token_id, config.image_end_token_id
         # transformers 5.25 takes the processor's own arguments apart from the template's (5.0 among them)
@@ -115,6 +112,20 @@ class GlmImageAdapter(SizeChoice, HFAdapter):
         """The token stage's VQ codebook (what its image tokenizer quantises to)."""
         return self.model.model.vqmodel.quantize.embedding.weight
 
+    def decode_image(self, codes: Tensor, pixels: PixelSettings | None = None) -> Tensor:
+        """The DiT's images of the image grid's codes [B, h, w], conditioned on pixels.prompts."""
+        if pixels is None or not pixels.prompts:
+            raise ValueError("GLM-Image's DiT draws the image from the tokens and the prompt: give the prompts "
+                             "(decode_image(codes, PixelSettings(prompts=...)))")
+        return self.dit(codes, pixels)
+
+    def preview_image(self, codes: Tensor) -> Tensor:
+        """Each code as a colour (the codebook's three main directions), GRID px a code: no DiT per preview."""
+        if self.palette is None:
+            self.palette = palette(self.codebook())
+        rgb = self.palette[codes.cpu()]
+        return rgb.repeat_interleave(GRID, 1).repeat_interleave(GRID, 2)
+
     def facts(self):
         (H, W), (h, w) = self.layout.grid.shape, self.layout.prior_grids[0].shape
         ids = [self.image_start, self.image_end]
@@ -128,6 +139,17 @@ class GlmImageAdapter(SizeChoice, HFAdapter):
 
     def token_names(self, ids) -> list[tuple[int, str]]:
         return [(int(i), self.processor.tokenizer.convert_ids_to_tokens(int(i))) for i in ids]
+
+
+def palette(codebook: Tensor) -> Tensor:
+    """[K, 3] colours in [0, 1]: each code's projection on the codebook's three principal directions, each
+    stretched over its 1st-99th percentile (codes close in the codebook get close colours)."""
+    x = codebook.detach().float().cpu()
+    x = x - x.mean(0)
+    _, vectors = torch.linalg.eigh(x.T @ x)
+    p = x @ vectors[:, -3:].flip(1)
+    low, high = p.quantile(0.01, 0), p.quantile(0.99, 0)
+    return ((p - low) / (high - low).clamp_min(1e-6)).clamp(0, 1)
 
 
 def _rope_table(h: int, w: int, H: int, W: int) -> Tensor:
@@ -167,8 +189,8 @@ def load_processor(folder: str):
 
 def load_glm_image(folder: str, device="cpu", dtype=torch.float32, width: int | None = None,
                    height: int | None = None) -> GlmImageAdapter:
-    """The token stage of a GLM-Image folder (the release's diffusers layout); width, height in pixels (default
-    1024 x 1024)."""
+    """A GLM-Image folder (the release's diffusers layout): the token stage, with the pixel stage beside it;
+    width, height in pixels (default 1024 x 1024)."""
     try:
         from transformers import GlmImageForConditionalGeneration
     except ImportError as e:
@@ -178,5 +200,5 @@ def load_glm_image(folder: str, device="cpu", dtype=torch.float32, width: int | 
     encoder = os.path.join(folder, ENCODER)
     processor = load_processor(os.path.join(folder, PROCESSOR))
     model = load_pretrained(GlmImageForConditionalGeneration, encoder, REPO, dtype, files=("config.json",))
-    return GlmImageAdapter(model, processor, generation_sampling(encoder), width or DEFAULT_SIZE,
-                           height or DEFAULT_SIZE, device)
+    return GlmImageAdapter(model, processor, generation_sampling(encoder), GlmImageDiT(folder, device, dtype),
+                           width or DEFAULT_SIZE, height or DEFAULT_SIZE, device)

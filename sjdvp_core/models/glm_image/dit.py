@@ -5,24 +5,26 @@ As GlmImagePipeline.generate_prior_tokens hands them over: only the image grid (
 token stage and is dropped), each code repeated over a 2 x 2 block (32 px per code -> the DiT's 16 px patches),
 row-major. The prompt goes to the glyph encoder too (its quoted spans are the text drawn in the image). Steps and
 guidance default to the pipeline's own; each step reports to `progress`, which may raise to stop between steps.
+The pipeline runs where its weights are (a memory manager moves `module`).
 """
 from __future__ import annotations
 
 import os
 import warnings
-from typing import Callable, Sequence
 
 import torch
 from torch import Tensor
 from torch.nn import functional as F
 
+from ...engine.adapter import PixelSettings
 from ..checkpoint import CheckpointError
 from ..optional import require
-from .adapter import GRID, REPO
+from ..placement import weights_device
+from . import GRID, REPO
 
 STEPS, GUIDANCE = 50, 1.5      # GlmImagePipeline.__call__'s defaults
 DIT_PARTS = ("transformer", "vae", "text_encoder", "tokenizer", "scheduler")
-StepFn = Callable[[int, int], None]   # (steps done, steps in all); may raise to stop
+WEIGHTS = ("transformer", "vae", "text_encoder")
 
 
 def prior_token_ids(codes: Tensor) -> Tensor:
@@ -52,25 +54,28 @@ class GlmImageDiT:
             raise CheckpointError(f"{folder}: GLM-Image's DiT, VAE or glyph encoder cannot be loaded "
                                   f"({type(e).__name__}: {e}); re-download the files of {REPO}") from e
         self.pipe.set_progress_bar_config(disable=True)
-        self.pipe.to(device)
-        self.device = torch.device(device)
+        self.module = torch.nn.ModuleDict({name: getattr(self.pipe, name) for name in WEIGHTS}).to(device)
 
     @torch.inference_mode()
-    def __call__(self, prompts: Sequence[str], codes: Tensor, steps: int = STEPS, guidance: float = GUIDANCE,
-                 seed: int = 0, progress: StepFn | None = None) -> Tensor:
-        """prompts (one per image), image-grid codes [B, h, w] -> images [B, 32 h, 32 w, 3] in [0, 1] on the CPU."""
+    def __call__(self, codes: Tensor, pixels: PixelSettings) -> Tensor:
+        """Image-grid codes [B, h, w] and their prompts (pixels.prompts, one per image) -> images [B, 32 h, 32 w, 3]
+        in [0, 1] on the CPU."""
+        steps = STEPS if pixels.steps is None else pixels.steps
+        guidance = GUIDANCE if pixels.guidance is None else pixels.guidance
         if steps < 1 or guidance < 0:
             raise ValueError(f"steps={steps}, guidance={guidance}: the DiT needs at least 1 step and guidance >= 0")
-        if len(prompts) != codes.shape[0]:
-            raise ValueError(f"{len(prompts)} prompts for {codes.shape[0]} images: give one prompt per image")
+        if len(pixels.prompts) != codes.shape[0]:
+            raise ValueError(f"{len(pixels.prompts)} prompts for {codes.shape[0]} images: GLM-Image's DiT draws each "
+                             "image from its tokens and its prompt; give one prompt per image")
 
         def step_end(pipe, i, t, tensors):
-            if progress is not None:
-                progress(i + 1, steps)
+            if pixels.progress is not None:
+                pixels.progress(i + 1, steps)
             return {}
+        device = weights_device(self.pipe.transformer)
         h, w = codes.shape[1:]
-        out = self.pipe(prompt=list(prompts), height=h * GRID, width=w * GRID,
-                        prior_token_ids=prior_token_ids(codes).to(self.device), num_inference_steps=steps,
-                        guidance_scale=guidance, generator=torch.Generator(self.device).manual_seed(seed),
+        out = self.pipe(prompt=list(pixels.prompts), height=h * GRID, width=w * GRID,
+                        prior_token_ids=prior_token_ids(codes).to(device), num_inference_steps=steps,
+                        guidance_scale=guidance, generator=torch.Generator(device).manual_seed(pixels.seed),
                         output_type="pt", callback_on_step_end=step_end)
         return out.images.permute(0, 2, 3, 1).float().cpu()

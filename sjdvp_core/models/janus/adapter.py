@@ -83,7 +83,7 @@ class JanusAdapter(HFAdapter):
         return self._codebook
 
     @torch.no_grad()
-    def decode_image(self, codes: Tensor) -> Tensor:
+    def decode_image(self, codes: Tensor, pixels=None) -> Tensor:
         pixels = self.image_decoder.decode(codes.flatten(1).to(weights_device(self.image_decoder)))   # in [-1, 1]
         return to_image(pixels)
 

@@ -286,6 +286,6 @@ class LlamaGenAdapter(ModelAdapter):
         return self._codebook
 
     @torch.no_grad()
-    def decode_image(self, codes: Tensor) -> Tensor:
+    def decode_image(self, codes: Tensor, pixels=None) -> Tensor:
         images = self.vq.decode_code(codes.to(weights_device(self.vq)))
         return ((images.float() + 1) / 2).clamp(0, 1).permute(0, 2, 3, 1).cpu()

@@ -151,7 +151,7 @@ class LuminaAdapter(SizeChoice, HFAdapter):
         return self._codebook
 
     @torch.no_grad()
-    def decode_image(self, codes: Tensor) -> Tensor:
+    def decode_image(self, codes: Tensor, pixels=None) -> Tensor:
         return to_image(self.image_decoder.decode_code(codes.to(weights_device(self.image_decoder))))
 
 
