@@ -171,7 +171,8 @@ class DecodeImage(io.ComfyNode):
         )
 
     @classmethod
-    def execute(cls, tokens, steps=STEPS, guidance=GUIDANCE) -> io.NodeOutput:
+    def execute(cls, tokens, steps=LEGACY["SJDVP_DecodeImage"]["steps"],
+                guidance=LEGACY["SJDVP_DecodeImage"]["guidance"]) -> io.NodeOutput:
         runtime.prepare_decoder(tokens.model)
         pixels = PixelSettings(tokens.prompts, steps, guidance, tokens.seed, runtime.StepProgress())
         with torch.inference_mode():

@@ -10,4 +10,6 @@ LEGACY = {
     "SJDVP_VerificationPrediction": {"strength_mode": "fixed"},
     "SJDVP_SpeculativeDecode": {"width": 0, "height": 0, "sampling": "custom", "compile": False, "method": "AR"},
     "SJDVP_JacobiWindow": {"tree_width": 1, "tree_depth": 1, "window_auto": False, "tree_auto": False},
+    # the DiT's settings (GLM-Image; VQ decoders ignore them): upstream's defaults, as the widgets' own
+    "SJDVP_DecodeImage": {"steps": 50, "guidance": 1.5},
 }

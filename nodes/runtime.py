@@ -109,11 +109,12 @@ def _patcher(module: torch.nn.Module, load_device: torch.device) -> comfy.model_
 
 def without(module: torch.nn.Module, part: torch.nn.Module) -> torch.nn.Module:
     """The weights of module other than part's: its largest submodules that do not contain part (a
-    ModuleDict of them, which moves those weights and nothing of part's)."""
+    ModuleDict of them, which moves those weights and nothing of part's). A module apart from part comes whole,
+    in a ModuleDict too: ComfyUI's patcher sets .device on its model, which a transformers model refuses."""
     if module is part:
         return torch.nn.ModuleDict()
     if not any(m is part for m in module.modules()):
-        return module
+        return torch.nn.ModuleDict({"model": module})
     kept = torch.nn.ModuleDict()
     for name, child in module.named_children():
         rest = without(child, part)

@@ -27,7 +27,7 @@ PINNED = {
     "SJDVP_VerificationPrediction": ["growth_steps", "beta", "top_k", "strength", "max_score", "strength_mode"],
     "SJDVP_SpeculativeDecode": ["prompt", "negative_prompt", "cfg", "temperature", "top_k", "top_p", "seed",
                                 "batch_size", "width", "height", "sampling", "compile", "method"],
-    "SJDVP_DecodeImage": [],
+    "SJDVP_DecodeImage": ["steps", "guidance"],
     "SJDVP_Report": [],
 }
 WORKFLOWS = sorted(glob.glob(os.path.join(REPO, "workflows", "*.json")))
@@ -94,6 +94,37 @@ def test_lumina2_workflow_runs_the_tiny_model(server, object_info):
         report = next(v for k, v in history["outputs"].items() if prompt[k]["class_type"] == "SJDVP_Report")
         figures = report["sjdvp_report"][0]
         assert 4 * 8 <= figures["ar_passes"] <= 4 * 9 + 1 and figures["step_compression"] >= 1
+    finally:
+        shutil.rmtree(folder)
+
+
+def test_glm_image_workflow_runs_the_tiny_model(server, object_info):
+    """The GLM-Image workflow as shipped: without its folder the loader says where the files go; with a tiny
+    release there (only the size and the DiT's steps changed, to what a tiny model runs in seconds) the tokens
+    decode, the DiT draws the image at the grid's size, and the report counts the passes."""
+    from PIL import Image
+
+    from tests.helpers.tiny_glm_image import write_glm_image
+    workflow = load(os.path.join(REPO, "workflows", "sjdvp_glm_image.json"))
+    prompt = to_api(workflow, object_info)
+    history, messages = server.run(prompt, workflow)
+    errors = [m["data"] for m in messages if m["type"] == "execution_error"]
+    assert errors and "model 'GLM-Image' is not in" in errors[0]["exception_message"]
+    folder = os.path.join(server.models, "GLM-Image")
+    write_glm_image(folder)
+    try:
+        decode = next(k for k, v in prompt.items() if v["class_type"] == "SJDVP_SpeculativeDecode")
+        prompt[decode]["inputs"].update(width=64, height=96)
+        pixels = next(k for k, v in prompt.items() if v["class_type"] == "SJDVP_DecodeImage")
+        prompt[pixels]["inputs"].update(steps=2)
+        history, messages = server.run(prompt, workflow)
+        errors = [m["data"] for m in messages if m["type"] == "execution_error"]
+        assert history["status"]["status_str"] == "success", [e.get("exception_message") for e in errors]
+        save = next(k for k, v in prompt.items() if v["class_type"] == "SaveImage")
+        image = history["outputs"][save]["images"][0]
+        assert Image.open(os.path.join(server.output, image["subfolder"], image["filename"])).size == (64, 96)
+        report = next(v for k, v in history["outputs"].items() if prompt[k]["class_type"] == "SJDVP_Report")
+        assert report["sjdvp_report"][0]["ar_passes"] == 19 * 13 + 3 * 2      # a pass per token after the prefill's
     finally:
         shutil.rmtree(folder)
 

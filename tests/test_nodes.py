@@ -190,6 +190,35 @@ def test_decoding_pixels_loads_only_the_image_decoder(pack, demo):
     assert mm.loads[-1][0] == [demo.decoder_patcher] and image.shape == (1, 64, 64, 3)
 
 
+def test_glm_image_decodes_tokens_then_draws_pixels_with_its_dit(pack, monkeypatch):
+    """A model whose pixels come from a DiT: decoding tokens loads only the token stage (previews colour the codes),
+    Tokens to Image loads only the DiT (ComfyUI may evict the token stage for it) and draws from the decode's prompt
+    and seed with its steps, one bar update per step; ComfyUI's interrupt stops it between steps."""
+    from tests.helpers.tiny_glm_image import write_glm_image
+    runtime, mm = pack["runtime"], pack["mm"]
+    write_glm_image(os.path.join(runtime.folder_paths.get_folder_paths(runtime.FOLDER)[0], "GLM-Image"))
+    glm = runtime.load("GLM-Image", "auto", "auto")
+    mm.loads.clear()
+    out = run(pack, glm, cfg=1.0, width=64, height=96, sampling="model defaults", method="SJD-VP", batch_size=2)
+    tokens = out.values[0]
+    assert mm.loads[-1][0] == [glm.patcher] and "images" in out.ui       # the last preview, without the DiT
+    assert tokens.prompts == ("a red circle on grass",) * 2
+    bars = []
+    monkeypatch.setattr(runtime.comfy.utils, "ProgressBar", lambda total: bars.append(stubs.ProgressBar(total))
+                        or bars[-1])
+    image = pack["decode"].DecodeImage.execute(tokens, steps=2, guidance=1.5).values[0]
+    assert mm.loads[-1][0] == [glm.decoder_patcher] and image.shape == (2, 96, 64, 3)
+    assert [u[0] for u in bars[-1].updates] == [1, 2]
+    again = pack["decode"].DecodeImage.execute(tokens, steps=2, guidance=1.5).values[0]
+    assert torch.equal(image, again)                                        # the decode's seed seeds the DiT
+
+    def interrupted():
+        raise InterruptedError
+    monkeypatch.setattr(mm, "throw_exception_if_processing_interrupted", interrupted)
+    with pytest.raises(InterruptedError):
+        pack["decode"].DecodeImage.execute(tokens, steps=2, guidance=1.5)
+
+
 # --- downloads from the loader (tests/helpers/fake_hub.py on 127.0.0.1; HF_ENDPOINT points at it) -------------
 @pytest.fixture
 def fake_hub(monkeypatch):

@@ -25,17 +25,20 @@ from sjdvp_core.engine.settings import (  # noqa: E402
     VPSettings,
 )
 from sjdvp_core.hub.catalogue import BY_NAME, Entry, size_text  # noqa: E402
+from sjdvp_core.models.glm_image.dit import GUIDANCE, STEPS  # noqa: E402
 from sjdvp_core.models.registry import FAMILIES  # noqa: E402
 
 OUT = os.path.join(REPO, "workflows")
 FOX = "a photo of a red fox sitting in fresh snow, morning light"
+GLM_PROMPT = 'a poster of a red fox sitting in fresh snow, the title "WINTER" in bold white letters at the top'
 
 
 @dataclass(frozen=True)
 class Example:
     """A workflow shipped for a family (workflows/<workflow>.json): the catalogue entry it downloads on its
-    first run, its title, its prompt, the key of the family module's SAMPLING table where it has one per model
-    type, and its image size."""
+    first run (or, for a release not in the catalogue, the folder under models/sjdvp it loads, which the user
+    downloads by hand from the family module's REPO), its title, its prompt, the key of the family module's
+    SAMPLING table where it has one per model type, and its image size."""
     workflow: str
     entry: str
     title: str
@@ -52,6 +55,8 @@ EXAMPLES = {
     "emu3": (Example("sjdvp_emu3", "Emu3-Gen", "Emu3", size=(720, 720)),),
     "lumina": (Example("sjdvp_lumina_mgpt", "Lumina-mGPT-7B-768", "Lumina-mGPT", size=(768, 768)),),
     "lumina2": (Example("sjdvp_lumina_mgpt2", "Lumina-mGPT-2.0", "Lumina-mGPT 2.0", size=(768, 768)),),
+    # not in the catalogue: its Hub listing (names, sizes) has not been read here
+    "glm_image": (Example("sjdvp_glm_image", "GLM-Image", "GLM-Image", GLM_PROMPT, size=(1024, 1024)),),
 }
 LEGACY_JS = os.path.join(REPO, "web", "js", "legacy_values.js")
 
@@ -122,7 +127,7 @@ def default_size(widgets: list) -> tuple[int, int]:
 # Layout: no node overlaps another, also as the Vue node renderer draws them and after a run (images
 # and the report text shown); tests/test_browser.py checks every workflow in a real browser.
 GAP, TITLE = 60, 30
-DECODE_SIZE, IMAGE_SIZE, REPORT_SIZE, PICTURE_SIZE = (340, 640), (360, 60), (360, 330), (340, 400)
+DECODE_SIZE, IMAGE_SIZE, REPORT_SIZE, PICTURE_SIZE = (340, 640), (360, 110), (360, 330), (340, 400)
 BRANCH_HEIGHT = 2 * (PICTURE_SIZE[1] + TITLE + GAP)   # one decode branch: its 2 x 2 block is the tallest part
 
 
@@ -156,7 +161,7 @@ def decode_branch(g: Graph, model: int, prompt: str, sampling: SamplingSettings,
         g.connect(drafter, 0, dec, "drafter")
     x1 = x + DECODE_SIZE[0] + GAP
     x2 = x1 + max(IMAGE_SIZE[0], REPORT_SIZE[0]) + GAP
-    img = g.add("SJDVP_DecodeImage", [], (x1, y), size=IMAGE_SIZE)
+    img = g.add("SJDVP_DecodeImage", [STEPS, GUIDANCE], (x1, y), size=IMAGE_SIZE)
     g.connect(dec, 0, img, "tokens")
     save = g.add("SaveImage", [f"sjdvp/{name}"], (x2, y), size=PICTURE_SIZE)
     g.connect(img, 0, save, "images")
@@ -211,6 +216,14 @@ def family_note(entry: Entry, title: str) -> str:
             "python -m sjdvp_core.check <folder> says whether a folder is complete.")
 
 
+def by_hand_note(folder: str, repo: str, title: str) -> str:
+    """A family workflow whose release the loader does not download yet: where its files go."""
+    return (f"{title} decoded with SJD-VP and the automatic window: fewer passes, and images distributed "
+            f"exactly as plain AR sampling's.\n\nModel: download every file of {repo} (Hugging Face Hub) into "
+            f"ComfyUI/models/sjdvp/{folder}, e.g. hf download {repo} --local-dir ComfyUI/models/sjdvp/{folder}. "
+            "python -m sjdvp_core.check <folder> says whether a folder is complete.")
+
+
 def family_workflows() -> dict:
     """One per Example of each family (EXAMPLES). They name catalogue entries ("Janus-Pro-7B (download,
     ~14.8 GB)"): a shared workflow downloads its model into models/sjdvp on its first run and finds it there
@@ -222,9 +235,10 @@ def family_workflows() -> dict:
     for name, family in FAMILIES.items():
         for ex in EXAMPLES[name]:
             sampling = family.module.SAMPLING[ex.sampling] if ex.sampling else family.module.SAMPLING
-            entry = BY_NAME[ex.entry]
-            out[ex.workflow] = quick(entry.choice, ex.prompt, sampling, family_note(entry, ex.title), name=ex.title,
-                                     size=ex.size)
+            entry = BY_NAME.get(ex.entry)
+            model, note = (entry.choice, family_note(entry, ex.title)) if entry else \
+                (ex.entry, by_hand_note(ex.entry, family.module.REPO, ex.title))
+            out[ex.workflow] = quick(model, ex.prompt, sampling, note, name=ex.title, size=ex.size)
     return out
 
 

@@ -24,5 +24,9 @@ export const LEGACY = {
     "tree_depth": 1,
     "window_auto": false,
     "tree_auto": false
+  },
+  "SJDVP_DecodeImage": {
+    "steps": 50,
+    "guidance": 1.5
   }
 };

@@ -164,6 +164,8 @@ def _rope_table(h: int, w: int, H: int, W: int) -> Tensor:
 
 
 GENERATE_DEFAULTS = {"temperature": 1.0, "top_k": 50, "top_p": 1.0}   # what generate() takes where unset
+# what a workflow's sampling widgets show; a loaded model samples as its generation_config.json says
+SAMPLING = SamplingSettings(**GENERATE_DEFAULTS)
 
 
 def generation_sampling(folder: str) -> SamplingSettings:
