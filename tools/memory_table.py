@@ -24,6 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from sjdvp_core.engine.adapter import TokenLayout  # noqa: E402
 from sjdvp_core.models.emu3 import adapter as emu3  # noqa: E402
+from sjdvp_core.models.glm_image import adapter as glm  # noqa: E402
 from sjdvp_core.models.hf_adapter import HFAdapter  # noqa: E402
 from sjdvp_core.models.janus import adapter as janus  # noqa: E402
 from sjdvp_core.models.lumina import adapter as lumina  # noqa: E402
@@ -142,14 +143,32 @@ def _flan_t5_xl():
     return Encoder()
 
 
+def glm_image() -> Shape:
+    """GLM-Image's token stage (transformers' GlmImageConfig defaults, its "GLM-Image style" sizes: the 9B GLM-4
+    stack, hidden 4096, 40 layers, 2 KV heads, with the vision encoder and VQ encoder it loads beside), at the
+    default 1024 x 1024: a 16 x 16 prior grid, the 32 x 32 image grid, the end token. Its DiT is apart (loaded
+    alone after the decode), so not in these rows."""
+    from transformers import GlmImageConfig, GlmImageForConditionalGeneration
+    with torch.device("meta"):
+        model = GlmImageForConditionalGeneration(GlmImageConfig())
+    codes = model.config.vq_config.num_embeddings
+    prior, image = torch.arange(256).view(16, 16), 256 + torch.arange(1024).view(32, 32)
+    forced = torch.full((256 + 1024 + 1,), -1)
+    forced[-1] = codes + 1
+    layout = TokenLayout(torch.arange(codes), torch.tensor([codes + 1]), forced, image, (prior,))
+    return Shape(model, model.model.language_model, layout, torch.nn.Module(), glm.SAMPLING,
+                 logits_width=model.config.text_config.vision_vocab_size)
+
+
 @dataclass(frozen=True)
 class Release:
-    name: str            # a catalogue entry's name
+    name: str            # a catalogue entry's name (or the release's, where the catalogue has none yet)
     build: Callable
     image: str
 
 
 RELEASES = (
+    Release("GLM-Image (token stage)", glm_image, "1024 x 1024"),
     Release("Lumina-mGPT-7B-768", lumina_768, "768 x 768"),
     Release("Lumina-mGPT-2.0", lumina2_768, "768 x 768"),
     Release("Emu3-Gen", emu3_gen, "720 x 720"),
