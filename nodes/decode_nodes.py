@@ -7,7 +7,7 @@ import torch
 from comfy_api.latest import io, ui
 
 from ..sjdvp_core.demo import DEMO_SAMPLING
-from ..sjdvp_core.engine.adapter import KEEP_SIZE, PixelSettings, at_size
+from ..sjdvp_core.engine.adapter import KEEP_SIZE, Edit, PixelSettings, at_size
 from ..sjdvp_core.engine.budget import decode_bytes
 from ..sjdvp_core.engine.calibration import calibration
 from ..sjdvp_core.engine.decode import DecodeResult, decode
@@ -41,12 +41,12 @@ FIRST_RELEASE_WINDOW = WindowSettings(16, init="random")
 
 @dataclass
 class Tokens:
-    """What flows through an SJDVP_TOKENS socket: the tokens, and what a pixel model draws them with (the prompt
-of each image, the seed)."""
+    """What flows through an SJDVP_TOKENS socket: the tokens, and what a pixel model draws them with (the condition
+of each image: its prompt, with its reference images where it edits; the seed)."""
     model: runtime.LoadedModel
     result: DecodeResult
     method: str
-    prompts: tuple[str, ...] = ()
+    prompts: tuple = ()
     seed: int = 0
 
 
@@ -107,6 +107,11 @@ class SpeculativeDecode(io.ComfyNode):
                                        "follow the model's own distribution. LANTERN and GSD accept more drafts "
                                        "and drift from it. -VP adds Verification Prediction. AR: one token per "
                                        "pass, the baseline. A connected verifier node overrides this."),
+
+                io.Image.Input("images", optional=True,
+                               tooltip="Reference images, for families that edit (GLM-Image): the prompt says what "
+                                       "to make of them (edit, restyle, combine). Every image of this batch is a "
+                                       "reference of every output image. Other families refuse them."),
             ],
             outputs=[TOKENS.Output(display_name="tokens")],
         )
@@ -117,20 +122,21 @@ class SpeculativeDecode(io.ComfyNode):
                 height=LEGACY["SJDVP_SpeculativeDecode"]["height"],
                 sampling=LEGACY["SJDVP_SpeculativeDecode"]["sampling"],
                 compile=LEGACY["SJDVP_SpeculativeDecode"]["compile"],
-                method=LEGACY["SJDVP_SpeculativeDecode"]["method"]) -> io.NodeOutput:
+                method=LEGACY["SJDVP_SpeculativeDecode"]["method"], images=None) -> io.NodeOutput:
         adapter = at_size(model.adapter, width, height)
+        condition = prompt if images is None else edit(adapter, prompt, images)
         if sampling not in SAMPLING_SOURCES:
             raise ValueError(f"sampling={sampling!r}: choose one of {list(SAMPLING_SOURCES)}")
         chosen = adapter.default_sampling if sampling == MODEL_DEFAULTS else \
             SamplingSettings(cfg_scale=cfg, temperature=temperature, top_k=top_k, top_p=top_p)
         drafter, window = method_or_nodes(method, drafter, window)
         settings = decode_settings(drafter, window, chosen, seed % 2**63, batch_size, compile)
-        runtime.prepare(model, decode_bytes(adapter, settings, prompt, negative_prompt or None))
+        runtime.prepare(model, decode_bytes(adapter, settings, condition, negative_prompt or None))
         progress, measuring = runtime.Progress(adapter), runtime.Measuring()
         try:   # what auto chooses by and the report prices by: measured on a first run (its own bar), then cached
             cost, profile = (None, None) if drafter is None else calibration(adapter, settings, progress=measuring)
             measuring.finish()
-            result = decode(adapter, prompt, settings, negatives=negative_prompt or None, progress=progress,
+            result = decode(adapter, condition, settings, negatives=negative_prompt or None, progress=progress,
                             cost=cost, profile=profile)
         except runtime.OOM as e:
             raise runtime.oom_message(e, settings.window.size, settings.window.tree.width) from e
@@ -138,7 +144,15 @@ class SpeculativeDecode(io.ComfyNode):
         shown = report_ui(result, method)
         if progress.final is not None:     # the last preview, kept as a temp image: a cached run shows it again
             shown |= ui.PreviewImage(progress.final[None], cls=cls).as_dict()
-        return io.NodeOutput(Tokens(model, result, method, (prompt,) * batch_size, settings.seed), ui=shown)
+        return io.NodeOutput(Tokens(model, result, method, (condition,) * batch_size, settings.seed), ui=shown)
+
+
+def edit(adapter, prompt: str, images: torch.Tensor) -> Edit:
+    """The prompt with reference images (an IMAGE batch [N, H, W, 3]), for a family that takes them."""
+    if not adapter.takes_images:
+        raise ValueError(f"{adapter.family} does not take reference images: disconnect the images input (GLM-Image "
+                         "edits images)")
+    return Edit(prompt, tuple(images.float().cpu()))
 
 
 def method_or_nodes(method: str, drafter, window):

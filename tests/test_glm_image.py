@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from sjdvp_core import SamplingSettings, decode, method_settings
-from sjdvp_core.engine.adapter import PixelSettings
+from sjdvp_core.engine.adapter import Edit, PixelSettings
 from sjdvp_core.models.glm_image import is_glm_image
 from sjdvp_core.models.glm_image.adapter import GENERATE_DEFAULTS, load_glm_image
 from sjdvp_core.models.glm_image.dit import prior_token_ids
 from tests.helpers.tiny_glm_image import CODES, SAMPLING, write_glm_image
-from tests.helpers.tiny_hf import assert_windows_match_recompute
+from tests.helpers.tiny_hf import assert_greedy_sjd_equals_ar, assert_windows_match_recompute
 
 PROMPTS = ["a red fox in the snow", "a sky"]
 GREEDY = SamplingSettings(greedy=True, temperature=0.0)
@@ -60,7 +60,7 @@ def test_ar_writes_upstream_generates_tokens(adapter):
 
 @torch.inference_mode()
 def test_windows_with_rollback_equal_a_recompute(adapter):
-    prompts = [adapter._encode(p) for p in PROMPTS]
+    prompts = [adapter._encode(p).ids for p in PROMPTS]
 
     def reference(row: int, tokens: torch.Tensor) -> torch.Tensor:
         ids = torch.tensor(prompts[row] + tokens.tolist())[None]
@@ -152,3 +152,80 @@ def test_detected_listed_and_loaded_with_its_pixel_stage_apart(folder, tmp_path)
     assert weight_need(load_model(folder), "fp32", "fp32") == tokens_only
     res = decode(quantised, PROMPTS[:1], method_settings("sjd-vp", 8, quantised.default_sampling))
     assert quantised.decode_image(res.codes, PixelSettings(PROMPTS[:1], steps=1)).shape == (1, 96, 64, 3)
+
+
+# --- editing: source images in the prompt, only the image grid written -----------------------------------------
+SOURCE = torch.rand(64, 64, 3, generator=torch.Generator().manual_seed(0))      # an IMAGE as ComfyUI holds one
+WIDE = torch.rand(32, 48, 3, generator=torch.Generator().manual_seed(1))
+
+
+def edits() -> list[Edit]:
+    return [Edit("make it snow", (SOURCE,)), Edit("a sky above it", (SOURCE,))]
+
+
+def _upstream_inputs(adapter, edit: Edit):
+    from sjdvp_core.models.glm_image.adapter import _pil
+    content = [{"type": "image", "image": _pil(i)} for i in edit.images] + [{"type": "text", "text": edit.text}]
+    return adapter.processor.apply_chat_template([{"role": "user", "content": content}], tokenize=True,
+                                                 return_dict=True, return_tensors="pt",
+                                                 processor_kwargs={"target_h": 96, "target_w": 64})
+
+
+@torch.inference_mode()
+def test_edit_ar_writes_upstream_generates_tokens(adapter):
+    """Source images in the prompt (their tokens from the model's vision encoder and VQ, placed in 2-D): the
+    engine's greedy AR decode of a batch writes what transformers' generate() writes for each edit, the image grid
+    only."""
+    ours = decode(adapter, edits(), method_settings("ar", 1, GREEDY, batch_size=2))
+    L = 3 * 2 + 1
+    assert ours.tokens.shape == (2, L) and ours.codes.shape == (2, 3, 2)
+    for row, edit in enumerate(edits()):
+        inputs = _upstream_inputs(adapter, edit)
+        out = adapter.model.generate(**inputs, max_new_tokens=L, do_sample=False,
+                                     suppress_tokens=list(range(CODES, adapter.logits_width)))
+        assert torch.equal(out[0, inputs["input_ids"].shape[1]:][:L - 1], ours.tokens[row, :L - 1]), row
+    assert adapter.layout.length == 19 * 13 + 3 * 2 + 1          # text to image's layout again after the edit
+
+
+@torch.inference_mode()
+def test_edit_positions_follow_get_rope_index(adapter):
+    """Two source images of different sizes: the prompt's 3-D positions and the generated grid's are upstream's."""
+    from sjdvp_core.models.glm_image.adapter import prompt_rope
+    edit = Edit("put the two together", (SOURCE, WIDE))
+    inputs = _upstream_inputs(adapter, edit)
+    theirs, _ = adapter.model.model.get_rope_index(inputs["input_ids"], inputs["image_grid_thw"],
+                                                   inputs["images_per_sample"], inputs["attention_mask"])
+    row = adapter._encode(edit)
+    assert len(row.grids) == 2 and row.grids[0] != row.grids[1]       # as the processor sized them
+    ours, after = prompt_rope(row.ids, row.grids, adapter.image_start, adapter.image_end)
+    assert torch.equal(ours, theirs[:, 0])
+    generated = adapter.model.model._cached_decode_position_ids[0]          # upstream's table for its generate()
+    assert torch.equal(after + adapter.layouts[True][1], generated)
+
+
+def test_edit_greedy_sjd_equals_ar_on_chains_and_trees(adapter):
+    assert_greedy_sjd_equals_ar(adapter, edits(), windows=(4,), cfg_scales=(1.0,))
+
+
+def test_edit_dit_draws_from_the_sources(folder, adapter):
+    """The DiT gets each edit's source images and their tokens (2 x 2 blocks, grids doubled), as the pipeline
+    takes them; a batch mixing edits and text alone is refused."""
+    from diffusers import GlmImagePipeline
+
+    from sjdvp_core.models.glm_image.adapter import _pil
+    batch = edits()
+    res = decode(adapter, batch, method_settings("sjd-vp", 4, adapter.default_sampling, batch_size=2, seed=1))
+    ours = adapter.decode_image(res.codes, PixelSettings(batch, steps=2, seed=5))
+    codes, [(h, w)] = adapter.source_tokens(batch[0])
+    assert codes.shape == (h * w,) and bool((codes < CODES).all())
+    ids, thw = prior_token_ids(codes.view(1, h, w))[0], torch.tensor([[1, 2 * h, 2 * w]])
+    pipe = GlmImagePipeline.from_pretrained(folder)
+    theirs = pipe(prompt=[e.text for e in batch], image=[[_pil(SOURCE)], [_pil(SOURCE)]], height=96, width=64,
+                  prior_token_ids=prior_token_ids(res.codes), prior_token_image_ids=[ids, ids],
+                  source_image_grid_thw=[thw, thw], num_inference_steps=2, generator=torch.Generator().manual_seed(5),
+                  output_type="pt").images
+    assert torch.allclose(ours, theirs.permute(0, 2, 3, 1), atol=1e-6)
+    plain = adapter.decode_image(res.codes, PixelSettings([e.text for e in batch], steps=2, seed=5))
+    assert not torch.allclose(ours, plain)                                   # the sources condition the DiT
+    with pytest.raises(ValueError, match="either as edits of images or from text alone"):
+        decode(adapter, [batch[0], "a sky"], method_settings("sjd", 4, adapter.default_sampling, batch_size=2))

@@ -190,14 +190,20 @@ def test_decoding_pixels_loads_only_the_image_decoder(pack, demo):
     assert mm.loads[-1][0] == [demo.decoder_patcher] and image.shape == (1, 64, 64, 3)
 
 
-def test_glm_image_decodes_tokens_then_draws_pixels_with_its_dit(pack, monkeypatch):
+@pytest.fixture(scope="module")
+def glm(pack):
+    """A tiny GLM-Image release in the stubbed models folder, loaded by the loader node's code."""
+    from tests.helpers.tiny_glm_image import write_glm_image
+    runtime = pack["runtime"]
+    write_glm_image(os.path.join(runtime.folder_paths.get_folder_paths(runtime.FOLDER)[0], "GLM-Image"))
+    return runtime.load("GLM-Image", "auto", "auto")
+
+
+def test_glm_image_decodes_tokens_then_draws_pixels_with_its_dit(pack, glm, monkeypatch):
     """A model whose pixels come from a DiT: decoding tokens loads only the token stage (previews colour the codes),
     Tokens to Image loads only the DiT (ComfyUI may evict the token stage for it) and draws from the decode's prompt
     and seed with its steps, one bar update per step; ComfyUI's interrupt stops it between steps."""
-    from tests.helpers.tiny_glm_image import write_glm_image
     runtime, mm = pack["runtime"], pack["mm"]
-    write_glm_image(os.path.join(runtime.folder_paths.get_folder_paths(runtime.FOLDER)[0], "GLM-Image"))
-    glm = runtime.load("GLM-Image", "auto", "auto")
     mm.loads.clear()
     out = run(pack, glm, cfg=1.0, width=64, height=96, sampling="model defaults", method="SJD-VP", batch_size=2)
     tokens = out.values[0]
@@ -217,6 +223,19 @@ def test_glm_image_decodes_tokens_then_draws_pixels_with_its_dit(pack, monkeypat
     monkeypatch.setattr(mm, "throw_exception_if_processing_interrupted", interrupted)
     with pytest.raises(InterruptedError):
         pack["decode"].DecodeImage.execute(tokens, steps=2, guidance=1.5)
+
+
+def test_reference_images_edit_with_glm_image_and_are_refused_elsewhere(pack, demo, glm):
+    """An IMAGE on Speculative Decode: GLM-Image writes only the image grid after the sources, and Tokens to Image
+    hands them to the DiT; a family that takes no images says to disconnect them."""
+    images = torch.rand(2, 64, 64, 3, generator=torch.Generator().manual_seed(0))
+    out = run(pack, glm, cfg=1.0, width=64, height=96, sampling="model defaults", method="SJD-VP", images=images)
+    tokens = out.values[0]
+    assert tokens.result.tokens.shape[1] == 3 * 2 + 1 and len(tokens.prompts[0].images) == 2
+    image = pack["decode"].DecodeImage.execute(tokens, steps=1, guidance=1.5).values[0]
+    assert image.shape == (1, 96, 64, 3)
+    with pytest.raises(ValueError, match="does not take reference images: disconnect the images input"):
+        run(pack, demo, images=images)
 
 
 # --- downloads from the loader (tests/helpers/fake_hub.py on 127.0.0.1; HF_ENDPOINT points at it) -------------

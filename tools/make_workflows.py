@@ -30,6 +30,7 @@ from sjdvp_core.models.registry import FAMILIES  # noqa: E402
 
 OUT = os.path.join(REPO, "workflows")
 FOX = "a photo of a red fox sitting in fresh snow, morning light"
+GLM_EDIT = "turn this photo into a watercolor painting, keep its composition"
 GLM_PROMPT = 'a poster of a red fox sitting in fresh snow, the title "WINTER" in bold white letters at the top'
 
 
@@ -38,13 +39,15 @@ class Example:
     """A workflow shipped for a family (workflows/<workflow>.json): the catalogue entry it downloads on its
     first run (or, for a release not in the catalogue, the folder under models/sjdvp it loads, which the user
     downloads by hand from the family module's REPO), its title, its prompt, the key of the family module's
-    SAMPLING table where it has one per model type, and its image size."""
+    SAMPLING table where it has one per model type, its image size, and for an editing workflow the reference
+    image its LoadImage node starts with (the user picks their own)."""
     workflow: str
     entry: str
     title: str
     prompt: str = FOX
     sampling: str = ""
     size: tuple[int, int] = (0, 0)
+    reference: str = ""
 
 
 # every family of sjdvp_core.models.registry.FAMILIES ships at least one (family_workflows checks it)
@@ -56,7 +59,9 @@ EXAMPLES = {
     "lumina": (Example("sjdvp_lumina_mgpt", "Lumina-mGPT-7B-768", "Lumina-mGPT", size=(768, 768)),),
     "lumina2": (Example("sjdvp_lumina_mgpt2", "Lumina-mGPT-2.0", "Lumina-mGPT 2.0", size=(768, 768)),),
     # not in the catalogue: its Hub listing (names, sizes) has not been read here
-    "glm_image": (Example("sjdvp_glm_image", "GLM-Image", "GLM-Image", GLM_PROMPT, size=(1024, 1024)),),
+    "glm_image": (Example("sjdvp_glm_image", "GLM-Image", "GLM-Image", GLM_PROMPT, size=(1024, 1024)),
+                  Example("sjdvp_glm_image_edit", "GLM-Image", "GLM-Image edit", GLM_EDIT, size=(1024, 1024),
+                          reference="example.png")),
 }
 LEGACY_JS = os.path.join(REPO, "web", "js", "legacy_values.js")
 
@@ -67,11 +72,12 @@ SOCKETS = {  # node type -> (socket inputs, outputs)
     "SJDVP_DrafterLANTERN": ([], [("drafter", "SJDVP_DRAFTER")]),
     "SJDVP_DrafterGSD": ([], [("drafter", "SJDVP_DRAFTER")]),
     "SJDVP_VerificationPrediction": ([("drafter", "SJDVP_DRAFTER")], [("drafter", "SJDVP_DRAFTER")]),
-    "SJDVP_SpeculativeDecode": ([("model", "SJDVP_MODEL"), ("window", "SJDVP_WINDOW"), ("drafter", "SJDVP_DRAFTER")],
-                                [("tokens", "SJDVP_TOKENS")]),
+    "SJDVP_SpeculativeDecode": ([("model", "SJDVP_MODEL"), ("window", "SJDVP_WINDOW"), ("drafter", "SJDVP_DRAFTER"),
+                                 ("images", "IMAGE")], [("tokens", "SJDVP_TOKENS")]),
     "SJDVP_DecodeImage": ([("tokens", "SJDVP_TOKENS")], [("image", "IMAGE")]),
     "SJDVP_Report": ([("tokens", "SJDVP_TOKENS")], [("text", "STRING"), ("commit_map", "IMAGE")]),
     "SaveImage": ([("images", "IMAGE")], []),
+    "LoadImage": ([], [("IMAGE", "IMAGE"), ("MASK", "MASK")]),
     "PreviewImage": ([("images", "IMAGE")], []),
     "Note": ([], []),
 }
@@ -93,7 +99,8 @@ class Graph:
     def add(self, kind: str, widgets: list, pos: tuple[int, int], title: str | None = None,
             size: tuple[int, int] | None = None) -> int:
         ins, outs = SOCKETS[kind]
-        node = {"id": len(self.nodes) + 1, "type": kind, "pos": list(pos), "size": list(size or default_size(widgets)),
+        size = size or FIXED_SIZES.get(kind) or default_size(widgets)
+        node = {"id": len(self.nodes) + 1, "type": kind, "pos": list(pos), "size": list(size),
                 "flags": {}, "order": len(self.nodes), "mode": 0,
                 "inputs": [{"name": n, "type": t, "link": None} for n, t in ins],
                 "outputs": [{"name": n, "type": t, "links": [], "slot_index": i} for i, (n, t) in enumerate(outs)],
@@ -118,6 +125,9 @@ class Graph:
         return {"last_node_id": len(self.nodes), "last_link_id": len(self.links), "nodes": self.nodes,
                 "links": self.links, "groups": [], "config": {}, "extra": {"ds": {"scale": 0.7, "offset": [110, 130]}},
                 "version": 0.4}
+
+
+FIXED_SIZES = {"LoadImage": (320, 360)}      # its picture of the chosen image shows under the widgets
 
 
 def default_size(widgets: list) -> tuple[int, int]:
@@ -147,7 +157,7 @@ def column(g: Graph, x: int, nodes: list[tuple[str, list]], note: str) -> list[i
 
 def decode_branch(g: Graph, model: int, prompt: str, sampling: SamplingSettings, x: int, y: int, name: str,
                   method: str = DEFAULT_METHOD.upper(), window: int | None = None, drafter: int | None = None,
-                  seed: int = 0, size: tuple[int, int] = (0, 0)) -> None:
+                  seed: int = 0, size: tuple[int, int] = (0, 0), images: int | None = None) -> None:
     """Decode -> image -> SaveImage, and Report -> commit map preview: a 2 x 2 block right of the decode.
     The decode uses the model's own sampling defaults (its widgets show them) and its method, unless window
     and drafter nodes are connected."""
@@ -159,6 +169,8 @@ def decode_branch(g: Graph, model: int, prompt: str, sampling: SamplingSettings,
         g.connect(window, 0, dec, "window")
     if drafter is not None:
         g.connect(drafter, 0, dec, "drafter")
+    if images is not None:
+        g.connect(images, 0, dec, "images")
     x1 = x + DECODE_SIZE[0] + GAP
     x2 = x1 + max(IMAGE_SIZE[0], REPORT_SIZE[0]) + GAP
     img = g.add("SJDVP_DecodeImage", [STEPS, GUIDANCE], (x1, y), size=IMAGE_SIZE)
@@ -172,11 +184,13 @@ def decode_branch(g: Graph, model: int, prompt: str, sampling: SamplingSettings,
 
 
 def quick(model: str, prompt: str, sampling: SamplingSettings, note: str, name: str = "SJD-VP",
-          size: tuple[int, int] = (0, 0)) -> dict:
-    """The shortest fast graph: model -> Speculative Decode (its method, the automatic window) -> image."""
+          size: tuple[int, int] = (0, 0), reference: str = "") -> dict:
+    """The shortest fast graph: model -> Speculative Decode (its method, the automatic window) -> image; with a
+    reference, a LoadImage node feeds the decode's images (an edit)."""
     g = Graph()
-    [m] = column(g, 0, [("SJDVP_LoadModel", [model, "auto", "auto"])], note)
-    decode_branch(g, m, prompt, sampling, 320 + GAP, 0, name, size=size)
+    left = [("SJDVP_LoadModel", [model, "auto", "auto"])] + ([("LoadImage", [reference, "image"])] if reference else [])
+    m, *image = column(g, 0, left, note)
+    decode_branch(g, m, prompt, sampling, 320 + GAP, 0, name, size=size, images=image[0] if image else None)
     return g.json()
 
 
@@ -238,7 +252,8 @@ def family_workflows() -> dict:
             entry = BY_NAME.get(ex.entry)
             model, note = (entry.choice, family_note(entry, ex.title)) if entry else \
                 (ex.entry, by_hand_note(ex.entry, family.module.REPO, ex.title))
-            out[ex.workflow] = quick(model, ex.prompt, sampling, note, name=ex.title, size=ex.size)
+            out[ex.workflow] = quick(model, ex.prompt, sampling, note, name=ex.title, size=ex.size,
+                                     reference=ex.reference)
     return out
 
 

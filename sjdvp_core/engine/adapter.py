@@ -72,6 +72,14 @@ class TokenLayout:
 Fact = tuple[str, str, bool]   # (what, detail, as expected): a line of the check command's report
 
 
+@dataclass(frozen=True, eq=False)
+class Edit:
+    """A condition with reference images, for families that take them (ModelAdapter.takes_images): what to draw,
+    and the images it edits or draws from (each [H, W, 3] float in [0, 1], as ComfyUI's IMAGE holds them)."""
+    text: str
+    images: tuple[Tensor, ...]
+
+
 @dataclass(frozen=True)
 class PixelSettings:
     """How a family whose pixels come from a diffusion model (GLM-Image's DiT) draws them from the tokens: the
@@ -96,6 +104,7 @@ class ModelAdapter:
     # the image decoder is a model of its own (GLM-Image's DiT), loaded for the pixels only, after the decode: it is
     # not in `module` nor in a decode's memory, and previews do not use it (preview_image)
     pixels_apart: bool = False
+    takes_images: bool = False   # conditions may be Edits (reference images with the text): image-to-image
     trees: bool = False      # forward_tree and adopt are implemented (draft trees can be scored)
     example_condition: Any = "a red fox in the snow"   # what the check command's test forward uses
     precision: str = ""      # how the weights were loaded where a loader chose it (auto: its reasons)

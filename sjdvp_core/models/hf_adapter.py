@@ -246,9 +246,15 @@ class HFAdapter(ModelAdapter):
     def head(self, hidden: Tensor) -> Tensor:
         raise NotImplementedError
 
+    def prompt_positions(self, ids: Tensor, valid: Tensor) -> tuple[Tensor, Tensor]:
+        """RoPE positions of the left-padded prompts ids [R, P] (valid: not padding), and each row's position
+        for generated position 0 [R]: the real prompt tokens counted, as transformers' own left-padded generation
+        does. A family whose prompts hold images placed in 2-D (GLM-Image's edits) returns [3, R, P]."""
+        return (valid.cumsum(1) - 1).clamp(min=0), valid.sum(1)
+
     def rope_positions(self, positions: Tensor) -> Tensor:
-        """RoPE positions of generated positions [R, W]: counted on from the row's real prompt tokens. A family
-        whose positions follow its grids (GLM-Image's 3-D ones) returns [3, R, W]."""
+        """RoPE positions of generated positions [R, W]: counted on from the row's first (prompt_positions). A
+        family whose positions follow its grids (GLM-Image's 3-D ones) returns [3, R, W]."""
         return self.prompt_len[:, None] + positions
 
     # --- the adapter interface ---------------------------------------------------------------------
@@ -256,12 +262,13 @@ class HFAdapter(ModelAdapter):
         ids, valid = (t.to(self.device) for t in left_pad(self.prompt_ids(conditions, negatives, cfg), self.pad_id))
         R, P = ids.shape
         S = P + self.layout.length + scratch
-        self.prefix_len, self.prompt_len = P, valid.sum(1)
+        positions, self.prompt_len = self.prompt_positions(ids, valid)
+        self.prefix_len = P
         self.key_valid = torch.ones(R, S, dtype=torch.bool, device=self.device)
         self.key_valid[:, :P] = valid
         self.cache = PositionCache(R, S)
         slots = torch.arange(P, device=self.device).expand(R, -1)
-        hidden = self._run(self.lm.get_input_embeddings()(ids), slots, (valid.cumsum(1) - 1).clamp(min=0))
+        hidden = self._run(self.lm.get_input_embeddings()(ids), slots, positions)
         return self.layout, self.head(hidden[:, -1]).float().to(self.device)
 
     def forward(self, tokens: Tensor, positions: Tensor) -> Tensor:

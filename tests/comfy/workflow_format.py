@@ -24,9 +24,10 @@ def is_widget(kind) -> bool:
 
 
 def widget_slots(info: dict) -> list[tuple[str, bool]]:
-    """(input name, is it followed by a control_after_generate value) for each widget."""
-    return [(name, bool(opts.get("control_after_generate"))) for name, kind, opts in inputs_in_order(info)
-            if is_widget(kind)]
+    """(input name, is it followed by a value of the frontend's own: a control_after_generate mode, or an
+    image_upload button's) for each widget."""
+    return [(name, bool(opts.get("control_after_generate") or opts.get("image_upload")))
+            for name, kind, opts in inputs_in_order(info) if is_widget(kind)]
 
 
 def validate(workflow: dict, object_info: dict) -> list[str]:
@@ -76,7 +77,7 @@ def to_api(workflow: dict, object_info: dict) -> dict:
                 break
             inputs[name] = values.pop(0)
             if extra:
-                values.pop(0)  # the control_after_generate mode ("fixed", "randomize", ...)
+                values.pop(0)  # the control_after_generate mode ("fixed", "randomize", ...) or the upload button
         for inp in node.get("inputs", []):
             if inp.get("link") is not None:
                 _, src, src_slot, *_ = links[inp["link"]]

@@ -18,8 +18,8 @@ CODES = 32
 DIT = [f"<|dit_token_{i}|>" for i in range(CODES + 2)]          # the codes, then image start and end
 TEXT_SPECIALS = ["<sop>", "<eop>", "<|image|>", "<|endoftext|>", "[gMASK]", "<|user|>", "<|assistant|>"]
 TEMPLATE = ("[gMASK]<sop>{% for m in messages %}<|{{ m['role'] }}|>\n{% for c in m['content'] %}"
-            "{% if c['type'] == 'image' %}<|image|>{% else %}{{ c['text'] }}{% endif %}{% endfor %}{% endfor %}"
-            "<|assistant|>\n")
+            "{% if c['type'] == 'image' %}" + DIT[CODES] + "<|image|>" + DIT[CODES + 1] + "{% else %}{{ c['text'] }}"
+            "{% endif %}{% endfor %}{% endfor %}<|assistant|>\n")   # a source image between image start and end
 SAMPLING = {"temperature": 0.9, "top_p": 0.75, "do_sample": True}   # the values the issue quotes for the release
 
 

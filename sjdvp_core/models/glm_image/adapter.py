@@ -12,8 +12,12 @@ three axes (temporal, row, column) that follow its grid: after P prompt tokens t
 (P, P + r, P + c), the image grid's at (Q, Q + r, Q + c) with Q = P + max(h, w), the end token at
 Q + max(H/32, W/32) on all three. `rope_positions` computes them for every drafted slot from this layout, never
 from a table of the last forward (as transformers' generate() keeps one).
+Editing (image-to-image): a condition that is an Edit puts its source images in the prompt (each between an image
+start and end token, its <|image|> placeholders replaced by the tokens the model's vision encoder and VQ give it,
+placed in 2-D: `prompt_rope`); the model then writes only the image grid and the end token.
 The pixels: the release's DiT (dit.py), a model of its own that a memory manager loads after the token stage
-(`pixels_apart`); a live preview colours each code by the codebook's three main directions instead.
+(`pixels_apart`), fed an edit's source images and their tokens too; a live preview colours each code by the
+codebook's three main directions instead.
 Sampling: the release's generation_config.json, with transformers' defaults where it is silent (upstream's
 generate() reads it so), one row: the token stage has no classifier-free guidance. One deviation: a grid position
 draws only the 16384 codes, where upstream samples all of the head's entries (a code past the codebook would
@@ -23,25 +27,38 @@ from __future__ import annotations
 
 import inspect
 import os
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 import torch
 from torch import Tensor
 
-from ...engine.adapter import PixelSettings, TokenLayout
+from ...engine.adapter import Edit, PixelSettings, TokenLayout
 from ...engine.settings import SamplingSettings
 from ..checkpoint import CheckpointError
 from ..hf_adapter import HFAdapter, SizeChoice, load_pretrained
+from ..placement import weights_device
 from . import ENCODER, GRID, PIPELINE, REPO, is_glm_image
-from .dit import GlmImageDiT
+from .dit import GlmImageDiT, Source
 
 PROCESSOR = "processor"
 DEFAULT_SIZE = 1024
 
 
+@dataclass(frozen=True)
+class Encoded:
+    """One condition through the processor: ids (an edit's source images as <|image|> placeholders), the source
+    images' pixels and their token grids (h, w) in order (none for text alone)."""
+    ids: list[int]
+    pixel_values: Tensor | None = None
+    grids: tuple[tuple[int, int], ...] = ()
+
+
 class GlmImageAdapter(SizeChoice, HFAdapter):
     family = "GLM-Image"
     pixels_apart = True
+    takes_images = True
+    SOURCES_KEPT = 16    # edits whose source tokens are kept for the DiT (it runs after the token stage may be gone)
 
     def __init__(self, model, processor, sampling: SamplingSettings, dit, width: int = DEFAULT_SIZE,
                  height: int = DEFAULT_SIZE, device="cpu"):
@@ -50,10 +67,12 @@ class GlmImageAdapter(SizeChoice, HFAdapter):
                          config.text_config.pad_token_id, device)
         self.processor, self.sampling, self.dit, self.palette = processor, sampling, dit, None
         self.image_decoder = dit.module
-        self.codes = config.vq_config.num_embeddings
+        self.codes, self.image_token = config.vq_config.num_embeddings, config.image_token_id
         self.image_start, self.image_end = config.image_start_token_id, config.image_end_token_id
         # transformers 5.25 takes the processor's own arguments apart from the template's (5.0 among them)
         self.split_kwargs = "processor_kwargs" in inspect.signature(processor.apply_chat_template).parameters
+        self.sources: dict[int, tuple[Edit, Tensor, tuple]] = {}
+        self.row_grids: list[tuple] = []
         self.layout = self.size_to(width, height)
 
     @property
@@ -61,7 +80,8 @@ class GlmImageAdapter(SizeChoice, HFAdapter):
         return self.sampling
 
     def size_to(self, width: int, height: int) -> TokenLayout:
-        """The two grids at width x height px (as the processor derives them) and their RoPE table."""
+        """The grids at width x height px (as the processor derives them) and their RoPE tables: text to image
+        writes the prior grid then the image's (the layout returned), an edit only the image's (layouts[True])."""
         if width < GRID or height < GRID or width % GRID or height % GRID:
             near = f"{max(GRID, round(width / GRID) * GRID)}x{max(GRID, round(height / GRID) * GRID)}"
             raise ValueError(f"{width}x{height} px: GLM-Image generates multiples of {GRID} px (one token per "
@@ -69,23 +89,54 @@ class GlmImageAdapter(SizeChoice, HFAdapter):
         self.width, self.height = width, height
         grids = self.processor(text=[""], target_h=height, target_w=width)["image_grid_thw"].tolist()
         (_, H, W), (_, h, w) = grids                         # the image grid, then the prior grid
-        prior = torch.arange(h * w).view(h, w)
-        image = h * w + torch.arange(H * W).view(H, W)
-        forced = torch.full((h * w + H * W + 1,), -1, dtype=torch.long)
+        self.layouts = {False: (self._layout((h, w), (H, W)), _rope_table([(h, w), (H, W)])),
+                        True: (self._layout((H, W)), _rope_table([(H, W)]))}
+        self.layout, self.rope = self.layouts[False]
+        return self.layout
+
+    def _layout(self, *grids: tuple[int, int]) -> TokenLayout:
+        """Grids written one after the other (the last is the image's), then the end token (forced)."""
+        cells, offset = [], 0
+        for h, w in grids:
+            cells.append(offset + torch.arange(h * w).view(h, w))
+            offset += h * w
+        forced = torch.full((offset + 1,), -1, dtype=torch.long)
         forced[-1] = self.image_end
-        self.rope = _rope_table(h, w, H, W)
-        return TokenLayout(torch.arange(self.codes), torch.tensor([self.image_end]), forced, image, (prior,))
+        return TokenLayout(torch.arange(self.codes), torch.tensor([self.image_end]), forced, cells[-1],
+                           tuple(cells[:-1]))
+
+    def start(self, conditions, negatives, cfg: bool, scratch: int = 0):
+        self.layout, rope = self.layouts[_edits(conditions)]
+        self.rope = rope.to(self.device)      # once a decode, not every forward
+        return super().start(conditions, negatives, cfg, scratch)
+
+    def finish(self) -> None:
+        super().finish()
+        self.layout, self.rope = self.layouts[False]
 
     def prompt_ids(self, conditions: Sequence, negatives: Sequence | None, cfg: bool) -> list[list[int]]:
+        """Each condition's ids, an edit's source images as their tokens (computed by the model's vision encoder
+        and VQ, as upstream's forward does, and kept for the DiT)."""
         if cfg:
             raise ValueError("GLM-Image's token stage has no classifier-free guidance (upstream samples one row): "
                              "set cfg to 1")
-        return [self._encode(c) for c in conditions]
+        _edits(conditions)
+        rows = [self._encode(c) for c in conditions]
+        self.row_grids = [row.grids for row in rows]
+        return [self._with_sources(c, row) for c, row in zip(conditions, rows)]
 
-    def _encode(self, prompt) -> list[int]:
-        if not isinstance(prompt, str):
-            raise ValueError(f"GLM-Image needs a text prompt, got {prompt!r}")
-        messages = [{"role": "user", "content": [{"type": "text", "text": prompt}]}]
+    def prompt_length(self, conditions, negatives, cfg: bool) -> int | None:
+        """Counted from the processor's ids alone (no vision encoder: a memory estimate runs before the model is
+        on its device)."""
+        return None if conditions is None else max(len(self._encode(c).ids) for c in conditions)
+
+    def _encode(self, condition) -> Encoded:
+        edit = isinstance(condition, Edit)
+        text = condition.text if edit else condition
+        if not isinstance(text, str):
+            raise ValueError(f"GLM-Image needs a text prompt, got {text!r}")
+        images = [{"type": "image", "image": _pil(image)} for image in condition.images] if edit else []
+        messages = [{"role": "user", "content": [*images, {"type": "text", "text": text}]}]
         size = {"target_h": self.height, "target_w": self.width}
         out = self.processor.apply_chat_template(messages, tokenize=True, return_dict=True, return_tensors="pt",
                                                  **({"processor_kwargs": size} if self.split_kwargs else size))
@@ -93,12 +144,58 @@ class GlmImageAdapter(SizeChoice, HFAdapter):
         if ids[-1] != self.image_start:
             raise CheckpointError(f"the processor's prompt ends with id {ids[-1]}, not the image start "
                                   f"{self.image_start}; use the processor/ folder of {REPO}")
-        return ids
+        if not images:
+            return Encoded(ids)
+        grids = tuple((h, w) for _, h, w in out["image_grid_thw"][:-1].tolist())   # the last is the target's
+        return Encoded(ids, out["pixel_values"], grids)
+
+    def _with_sources(self, condition, row: Encoded) -> list[int]:
+        if not row.grids:
+            return row.ids
+        ids = torch.tensor(row.ids)
+        codes, _ = self.source_tokens(condition, row)
+        placeholders = ids == self.image_token
+        if int(placeholders.sum()) != codes.numel():
+            raise CheckpointError(f"the processor's prompt holds {int(placeholders.sum())} image placeholders for "
+                                  f"{codes.numel()} source tokens; use the processor/ folder of {REPO}")
+        ids[placeholders] = codes
+        return ids.tolist()
+
+    @torch.inference_mode()
+    def source_tokens(self, edit: Edit, row: Encoded | None = None) -> tuple[Tensor, tuple]:
+        """An edit's source images as codes (flat, image after image, on the CPU) and their grids: the vision
+        encoder's features quantised by the VQ, as GlmImageModel.forward does; kept for the edit's DiT run."""
+        kept = self.sources.get(id(edit))
+        if kept is not None and kept[0] is edit:
+            return kept[1], kept[2]
+        row = row or self._encode(edit)
+        inner = self.model.model
+        device = weights_device(inner.visual)
+        grids = torch.tensor([(1, h, w) for h, w in row.grids], device=device)
+        features = inner.get_image_features(row.pixel_values.to(device), grids).pooler_output
+        codes = inner.get_image_tokens(features).flatten().cpu()
+        while len(self.sources) >= self.SOURCES_KEPT:
+            self.sources.pop(next(iter(self.sources)))
+        self.sources[id(edit)] = (edit, codes, row.grids)
+        return codes, row.grids
+
+    def prompt_positions(self, ids: Tensor, valid: Tensor) -> tuple[Tensor, Tensor]:
+        """Text to image: the prompt's tokens counted. An edit: the source images' tokens placed in 2-D after
+        their start token, each image advancing the count by its longer side (GlmImageModel.get_rope_index)."""
+        if not any(self.row_grids):
+            return super().prompt_positions(ids, valid)
+        R, P = ids.shape
+        positions, after = torch.zeros(3, R, P, dtype=torch.long), []
+        for r in range(R):
+            cols = valid[r].nonzero()[:, 0].cpu()
+            rope, next_position = prompt_rope(ids[r, cols].tolist(), self.row_grids[r], self.image_start,
+                                              self.image_end)
+            positions[:, r, cols] = rope
+            after.append(next_position)
+        return positions.to(ids.device), torch.tensor(after, device=ids.device)
 
     def rope_positions(self, positions: Tensor) -> Tensor:
-        """[3, R, W]: each generated position's (temporal, row, column) after the row's prompt tokens."""
-        if self.rope.device != positions.device:   # once per device, not every forward
-            self.rope = self.rope.to(positions.device)
+        """[3, R, W]: each generated position's (temporal, row, column) after the row's prompt."""
         return self.prompt_len[None, :, None] + self.rope[:, positions]
 
     def head(self, hidden: Tensor) -> Tensor:
@@ -113,11 +210,15 @@ class GlmImageAdapter(SizeChoice, HFAdapter):
         return self.model.model.vqmodel.quantize.embedding.weight
 
     def decode_image(self, codes: Tensor, pixels: PixelSettings | None = None) -> Tensor:
-        """The DiT's images of the image grid's codes [B, h, w], conditioned on pixels.prompts."""
+        """The DiT's images of the image grid's codes [B, h, w], conditioned on pixels.prompts (an edit's: its
+        text, and its source images with their tokens)."""
         if pixels is None or not pixels.prompts:
             raise ValueError("GLM-Image's DiT draws the image from the tokens and the prompt: give the prompts "
                              "(decode_image(codes, PixelSettings(prompts=...)))")
-        return self.dit(codes, pixels)
+        if not _edits(pixels.prompts):
+            return self.dit(codes, pixels)
+        sources = [Source([_pil(i) for i in e.images], *self.source_tokens(e)) for e in pixels.prompts]
+        return self.dit(codes, replace(pixels, prompts=[e.text for e in pixels.prompts]), sources)
 
     def preview_image(self, codes: Tensor) -> Tensor:
         """Each code as a colour (the codebook's three main directions), GRID px a code: no DiT per preview."""
@@ -152,15 +253,53 @@ def palette(codebook: Tensor) -> Tensor:
     return ((p - low) / (high - low).clamp_min(1e-6)).clamp(0, 1)
 
 
-def _rope_table(h: int, w: int, H: int, W: int) -> Tensor:
-    """[3, h*w + H*W + 1]: the (temporal, row, column) RoPE offset of every generated position from the prompt's
-    length (transformers' GlmImageModel.get_rope_index for the grids written after the prompt)."""
-    def grid(t: int, rows: int, cols: int) -> Tensor:
-        r, c = torch.arange(rows).repeat_interleave(cols), torch.arange(cols).repeat(rows)
-        return torch.stack([torch.full_like(r, t), t + r, t + c])
-    q = max(h, w)
-    end = torch.full((3, 1), q + max(H, W), dtype=torch.long)
-    return torch.cat([grid(0, h, w), grid(q, H, W), end], 1)
+def _grid_rope(t: int, rows: int, cols: int) -> Tensor:
+    """[3, rows * cols]: a grid's cells at (t, t + row, t + column), row-major."""
+    r, c = torch.arange(rows).repeat_interleave(cols), torch.arange(cols).repeat(rows)
+    return torch.stack([torch.full_like(r, t), t + r, t + c])
+
+
+def _rope_table(grids: Sequence[tuple[int, int]]) -> Tensor:
+    """[3, sum(h * w) + 1]: the (temporal, row, column) RoPE offset of every generated position from the row's
+    first, for grids written one after the other (each advancing the count by its longer side) and the end token
+    (transformers' GlmImageModel.get_rope_index for the grids written after the prompt)."""
+    parts, t = [], 0
+    for h, w in grids:
+        parts.append(_grid_rope(t, h, w))
+        t += max(h, w)
+    return torch.cat([*parts, torch.full((3, 1), t, dtype=torch.long)], 1)
+
+
+def prompt_rope(tokens: list[int], grids: Sequence[tuple[int, int]], start: int, end: int) -> tuple[Tensor, int]:
+    """A prompt's RoPE positions [3, n] and the next position: text counts one a token; the k-th source image
+    (its h x w tokens between a start and an end token) sits in 2-D after its start token and advances the count by
+    max(h, w) (GlmImageModel.get_rope_index)."""
+    parts, p, i, k = [], 0, 0, 0
+    while i < len(tokens):
+        if tokens[i] == start and k < len(grids):
+            h, w = grids[k]
+            if i + 1 + h * w < len(tokens) and tokens[i + 1 + h * w] == end:
+                parts += [torch.full((3, 1), p), _grid_rope(p + 1, h, w)]
+                p, i, k = p + 1 + max(h, w), i + 1 + h * w, k + 1
+                continue
+        parts.append(torch.full((3, 1), p))
+        p, i = p + 1, i + 1
+    return torch.cat(parts, 1), p
+
+
+def _edits(conditions: Sequence) -> bool:
+    """Whether a batch's conditions are edits (all of them) or text alone (none)."""
+    kinds = {isinstance(c, Edit) for c in conditions}
+    if len(kinds) > 1:
+        raise ValueError("GLM-Image decodes a batch either as edits of images or from text alone: connect the "
+                         "images to every decode of the batch, or to none")
+    return kinds == {True}
+
+
+def _pil(image: Tensor):
+    """An IMAGE [H, W, 3] in [0, 1] -> a PIL image, as the processor reads one."""
+    from PIL import Image
+    return Image.fromarray((image.detach().float().clamp(0, 1) * 255).round().byte().cpu().numpy())
 
 
 GENERATE_DEFAULTS = {"temperature": 1.0, "top_k": 50, "top_p": 1.0}   # what generate() takes where unset

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -25,6 +26,21 @@ from . import GRID, REPO
 STEPS, GUIDANCE = 50, 1.5      # GlmImagePipeline.__call__'s defaults
 DIT_PARTS = ("transformer", "vae", "text_encoder", "tokenizer", "scheduler")
 WEIGHTS = ("transformer", "vae", "text_encoder")
+
+
+@dataclass(frozen=True)
+class Source:
+    """An edit's source images (PIL), their tokens (flat, image after image) and token grids (h, w)."""
+    images: list
+    codes: Tensor
+    grids: tuple[tuple[int, int], ...]
+
+    def pipeline_inputs(self) -> tuple[Tensor, Tensor]:
+        """(prior_token_image_ids, source_image_grid_thw) as the pipeline takes them for one sample: each image's
+        codes over 2 x 2 blocks, its grid doubled."""
+        sizes = [h * w for h, w in self.grids]
+        upsampled = [prior_token_ids(c.view(1, h, w))[0] for c, (h, w) in zip(self.codes.split(sizes), self.grids)]
+        return torch.cat(upsampled), torch.tensor([(1, 2 * h, 2 * w) for h, w in self.grids])
 
 
 def prior_token_ids(codes: Tensor) -> Tensor:
@@ -57,9 +73,10 @@ class GlmImageDiT:
         self.module = torch.nn.ModuleDict({name: getattr(self.pipe, name) for name in WEIGHTS}).to(device)
 
     @torch.inference_mode()
-    def __call__(self, codes: Tensor, pixels: PixelSettings) -> Tensor:
-        """Image-grid codes [B, h, w] and their prompts (pixels.prompts, one per image) -> images [B, 32 h, 32 w, 3]
-        in [0, 1] on the CPU."""
+    def __call__(self, codes: Tensor, pixels: PixelSettings, sources: list[Source] | None = None) -> Tensor:
+        """Image-grid codes [B, h, w] and their prompts (pixels.prompts: one text per image), and for edits each
+        image's sources (the same number of images each, as the pipeline needs) -> images [B, 32 h, 32 w, 3] in
+        [0, 1] on the CPU."""
         steps = STEPS if pixels.steps is None else pixels.steps
         guidance = GUIDANCE if pixels.guidance is None else pixels.guidance
         if steps < 1 or guidance < 0:
@@ -73,9 +90,16 @@ class GlmImageDiT:
                 pixels.progress(i + 1, steps)
             return {}
         device = weights_device(self.pipe.transformer)
+        edit = {}
+        if sources:
+            if len({len(s.images) for s in sources}) > 1:
+                raise ValueError("GLM-Image's DiT edits a batch whose images have the same number of sources each")
+            ids, grids = zip(*(s.pipeline_inputs() for s in sources))
+            edit = dict(image=[s.images for s in sources], prior_token_image_ids=[i.to(device) for i in ids],
+                        source_image_grid_thw=[g.to(device) for g in grids])
         h, w = codes.shape[1:]
         out = self.pipe(prompt=list(pixels.prompts), height=h * GRID, width=w * GRID,
                         prior_token_ids=prior_token_ids(codes).to(device), num_inference_steps=steps,
                         guidance_scale=guidance, generator=torch.Generator(device).manual_seed(pixels.seed),
-                        output_type="pt", callback_on_step_end=step_end)
+                        output_type="pt", callback_on_step_end=step_end, **edit)
         return out.images.permute(0, 2, 3, 1).float().cpu()
