@@ -98,18 +98,22 @@ def test_lumina2_workflow_runs_the_tiny_model(server, object_info):
         shutil.rmtree(folder)
 
 
-def test_glm_image_workflow_runs_the_tiny_model(server, object_info):
-    """The GLM-Image workflow as shipped: without its folder the loader says where the files go; with a tiny
-    release there (only the size and the DiT's steps changed, to what a tiny model runs in seconds) the tokens
-    decode, the DiT draws the image at the grid's size, and the report counts the passes."""
+@pytest.mark.parametrize("name", ["sjdvp_glm_image", "sjdvp_glm_image_edit"])
+def test_glm_image_workflows_run_the_tiny_model(server, object_info, name):
+    """The GLM-Image workflows as shipped (text to image, and editing a picture LoadImage gives, 64 x 48 px: the
+    processor rescales it): without the folder the loader says where the files go; with a tiny release there (only the size and the DiT's steps
+    changed, to what a tiny model runs in seconds) the tokens decode, the DiT draws the image at the grid's size,
+    and the report counts the passes (an edit writes only the image grid)."""
     from PIL import Image
 
     from tests.helpers.tiny_glm_image import write_glm_image
-    workflow = load(os.path.join(REPO, "workflows", "sjdvp_glm_image.json"))
+    Image.new("RGB", (64, 48), (200, 40, 40)).save(os.path.join(server.input, "example.png"))
+    workflow = load(os.path.join(REPO, "workflows", f"{name}.json"))
     prompt = to_api(workflow, object_info)
-    history, messages = server.run(prompt, workflow)
-    errors = [m["data"] for m in messages if m["type"] == "execution_error"]
-    assert errors and "model 'GLM-Image' is not in" in errors[0]["exception_message"]
+    if name == "sjdvp_glm_image":      # before any run loaded it (ComfyUI then keeps the loader's output)
+        history, messages = server.run(prompt, workflow)
+        errors = [m["data"] for m in messages if m["type"] == "execution_error"]
+        assert errors and "model 'GLM-Image' is not in" in errors[0]["exception_message"]
     folder = os.path.join(server.models, "GLM-Image")
     write_glm_image(folder)
     try:
@@ -124,7 +128,8 @@ def test_glm_image_workflow_runs_the_tiny_model(server, object_info):
         image = history["outputs"][save]["images"][0]
         assert Image.open(os.path.join(server.output, image["subfolder"], image["filename"])).size == (64, 96)
         report = next(v for k, v in history["outputs"].items() if prompt[k]["class_type"] == "SJDVP_Report")
-        assert report["sjdvp_report"][0]["ar_passes"] == 19 * 13 + 3 * 2      # a pass per token after the prefill's
+        grids = 3 * 2 if name.endswith("edit") else 19 * 13 + 3 * 2
+        assert report["sjdvp_report"][0]["ar_passes"] == grids      # a pass per token after the prefill's
     finally:
         shutil.rmtree(folder)
 

@@ -208,19 +208,21 @@ def test_edit_greedy_sjd_equals_ar_on_chains_and_trees(adapter):
 
 
 def test_edit_dit_draws_from_the_sources(folder, adapter):
-    """The DiT gets each edit's source images and their tokens (2 x 2 blocks, grids doubled), as the pipeline
-    takes them; a batch mixing edits and text alone is refused."""
+    """The DiT gets each edit's source images (sized to their token grids) and their tokens (2 x 2 blocks, grids
+    doubled), as the pipeline takes them; a batch mixing edits and text alone is refused."""
     from diffusers import GlmImagePipeline
 
-    from sjdvp_core.models.glm_image.adapter import _pil
+    from sjdvp_core.models.glm_image.adapter import source_image
     batch = edits()
     res = decode(adapter, batch, method_settings("sjd-vp", 4, adapter.default_sampling, batch_size=2, seed=1))
     ours = adapter.decode_image(res.codes, PixelSettings(batch, steps=2, seed=5))
     codes, [(h, w)] = adapter.source_tokens(batch[0])
     assert codes.shape == (h * w,) and bool((codes < CODES).all())
     ids, thw = prior_token_ids(codes.view(1, h, w))[0], torch.tensor([[1, 2 * h, 2 * w]])
+    sized = source_image(SOURCE, (h, w))
+    assert sized.size == (32 * w, 32 * h)
     pipe = GlmImagePipeline.from_pretrained(folder)
-    theirs = pipe(prompt=[e.text for e in batch], image=[[_pil(SOURCE)], [_pil(SOURCE)]], height=96, width=64,
+    theirs = pipe(prompt=[e.text for e in batch], image=[[sized], [sized]], height=96, width=64,
                   prior_token_ids=prior_token_ids(res.codes), prior_token_image_ids=[ids, ids],
                   source_image_grid_thw=[thw, thw], num_inference_steps=2, generator=torch.Generator().manual_seed(5),
                   output_type="pt").images

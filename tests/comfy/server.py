@@ -69,6 +69,7 @@ class ComfyServer:
         self.url = f"http://127.0.0.1:{self.port}"
         self.models = os.path.join(workdir, "models", "sjdvp")
         self.output = os.path.join(workdir, "output")
+        self.input = os.path.join(workdir, "input")          # what LoadImage lists
         self.proc = None
         self.client_id = uuid.uuid4().hex
 
@@ -76,6 +77,7 @@ class ComfyServer:
         nodes = os.path.join(self.workdir, "custom_nodes")
         os.makedirs(nodes, exist_ok=True)
         os.makedirs(self.models, exist_ok=True)
+        os.makedirs(self.input, exist_ok=True)
         link = os.path.join(nodes, "sjdvp")
         if not os.path.exists(link):
             os.symlink(REPO, link)
@@ -90,7 +92,7 @@ class ComfyServer:
         self.log = open(os.path.join(self.workdir, "server.log"), "w")
         self.proc = subprocess.Popen(
             [self.python, "main.py", "--cpu", "--listen", "127.0.0.1", "--port", str(self.port),
-             "--output-directory", self.output, "--extra-model-paths-config", config,
+             "--output-directory", self.output, "--input-directory", self.input, "--extra-model-paths-config", config,
              "--disable-auto-launch", "--preview-method", "auto", *self.args],
             cwd=comfyui_root(), stdout=self.log, stderr=subprocess.STDOUT, env=env)
         deadline = time.time() + timeout

@@ -217,7 +217,10 @@ class GlmImageAdapter(SizeChoice, HFAdapter):
                              "(decode_image(codes, PixelSettings(prompts=...)))")
         if not _edits(pixels.prompts):
             return self.dit(codes, pixels)
-        sources = [Source([_pil(i) for i in e.images], *self.source_tokens(e)) for e in pixels.prompts]
+        sources = []
+        for e in pixels.prompts:
+            tokens, grids = self.source_tokens(e)
+            sources.append(Source([source_image(i, grid) for i, grid in zip(e.images, grids)], tokens, grids))
         return self.dit(codes, replace(pixels, prompts=[e.text for e in pixels.prompts]), sources)
 
     def preview_image(self, codes: Tensor) -> Tensor:
@@ -294,6 +297,15 @@ def _edits(conditions: Sequence) -> bool:
         raise ValueError("GLM-Image decodes a batch either as edits of images or from text alone: connect the "
                          "images to every decode of the batch, or to none")
     return kinds == {True}
+
+
+def source_image(image: Tensor, grid: tuple[int, int]):
+    """A source image as the DiT takes it: resized to its token grid's size, GRID px a token, so that its latent
+    patches (16 px) are the tokens' 2 x 2 blocks. Upstream passes the image as given, whose latent grid misses the
+    tokens' where the processor rescaled it or its sides are not multiples of 32 px (the pipeline then fails)."""
+    from PIL import Image
+    h, w = grid
+    return _pil(image).resize((GRID * w, GRID * h), Image.Resampling.BICUBIC)
 
 
 def _pil(image: Tensor):
