@@ -92,9 +92,9 @@ def test_no_drafter_is_plain_ar_whatever_the_window(pack, demo):
 def test_a_new_decode_node_runs_sjd_vp_with_the_automatic_window(pack, demo):
     """The three-node graph (model -> Speculative Decode -> image) is the fast one; the knob nodes override."""
     dec, d, s = pack["decode"], pack["drafting"], pack["settings"]
-    inputs = dec.SpeculativeDecode.define_schema().inputs
-    assert inputs[-1].name == "method" and inputs[-1].optional and inputs[-1].default == "SJD-VP"
-    assert inputs[-1].options == ["AR", "SJD", "SJD-VP", "LANTERN", "LANTERN-VP", "GSD", "GSD-VP"]
+    method = next(i for i in dec.SpeculativeDecode.define_schema().inputs if i.name == "method")
+    assert method.optional and method.default == "SJD-VP"
+    assert method.options == ["AR", "SJD", "SJD-VP", "LANTERN", "LANTERN-VP", "GSD", "GSD-VP"]
     drafter, window = dec.method_or_nodes("SJD-VP", None, None)
     assert drafter == s.METHODS["sjd-vp"] and drafter.vp is not None and drafter.coupled
     assert window == s.DEFAULT_WINDOW and window.auto and window.auto_tree
