@@ -101,9 +101,9 @@ def test_lumina2_workflow_runs_the_tiny_model(server, object_info):
 @pytest.mark.parametrize("name", ["sjdvp_glm_image", "sjdvp_glm_image_edit"])
 def test_glm_image_workflows_run_the_tiny_model(server, object_info, name):
     """The GLM-Image workflows as shipped (text to image, and editing a picture LoadImage gives, 64 x 48 px: the
-    processor rescales it): without the folder the loader says where the files go; with a tiny release there (only the size and the DiT's steps
-    changed, to what a tiny model runs in seconds) the tokens decode, the DiT draws the image at the grid's size,
-    and the report counts the passes (an edit writes only the image grid)."""
+    processor rescales it): without the folder the loader says where the files go; with a tiny release there
+    (only the size and the DiT's steps changed, to what a tiny model runs in seconds) the tokens decode, the DiT
+    draws the image at the grid's size, and the report counts the passes (an edit writes only the image grid)."""
     from PIL import Image
 
     from tests.helpers.tiny_glm_image import write_glm_image
