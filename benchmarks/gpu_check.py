@@ -1,15 +1,21 @@
-"""GPU check, for sessions lent a GPU: every family at real size with random bf16 weights (no download),
-through our adapters' real cache and mask code.
+"""GPU check, for sessions lent a GPU: everything we otherwise model, measured in one run that writes what it has
+after every row (a lease can end mid-run) and stops starting new work past its time budget.
 
-1. Forward time of a window of W tokens (1 / 16 / 32 / 64) with CFG rows (R = 2) at mid-image: the premise
-   of speculative decoding on a GPU is that t(W) / t(1) stays near 1.
-2. The engine's own cost per iteration (targets, verification, drafting: plain, coupled, coupled + VP
-   auto, and the last through torch.compile, DecodeSettings.compile) at each family's image vocabulary,
-   with a model that costs nothing, against 1.
-3. Wall-clock on the demo model: AR vs SJD / SJD-VP (coupled) side by side.
+Every family's shape at real size with random bf16 weights (no download), driven through HFAdapter's cache, masks
+and RoPE (LlamaGen: its own adapter) with the family adapter's embedding and head:
+1. forward: t(k), one pass scoring k tokens per row mid-image, k = 1 ... 256, with one row and with CFG's two,
+   beside the roofline's t(k) / t(1) for the same shape on this device (sjdvp_core/datasheet.py); and the peak
+   memory of the prompt plus a 64-token pass against models.memory.need's estimate.
+2. quantised: Lumina-mGPT 7B with our int8 and bitsandbytes' NF4 layers against bf16: t(1), t(16), t(64) and
+   the largest logit difference (relative to the largest bf16 logit).
+3. offload: the same model with half its blocks in CPU memory (models.placement, accelerate's hooks): t(k), and
+   the host link's speed that implies.
+4. demo: AR / SJD / SJD-VP wall-clock on the demo model (benchmarks.compare_methods).
+5. engine: the engine's own step per iteration (a model that costs nothing), eager, compiled and
+   compiled with CUDA graphs (reduce-overhead), at each family's image vocabulary.
 
-    python -m benchmarks.gpu_check --out gpu_check.json            # on the GPU machine
-    python -m benchmarks.gpu_check --tiny                           # the same code path, tiny, on a CPU
+    python -m benchmarks.gpu_check --out gpu_check          # on the GPU: gpu_check.json and gpu_check.md
+    python -m benchmarks.gpu_check --tiny                   # the same code path, tiny, on a CPU (the test suite)
 """
 from __future__ import annotations
 
@@ -18,107 +24,341 @@ import functools
 import json
 import os
 import statistics
-from dataclasses import replace
+import time
+from dataclasses import dataclass, replace
+from typing import Callable
 
 import torch
 
 from sjdvp_core import DecodeSettings, DrafterSettings, SamplingSettings, VPSettings, WindowSettings, decode
+from sjdvp_core.datasheet import DEVICES, SHAPES, Device, roofline_seconds
 from sjdvp_core.engine.adapter import ModelAdapter, TokenLayout
+from sjdvp_core.models import memory, placement, quantize
 from sjdvp_core.models.hf_adapter import HFAdapter, dtype_kwarg
 from sjdvp_core.timing import interleaved
 
-WINDOWS = (1, 16, 32, 64)
+TOKENS = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256)    # k: tokens per row scored by one pass
+PROMPT = 64                                                  # prompt tokens before the image
+QUANTISED_TOKENS = (1, 16, 64)
 
 
-def hf_models(tiny: bool):
-    """(name, model, lm, text config, head, image tokens, image grid h, w): real-size configs from the
-    releases' config.json values, or tiny ones for a CPU dry run."""
-    from transformers import (
-        ChameleonConfig,
-        ChameleonForConditionalGeneration,
-        Emu3Config,
-        Emu3ForConditionalGeneration,
-        JanusConfig,
-        JanusForConditionalGeneration,
-    )
-    s = (lambda real, small: small if tiny else real)  # noqa: E731
-    text = dict(hidden_size=s(4096, 64), intermediate_size=s(11008, 128), num_hidden_layers=s(32, 2),
-                num_attention_heads=s(32, 4), num_key_value_heads=s(32, 4))
-    lumina = ChameleonConfig(vocab_size=65536, max_position_embeddings=10240, qk_layernorm=True,
-                             vocabulary_map={"<image>": 8711}, **text)
-    emu3 = Emu3Config(vocabulary_map={"<|extra_200|>": 151846, "<image>": 151851},
-                      text_config=dict(vocab_size=184622, max_position_embeddings=9216,
-                                       **{**text, "intermediate_size": s(14336, 128), "num_key_value_heads": s(8, 2)}))
-    janus = JanusConfig(text_config=dict(vocab_size=102400, max_position_embeddings=16384,
-                                         **{**text, "num_hidden_layers": s(30, 2)}),
-                        vq_config=dict(projection_dim=s(4096, 64), image_token_embed_dim=s(4096, 64)))
-    for name, cls, config, grid, K in (("Lumina-mGPT 7B (768 px)", ChameleonForConditionalGeneration, lumina, 48, 8192),
-                                       ("Emu3-Gen 8B (720 px)", Emu3ForConditionalGeneration, emu3, 90, 32768),
-                                       ("Janus-Pro 7B (384 px)", JanusForConditionalGeneration, janus, 24, 16384)):
-        yield name, cls, config, s(grid, 10), K
+class Deadline:
+    """The run's time budget: sections ask before each unit of work, and what was not started is reported."""
+
+    def __init__(self, seconds: float):
+        self.end = time.monotonic() + seconds
+
+    def left(self) -> float:
+        return self.end - time.monotonic()
 
 
+# --- the shapes ----------------------------------------------------------------------------------
 class Probe(HFAdapter):
-    """An HFAdapter with a random prompt; head = the family's output projection."""
-    def __init__(self, model, lm, config, head, K, grid, device):
-        layout = TokenLayout.raster(torch.arange(K), grid, grid, row_end=K)
-        super().__init__(model, lm, config, layout, 0, device)
-        self._head = head
+    """A transformers family's model as the engine drives it, with a prompt of PROMPT tokens: the family's
+    embedding of generated tokens and head (as its adapter's), its layout and default sampling."""
+
+    def __init__(self, model, lm, text_config, layout: TokenLayout, head: Callable, sampling: SamplingSettings,
+                 device, embed: Callable | None = None, decoder: torch.nn.Module | None = None):
+        super().__init__(model, lm, text_config, layout, 0, device)
+        self._head, self._embed, self.sampling = head, embed, sampling
+        self.image_decoder = decoder if decoder is not None else torch.nn.Module()
+
+    @property
+    def default_sampling(self) -> SamplingSettings:
+        return self.sampling
 
     def prompt_ids(self, conditions, negatives, cfg):
-        return [list(range(1, 65))] * (2 * len(conditions) if cfg else len(conditions))
+        return [list(range(1, PROMPT + 1))] * (2 * len(conditions) if cfg else len(conditions))
+
+    def embed(self, tokens):
+        return self._embed(tokens) if self._embed is not None else super().embed(tokens)
 
     def head(self, hidden):
         return self._head(hidden)
 
 
-def build(cls, config, dtype, device):
-    with torch.device("meta"):
-        model = cls._from_config(config, **dtype_kwarg(dtype))
-    model = model.to_empty(device=device)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0, 0.02)
-    return model.eval()
+def _sizes(tiny: bool, **real):
+    """The release's text-stack sizes, or a tiny stand-in of the same structure for a CPU dry run."""
+    small = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2 if real.get("num_key_value_heads", 32) < 32 else 4)
+    return {k: (small.get(k, v) if tiny else v) for k, v in real.items()}
 
 
-def timed(fn, repeats: int) -> float:
-    """Median seconds of fn() over repeats, after a warm-up, synchronising the GPU."""
-    return interleaved({"fn": fn}, repeats)["fn"].median
+LLAMA_7B = dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
+                num_key_value_heads=32)
+
+
+def chameleon(vocab: int, grid: int, sampling_of: str):
+    """Lumina-mGPT 1.0 (vocabulary 65536, 768 px: 48 x 49 tokens) and 2.0 (172032, 768 px: 96 x 97): Chameleon-7B's
+    stack; the image decoder is apart (ours), so not here."""
+    def build(tiny, device, dtype):
+        from transformers import ChameleonConfig, ChameleonForConditionalGeneration
+
+        from sjdvp_core.models.lumina import adapter as lumina
+        from sjdvp_core.models.lumina2 import adapter as lumina2
+        g = 6 if tiny else grid
+        config = ChameleonConfig(vocab_size=vocab, max_position_embeddings=PROMPT + g * (g + 1) + 512,
+                                 qk_layernorm=True, vocabulary_map={"<image>": 8711}, **_sizes(tiny, **LLAMA_7B))
+        with torch.device(device):
+            model = ChameleonForConditionalGeneration._from_config(config, **dtype_kwarg(dtype))
+        model.model.vqmodel = None
+        sampling = {"lumina": lumina.SAMPLING, "lumina2": lumina2.SAMPLING}[sampling_of]
+        return Probe(model, model.model, config, TokenLayout.raster(torch.arange(8192), g, g, row_end=8192),
+                     model.lm_head, sampling, device)
+    return build
+
+
+def emu3(tiny, device, dtype):
+    """Emu3-Gen 8B (transformers' Emu3Config defaults), 720 px: 90 x 91 tokens."""
+    from transformers import Emu3Config, Emu3ForConditionalGeneration
+
+    from sjdvp_core.models.emu3 import adapter as emu3_adapter
+    g = 6 if tiny else 90
+    text = _sizes(tiny, **LLAMA_7B | dict(intermediate_size=14336, num_key_value_heads=8))
+    config = Emu3Config(vocabulary_map={"<|extra_200|>": 151846, "<image>": 151851},
+                        text_config=dict(vocab_size=184622, max_position_embeddings=9216, **text),
+                        **(dict(vq_config=dict(codebook_size=64, embed_dim=4, latent_channels=4, base_channels=32,
+                                               channel_multiplier=[1, 2], num_res_blocks=1, attn_resolutions=[],
+                                               hidden_size=64, num_attention_heads=1)) if tiny else {}))
+    with torch.device(device):
+        model = Emu3ForConditionalGeneration._from_config(config, **dtype_kwarg(dtype))
+    return Probe(model, model.model.text_model, config.text_config,
+                 TokenLayout.raster(torch.arange(32768), g, g, row_end=32768), model.lm_head, emu3_adapter.SAMPLING,
+                 device, decoder=model.model.vqmodel)
+
+
+def janus(tiny, device, dtype):
+    """Janus-Pro-7B: a LLaMA 7B body of 30 layers, its generation embedding and head over 16384 codes, 384 px."""
+    from transformers import JanusConfig, JanusForConditionalGeneration
+
+    from sjdvp_core.models.janus import adapter as janus_adapter
+    g = 6 if tiny else 24
+    text = _sizes(tiny, **LLAMA_7B | dict(num_hidden_layers=30))
+    small = dict(vision_config=dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=32,
+                                    patch_size=8, projection_dim=64, num_image_tokens=16),
+                 vq_config=dict(embed_dim=8, num_embeddings=64, base_channels=32, channel_multiplier=[1, 2],
+                                num_res_blocks=1, projection_dim=64, image_token_embed_dim=64, latent_channels=8))
+    config = JanusConfig(text_config=dict(vocab_size=102400, max_position_embeddings=16384, **text),
+                         **(small if tiny else dict(vq_config=dict(projection_dim=4096, image_token_embed_dim=4096))))
+    with torch.device(device):
+        model = JanusForConditionalGeneration._from_config(config, **dtype_kwarg(dtype))
+    codes = config.vq_config.num_embeddings
+    return Probe(model, model.model.language_model, config.text_config, TokenLayout.raster(torch.arange(codes), g, g),
+                 model.model.generation_head, janus_adapter.SAMPLING, device,
+                 embed=model.prepare_embeddings_for_image_generation, decoder=model.model.vqmodel)
+
+
+def glm_image(tiny, device, dtype):
+    """GLM-Image's token stage (the 9B GLM-4 stack, 2 KV heads, one row: no CFG) through its own adapter (3-D
+    RoPE over the prior grid then the image grid), 1024 px: 16 x 16 then 32 x 32 tokens."""
+    from transformers import GlmImageConfig, GlmImageForConditionalGeneration
+
+    from sjdvp_core.models.glm_image import adapter as glm
+    text = dict(hidden_size=4096, intermediate_size=13696, num_hidden_layers=40, num_attention_heads=32,
+                num_key_value_heads=2)
+    rope = {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5,
+            "mrope_section": [2, 1, 1] if tiny else [8, 12, 12]}
+    config = GlmImageConfig(text_config=dict(rope_parameters=rope, **_sizes(tiny, **text)),
+                            **(dict(vision_config=dict(depth=1, hidden_size=32, num_heads=2, intermediate_size=32),
+                                    vq_config=dict(embed_dim=16, num_embeddings=64, latent_channels=32))
+                               if tiny else {}))
+    with torch.device(device):
+        model = GlmImageForConditionalGeneration._from_config(config, **dtype_kwarg(dtype))
+    side = 96 if tiny else 1024
+
+    class Grids:      # what GlmImageAdapter asks of the processor here: the grids of a size
+        def __call__(self, text, target_h, target_w):
+            return {"image_grid_thw": torch.tensor([[1, target_h // 32, target_w // 32],
+                                                    [1, target_h // 64, target_w // 64]])}
+
+        def apply_chat_template(self, messages, processor_kwargs=None):
+            raise NotImplementedError("the probe's prompt is PROMPT token ids")
+
+    class GlmProbe(glm.GlmImageAdapter):
+        def prompt_ids(self, conditions, negatives, cfg):
+            return [list(range(1, PROMPT + 1))] * len(conditions)
+
+        def prompt_length(self, conditions, negatives, cfg):
+            return PROMPT
+
+    dit = type("NoDiT", (), {"module": torch.nn.Module()})()
+    return GlmProbe(model, Grids(), glm.SAMPLING, dit, side, side, device)
+
+
+def llamagen(tiny, device, dtype):
+    """LlamaGen GPT-XL (775M), class-conditional, 384 px: 24 x 24 tokens; our own adapter."""
+    from sjdvp_core.models.llamagen.adapter import SAMPLING, LlamaGenAdapter
+    from sjdvp_core.models.llamagen.gpt import GPT_SIZES, GPTConfig, LlamaGenGPT
+    from sjdvp_core.models.llamagen.vq import LlamaGenVQ, VQConfig
+    layers, heads, dim = (2, 4, 64) if tiny else GPT_SIZES["GPT-XL"]
+    with torch.device(device):
+        gpt = LlamaGenGPT(GPTConfig(dim=dim, n_layer=layers, n_head=heads, model_type="c2i",
+                                    block_size=36 if tiny else 576))
+        vq = LlamaGenVQ(VQConfig(ch=8, z_channels=8, ch_mult=[1, 1, 2, 2, 4], norm_groups=4) if tiny else VQConfig())
+    return LlamaGenAdapter(gpt, vq, sampling=SAMPLING["c2i"], device=device, dtype=dtype)
+
+
+@dataclass(frozen=True)
+class Arch:
+    name: str
+    build: Callable            # (tiny, device, dtype) -> an adapter
+    roofline: str              # its shape in sjdvp_core.datasheet.SHAPES
+
+
+ARCHS = (
+    Arch("Lumina-mGPT 7B (768 px)", chameleon(65536, 48, "lumina"), "Lumina-mGPT 7B"),
+    Arch("Lumina-mGPT 2.0 (768 px)", chameleon(172032, 96, "lumina2"), "Lumina-mGPT 2.0"),
+    Arch("Emu3-Gen 8B (720 px)", emu3, "Emu3-Gen"),
+    Arch("Janus-Pro-7B (384 px)", janus, "Janus-Pro-7B"),
+    Arch("LlamaGen-XL c2i (384 px)", llamagen, "LlamaGen-XL"),
+    Arch("GLM-Image token stage (1024 px)", glm_image, "GLM-Image"),
+)
+
+
+def build(arch: Arch, tiny: bool, device, dtype):
+    """arch's adapter with random weights, built on device (torch.manual_seed(0): the same weights every time; the
+    layout on the CPU, as a loader leaves it)."""
+    torch.manual_seed(0)
+    adapter = arch.build(tiny, device, dtype)
+    adapter.module.eval().requires_grad_(False)
+    return adapter
+
+
+def conditions(adapter) -> list:
+    """One image's condition: the probe's own prompt for transformers families, a class id for LlamaGen."""
+    return ["a prompt"] if isinstance(adapter, HFAdapter) else [0]
+
+
+# --- 1. forward passes and memory ------------------------------------------------------------------
+def pass_timer(adapter, cfg: bool, tokens, repeats: int, device) -> dict[int, float]:
+    """Seconds of one forward scoring k tokens per row mid-image, for k in tokens (the prompt's pass first)."""
+    adapter.start(conditions(adapter), None, cfg)
+    L, K = adapter.layout.length, adapter.layout.image_tokens.numel()
+    R = 2 if cfg else 1
+    fns = {}
+    for k in tokens:
+        at = max(0, min(L // 2, L - k))
+        positions = (at + torch.arange(min(k, L), device=device)).expand(R, -1)
+        ids = torch.randint(0, K, positions.shape, device=device)
+        fns[k] = functools.partial(adapter.forward, ids, positions)
+    with torch.inference_mode():
+        times = interleaved(fns, repeats, device=device)
+    adapter.finish()
+    return {k: t.median for k, t in times.items()}
+
+
+def peak_memory(adapter, device) -> dict:
+    """Bytes measured with the family's default rows (the prompt, then a 64-token pass) against the estimate."""
+    cfg = adapter.default_sampling.cfg_scale > 1
+    estimate = memory.need(adapter, "bf16", "bf16", conditions=conditions(adapter))
+    if device.type != "cuda":
+        return dict(estimate_gb=round(estimate.total / 1e9, 3))
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    weights = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    pass_timer(adapter, cfg, (64,), 1, device)
+    peak = torch.cuda.max_memory_allocated()
+    return dict(weights_gb=round(weights / 1e9, 3), estimate_weights_gb=round(estimate.weights / 1e9, 3),
+                peak_gb=round(peak / 1e9, 3), estimate_gb=round(estimate.total / 1e9, 3),
+                estimate_over_peak=round(estimate.total / peak, 3))
+
+
+def forward_rows(report, arch: Arch, tiny, device, dtype, repeats, deadline: Deadline, device_sheet: Device | None):
+    adapter = build(arch, tiny, device, dtype)
+    shape = SHAPES[arch.roofline]
+    tokens = [k for k in TOKENS if k <= adapter.layout.length]
+    row = dict(model=arch.name, image_tokens=adapter.layout.length, memory=peak_memory(adapter, device))
+    for cfg in (False, True) if adapter.default_sampling.cfg_scale > 1 else (False,):
+        if deadline.left() < 0:
+            row[f"rows_{2 if cfg else 1}"] = "skipped: out of time"
+            continue
+        t = pass_timer(adapter, cfg, tokens, repeats, device)
+        measured = {k: round(1e3 * s, 3) for k, s in t.items()}
+        modelled = None
+        if device_sheet is not None:
+            one = replace(shape, rows=2 if cfg else 1)
+            modelled = {k: round(roofline_seconds(one, device_sheet, k) / roofline_seconds(one, device_sheet, 1), 3)
+                        for k in tokens}
+        row[f"rows_{2 if cfg else 1}"] = dict(ms=measured, relative={k: round(s / t[1], 3) for k, s in t.items()},
+                                                 roofline_relative=modelled)
+    report["forward"].append(row)
+
+
+# --- 2. quantised forwards -------------------------------------------------------------------------
+def quantised_rows(report, arch, tiny, device, dtype, repeats, deadline):
+    """bf16, int8 and NF4 of the same weights: pass time and the logits' largest difference from bf16's."""
+    reference = None
+    for precision in ("bf16", "int8", "nf4"):
+        if deadline.left() < 0:
+            report["quantised"].append(dict(precision=precision, skipped="out of time"))
+            continue
+        try:
+            adapter = build(arch, tiny, device, dtype)
+            started = time.perf_counter()
+            if precision != "bf16":
+                layers = quantize.swap_linears(adapter.blocks(), precision, dtype)
+                for layer in layers:
+                    layer.to(device)
+            quantise_s = time.perf_counter() - started
+            logits = probe_logits(adapter, device)
+            reference = logits if reference is None else reference
+            t = pass_timer(adapter, True, QUANTISED_TOKENS, repeats, device)
+            report["quantised"].append(dict(
+                model=arch.name, precision=precision, quantise_s=round(quantise_s, 1),
+                weights_gb=round(quantize.weight_bytes(adapter.module) / 1e9, 3),
+                ms={k: round(1e3 * s, 3) for k, s in t.items()},
+                max_logit_diff_relative=round(float((logits - reference).abs().max() / reference.abs().max()), 4),
+                same_argmax=round(float((logits.argmax(-1) == reference.argmax(-1)).float().mean()), 4)))
+        except Exception as e:           # bitsandbytes missing or failing on this device: reported, not fatal
+            report["quantised"].append(dict(model=arch.name, precision=precision, error=_error(e)))
+        finally:
+            adapter = None
+            _free(device)
 
 
 @torch.inference_mode()
-def forward_times(tiny: bool, device, dtype, repeats: int) -> list[dict]:
-    rows = []
-    for name, cls, config, grid, K in hf_models(tiny):
-        model = build(cls, config, dtype, device)
-        if hasattr(model, "model") and hasattr(model.model, "language_model"):          # Janus
-            lm, head, text = model.model.language_model, model.model.generation_head, config.text_config
-        elif hasattr(model.model, "text_model"):                                          # Emu3
-            lm, head, text = model.model.text_model, model.lm_head, config.text_config
-        else:                                                                             # Chameleon
-            lm, head, text = model.model, model.lm_head, config
-        probe = Probe(model, lm, text, head, K, grid, device)
-        probe.start([None], None, True)
-        mid = min(probe.layout.length // 2, probe.layout.length - max(WINDOWS))
-        embed_ids = torch.randint(0, K, (2, 64), device=device)
-        t = {}
-        for W in WINDOWS:
-            positions = mid + torch.arange(W, device=device).expand(2, W)
-            tokens = embed_ids[:, :W]
-            t[W] = timed(lambda probe=probe, tokens=tokens, positions=positions: probe.forward(tokens, positions),
-                         repeats)
-        rows.append(dict(model=name, tokens=probe.layout.length,
-                         **{f"ms_W{W}": round(1000 * t[W], 2) for W in WINDOWS},
-                         **{f"ratio_W{W}": round(t[W] / t[1], 3) for W in WINDOWS[1:]}))
-        print(rows[-1], flush=True)
-        probe.finish()
-        del model, probe
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-    return rows
+def probe_logits(adapter, device) -> torch.Tensor:
+    """Logits of a fixed 32-token pass mid-image (CFG rows)."""
+    adapter.start(conditions(adapter), None, True)
+    g = torch.Generator().manual_seed(1)
+    at = adapter.layout.length // 2
+    positions = (at + torch.arange(min(32, adapter.layout.length - at))).expand(2, -1).to(device)
+    ids = torch.randint(0, adapter.layout.image_tokens.numel(), positions.shape, generator=g).to(device)
+    logits = adapter.forward(ids, positions).float()
+    adapter.finish()
+    return logits
 
 
+# --- 3. offload ------------------------------------------------------------------------------------
+def offload_row(report, arch, tiny, device, dtype, repeats, deadline, on_gpu: dict):
+    """Half the blocks in CPU memory, streamed in per pass: t(k) and the host link speed it implies."""
+    adapter = build(arch, tiny, device, dtype)
+    adapter.module.to("cpu")                 # as a loader leaves it: placing moves all but the offloaded blocks
+    blocks = list(range(0, len(adapter.blocks()), 2))
+    moved = sum(p.numel() * p.element_size() for i in blocks for p in adapter.blocks()[i].parameters())
+    placement.place(adapter, placement.offload_map(adapter, blocks, "cpu", device), device)
+    t = pass_timer(adapter, True, QUANTISED_TOKENS, repeats, device)
+    link = moved / max(1e-9, t[1] - on_gpu[1] / 1e3)
+    report["offload"] = dict(model=arch.name, offloaded_gb=round(moved / 1e9, 2),
+                             ms={k: round(1e3 * s, 3) for k, s in t.items()},
+                             relative={k: round(s / t[1], 3) for k, s in t.items()},
+                             on_gpu_ms={k: on_gpu[k] for k in QUANTISED_TOKENS},
+                             implied_link_gb_s=round(link / 1e9, 2))
+    _free(device)
+
+
+# --- 4. the demo's wall-clock ----------------------------------------------------------------------
+def demo_rows(device, tiny) -> list[dict]:
+    from .compare_methods import main as compare
+    out = compare(model="demo", windows=(16,) if tiny else (16, 32), seeds=1 if tiny else 2,
+                  prompts=1 if tiny else 4, methods=("ar", "sjd", "sjd-vp"), coupling=("on",),
+                  repeats=1 if tiny else 3, device=str(device), threads=torch.get_num_threads())
+    return [{k: r[k] for k in ("method", "window", "coupled", "step_compression", "latency_speedup", "wall_s")}
+            for r in out]
+
+
+# --- 5. the engine's own step ----------------------------------------------------------------------
 class FreeModel(ModelAdapter):
     """Logits that cost (almost) nothing, so a decode's time is the engine's own."""
     family = "free model"
@@ -129,8 +369,8 @@ class FreeModel(ModelAdapter):
         self.default_sampling = SamplingSettings(cfg_scale=3.0, top_k=2000)
         self.module = torch.nn.Module()
         self.V = K + 1
-        self.gen = torch.Generator(device=self.device).manual_seed(0)
-        self.table = torch.randn(8, self.V, device=self.device) * 3
+        seeded = torch.Generator(self.device).manual_seed(0)
+        self.table = torch.randn(8, self.V, device=self.device, generator=seeded) * 3
 
     def start(self, conditions, negatives, cfg, scratch=0):
         return self.layout, self.table[:2 * len(conditions) if cfg else len(conditions)].clone()
@@ -140,26 +380,28 @@ class FreeModel(ModelAdapter):
 
 
 def _ms_per_iteration(runs, *phases: str) -> float:
-    """The median over decodes of the time their phases (draft, verify, step: DecodeStats.time_*) took per
-    iteration, in ms."""
+    """The median over decodes of the time their phases (DecodeStats.time_*) took per iteration, in ms."""
     return round(1000 * statistics.median(sum(getattr(r.stats, f"time_{p}") for p in phases)
                                           / (r.stats.forward_passes - 1) for r in runs), 3)
 
 
 MODES = {"cuda": ("default", "reduce-overhead"), "cpu": ("default",)}   # torch.compile modes timed per device
+DRAFTERS = {"sjd": DrafterSettings(coupled=False), "sjd coupled": DrafterSettings(coupled=True),
+            "sjd-vp auto coupled": DrafterSettings(vp=VPSettings(), coupled=True)}
+VOCABS = (("Lumina-mGPT", 8192, 48), ("Emu3", 32768, 90), ("Janus-Pro", 16384, 24))
 
 
-def engine_times(tiny: bool, device, repeats: int = 3) -> list[dict]:
+def engine_rows(report, tiny: bool, device, repeats: int, deadline: Deadline):
     """Engine ms per iteration (draft and verify phases, or the compiled step's one), the median over `repeats`
-    seeds per row."""
-    rows = []
-    drafters = {"sjd": DrafterSettings(coupled=False), "sjd coupled": DrafterSettings(coupled=True),
-                "sjd-vp auto coupled": DrafterSettings(vp=VPSettings(), coupled=True)}
-    last = list(drafters.items())[-1]     # the default drafter is also timed with the compiled step
-    for name, K, grid in (("Lumina-mGPT", 8192, 48), ("Emu3", 32768, 90), ("Janus-Pro", 16384, 24)):
+    seeds, W = 32; the default drafter (SJD-VP, coupled) also through torch.compile in each mode."""
+    last = list(DRAFTERS.items())[-1]
+    for name, K, grid in VOCABS[:1] if tiny else VOCABS:
         model = FreeModel(K, 8 if tiny else grid, device)
         eager = None
-        for (label, drafter), mode in [(d, None) for d in drafters.items()] + [(last, m) for m in MODES[device.type]]:
+        for (label, drafter), mode in [(d, None) for d in DRAFTERS.items()] + [(last, m) for m in MODES[device.type]]:
+            if deadline.left() < 0:
+                report["engine"].append(dict(vocab=name, drafter=label, compiled=mode, skipped="out of time"))
+                continue
             s = DecodeSettings(window=WindowSettings(32), drafter=drafter, sampling=model.default_sampling,
                                compile=mode is not None)
             os.environ["SJDVP_COMPILE_MODE"] = "" if mode in (None, "default") else mode
@@ -170,52 +412,194 @@ def engine_times(tiny: bool, device, repeats: int = 3) -> list[dict]:
                     decode(model, [None], s)          # compiles (not timed)
                 runs = [decode(model, [None], replace(s, seed=seed), timing=True) for seed in range(repeats)]
             except Exception as e:                    # an experimental mode may fail on this device: report it
-                rows.append(dict(vocab=name, drafter=label, compiled=mode, error=f"{type(e).__name__}: {e}"[:500]))
-                print(rows[-1], flush=True)
+                report["engine"].append(dict(vocab=name, drafter=label, compiled=mode, error=_error(e)))
                 continue
             finally:
                 os.environ.pop("SJDVP_COMPILE_MODE")
             res = runs[0]
             eager = res.tokens if mode is None else eager
             per_iteration = functools.partial(_ms_per_iteration, runs)
-            iters = res.stats.forward_passes - 1
-            rows.append(dict(vocab=name, drafter=label, compiled=mode, iterations=iters,
-                             same_tokens_as_eager=None if mode is None else bool(torch.equal(res.tokens, eager)),
-                             engine_ms_per_iteration=per_iteration("draft", "verify", "step"),
-                             draft_ms=per_iteration("draft"), verify_ms=per_iteration("verify"),
-                             compiled_step_ms=per_iteration("step"),
-                             # graphs inductor ran without CUDA graphs under reduce-overhead (mutated inputs...)
-                             cudagraph_skips=torch._dynamo.utils.counters["inductor"]["cudagraph_skips"] - skips))
-            print(rows[-1], flush=True)
-    return rows
+            report["engine"].append(dict(
+                vocab=name, drafter=label, compiled=mode, iterations=res.stats.forward_passes - 1,
+                same_tokens_as_eager=None if mode is None else bool(torch.equal(res.tokens, eager)),
+                engine_ms_per_iteration=per_iteration("draft", "verify", "step"),
+                draft_ms=per_iteration("draft"), verify_ms=per_iteration("verify"),
+                compiled_step_ms=per_iteration("step"),
+                # graphs inductor ran without CUDA graphs under reduce-overhead (mutated inputs...)
+                cudagraph_skips=torch._dynamo.utils.counters["inductor"]["cudagraph_skips"] - skips))
+            print(report["engine"][-1], flush=True)
 
 
-def demo_wall_clock(device) -> list[dict]:
-    from .compare_methods import main as compare
-    out = compare(model="demo", windows=(16, 32), seeds=2, prompts=4, methods=("ar", "sjd", "sjd-vp", "gsd-vp"),
-                  coupling=("off", "on"), repeats=3, device=str(device))
-    return [{k: r[k] for k in ("method", "window", "coupled", "step_compression", "latency_speedup", "wall_s")}
-            for r in out]
+# --- the run ---------------------------------------------------------------------------------------
+def _error(e: Exception) -> str:
+    return f"{type(e).__name__}: {e}"[:400]
 
 
-def main(tiny=False, out=None, repeats=10, skip_demo=False):
+def _free(device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+
+
+def datasheet_device(name: str) -> Device | None:
+    """The datasheet entry whose name this device's contains ("NVIDIA H200" -> H200), for the roofline column."""
+    return next((d for key, d in DEVICES.items() if key.replace(" ", "").lower() in name.replace(" ", "").lower()),
+                None)
+
+
+SECTIONS = ("forward", "quantised", "offload", "demo", "engine")
+
+
+def main(tiny=False, out=None, repeats=7, budget=420.0, sections=SECTIONS):
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    report = dict(device=torch.cuda.get_device_name() if device.type == "cuda" else "cpu", tiny=tiny,
-                  forward=forward_times(tiny, device, dtype, repeats),
-                  engine=engine_times(tiny, device, max(1, repeats // 3)))
-    if not skip_demo:
-        report["demo"] = demo_wall_clock(device)
-    if out:
-        with open(out, "w") as f:
-            json.dump(report, f, indent=1)
+    name = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
+    deadline = Deadline(budget)
+    report = dict(device=name, tiny=tiny, torch=torch.__version__, repeats=repeats, budget_s=budget,
+                  forward=[], quantised=[], offload=None, demo=None, engine=[])
+
+    def save(section: str, started: float):
+        report.setdefault("seconds", {})[section] = round(time.monotonic() - started, 1)
+        print(f"{section}: {report['seconds'][section]} s", flush=True)
+        if out:
+            write(report, out)
+
+    sheet = datasheet_device(name)
+    on_gpu = {}
+    for section in sections:
+        started = time.monotonic()
+        try:
+            if section == "forward":
+                for arch in ARCHS:
+                    if deadline.left() < 0:
+                        report["forward"].append(dict(model=arch.name, skipped="out of time"))
+                        continue
+                    try:
+                        forward_rows(report, arch, tiny, device, dtype, repeats, deadline, sheet)
+                        if arch is ARCHS[0]:
+                            on_gpu = report["forward"][0]["rows_2"]["ms"]
+                    except Exception as e:
+                        report["forward"].append(dict(model=arch.name, error=_error(e)))
+                    _free(device)
+                    print(report["forward"][-1], flush=True)
+                    save(section, started)
+            elif deadline.left() < 0:
+                report[section] = dict(skipped="out of time") if report[section] is None else \
+                    report[section] + [dict(skipped="out of time")]
+            elif section == "quantised":
+                quantised_rows(report, ARCHS[0], tiny, device, dtype, repeats, deadline)
+            elif section == "offload":
+                if device.type != "cuda" or not on_gpu:
+                    report["offload"] = dict(skipped="needs a CUDA device and the forward section")
+                else:
+                    offload_row(report, ARCHS[0], tiny, device, dtype, repeats, deadline, on_gpu)
+            elif section == "demo":
+                report["demo"] = demo_rows(device, tiny)
+            elif section == "engine":
+                engine_rows(report, tiny, device, max(1, repeats // 3), deadline)
+        except Exception as e:
+            report[section] = dict(error=_error(e))
+        save(section, started)
     return report
+
+
+def write(report: dict, out: str) -> None:
+    with open(out + ".json", "w") as f:
+        json.dump(report, f, indent=1)
+    with open(out + ".md", "w") as f:
+        f.write(markdown(report))
+
+
+def markdown(report: dict) -> str:
+    """The report's tables (what was measured; a section cut short says so)."""
+    commands = report.get("commands") or [
+        f"python -m benchmarks.gpu_check{' --tiny' if report['tiny'] else ''} --repeats {report['repeats']} "
+        f"--budget {report['budget_s']:g}"]
+    lines = [f"# GPU check: {report['device']}", "", " and ".join(f"`{c}`" for c in commands) +
+             f" (torch {report['torch']}; random bf16 weights at each release's size; times are medians of the "
+             "repeats, interleaved after a warm-up)", ""]
+    lines += ["## Forward passes: t(k) / t(1), measured (roofline)", "",
+              "| model | rows | t(1) ms | " + " | ".join(f"k={k}" for k in TOKENS) + " |",
+              "|---|---|---|" + "---|" * len(TOKENS)]
+    for row in report["forward"]:
+        for key in ("rows_1", "rows_2"):
+            r = row.get(key)
+            if isinstance(r, dict):
+                cells = [_cell(r, k) for k in TOKENS]
+                lines.append(f"| {row['model']} | {key[-1]} | {_get(r['ms'], 1):.2f} | " + " | ".join(cells) + " |")
+        if "error" in row or "skipped" in row:
+            lines.append(f"| {row['model']} | | {_why(row)} |")
+    lines += ["", "## Peak memory: the prompt and a 64-token pass, against models.memory.need", "",
+              "| model | weights GB (estimate) | peak GB | estimate GB | estimate / peak |", "|---|---|---|---|---|"]
+    for row in report["forward"]:
+        m = row.get("memory")
+        if m and "peak_gb" in m:
+            lines.append(f"| {row['model']} | {m['weights_gb']:.2f} ({m['estimate_weights_gb']:.2f}) | "
+                         f"{m['peak_gb']:.2f} | {m['estimate_gb']:.2f} | {m['estimate_over_peak']:.2f} |")
+    lines += ["", "## Quantised layers (CFG rows)", "",
+              "| model | precision | weights GB | quantise s | " + " | ".join(f"t({k}) ms" for k in QUANTISED_TOKENS)
+              + " | max logit diff / max logit | same argmax |",
+              "|---|---|---|---|" + "---|" * (len(QUANTISED_TOKENS) + 2)]
+    for r in report["quantised"]:
+        if "ms" in r:
+            ms = {int(k): v for k, v in r["ms"].items()}
+            lines.append(f"| {r['model']} | {r['precision']} | {r['weights_gb']:.2f} | {r['quantise_s']} | "
+                         + " | ".join(f"{ms[k]:.2f}" for k in QUANTISED_TOKENS)
+                         + f" | {r['max_logit_diff_relative']} | {r['same_argmax']} |")
+        else:
+            lines.append(f"| {r.get('model', '')} | {r['precision']} | {_why(r)} |")
+    o = report["offload"]
+    lines += ["", "## Offload: half the blocks in CPU memory (CFG rows)", ""]
+    if o and "ms" in o:
+        lines += ["| model | offloaded GB | " + " | ".join(f"t({k}) ms (on the GPU)" for k in QUANTISED_TOKENS)
+                  + " | implied host link GB/s |", "|---|---|" + "---|" * (len(QUANTISED_TOKENS) + 1),
+                  f"| {o['model']} | {o['offloaded_gb']} | " + " | ".join(
+                      f"{_get(o['ms'], k):.1f} ({_get(o['on_gpu_ms'], k):.1f})" for k in QUANTISED_TOKENS)
+                  + f" | {o['implied_link_gb_s']} |"]
+    else:
+        lines.append(str(o))
+    lines += ["", "## Demo model: wall-clock against AR", ""]
+    if isinstance(report["demo"], list):
+        lines += ["| method | window | step compression | wall-clock speed-up | s |", "|---|---|---|---|---|"]
+        lines += [f"| {r['method']} | {r['window']} | {r['step_compression']:.2f}x | {r['latency_speedup']:.2f}x | "
+                  f"{r['wall_s']:.2f} |" for r in report["demo"]]
+    else:
+        lines.append(str(report["demo"]))
+    lines += ["", "## The engine's own step (W = 32, a model that costs nothing), ms per iteration", "",
+              "| vocabulary | drafter | compiled | ms / iteration | draft | verify | compiled step | same tokens | "
+              "CUDA-graph skips |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in report["engine"] if isinstance(report["engine"], list) else [report["engine"]]:
+        if "engine_ms_per_iteration" in r:
+            lines.append(f"| {r['vocab']} | {r['drafter']} | {r['compiled'] or 'eager'} | "
+                         f"{r['engine_ms_per_iteration']} | {r['draft_ms']} | {r['verify_ms']} | "
+                         f"{r['compiled_step_ms']} | {r['same_tokens_as_eager']} | {r['cudagraph_skips']} |")
+        else:
+            lines.append(f"| {r.get('vocab', '')} | {r.get('drafter', '')} | {r.get('compiled')} | {_why(r)} |")
+    lines += ["", "Seconds per section: " + ", ".join(f"{k} {v}" for k, v in report.get("seconds", {}).items()), ""]
+    return "\n".join(lines)
+
+
+def _why(r: dict) -> str:
+    """A row's error or skip, on one line of a table."""
+    return (r.get("error") or r.get("skipped") or "").split(" Stack trace")[0].replace("\n", " ").replace("|", "/")
+
+
+def _cell(r: dict, k: int) -> str:
+    """t(k) / t(1) measured, and the roofline's in brackets where this device has a datasheet entry."""
+    measured, model = _get(r["relative"], k), _get(r["roofline_relative"] or {}, k)
+    return "" if measured is None else f"{measured:.2f}" + ("" if model is None else f" ({model:.2f})")
+
+
+def _get(d: dict, k: int):
+    """d[k] whether the keys are ints (in memory) or strings (read back from JSON); None if absent."""
+    return d.get(k, d.get(str(k)))
 
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tiny", action="store_true", help="tiny configs: a dry run of the same code on a CPU")
-    ap.add_argument("--repeats", type=int, default=10)
-    ap.add_argument("--skip-demo", dest="skip_demo", action="store_true")
-    ap.add_argument("--out")
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--budget", type=float, default=420.0, help="seconds after which no new work starts")
+    ap.add_argument("--sections", nargs="+", choices=SECTIONS, default=SECTIONS)
+    ap.add_argument("--out", help="write <out>.json and <out>.md, after every row")
     main(**vars(ap.parse_args()))

@@ -17,15 +17,14 @@ import json
 import os
 import sys
 
-from sjdvp_core.datasheet import DEVICES, SHAPES, ModelShape, roofline_seconds
+from sjdvp_core.datasheet import DEVICES, SHAPES, roofline_seconds
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LANE = 1.969e9 * 0.8          # PCIe 4.0, bytes / s per lane and direction, at 80%
 RESERVE = 1.0e9
-LUMINA2 = ModelShape("Lumina-mGPT 2.0", 7.9e9, 32, 4096, 4096, 172032, 2, 64 + 96 * 97 // 2)  # 768 px: 96 x 97
 CASES = (   # (catalogue release, roofline shape, card, PCIe lanes)
     ("Lumina-mGPT-7B-768", SHAPES["Lumina-mGPT 7B"], "RTX 4060 Ti 16GB", 8),
-    ("Lumina-mGPT-2.0", LUMINA2, "RTX 4090", 16),
+    ("Lumina-mGPT-2.0", SHAPES["Lumina-mGPT 2.0"], "RTX 4090", 16),
 )
 ROWS = (("ar", 1, "chain"), ("sjd-vp", 16, "chain"), ("sjd-vp", 32, "chain"), ("sjd-vp", 64, "chain"),
         ("sjd-vp", 32, "6x1"))

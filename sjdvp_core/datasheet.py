@@ -60,6 +60,14 @@ SHAPES = {s.name: s for s in (
     ModelShape("Janus-Pro-7B", 6.9e9, 30, 4096, 4096, 16384, 2, 40 + 576 // 2),
     # LlamaGen GPT-XL (36 layers, 20 heads, dim 1280, 775M), 384 px: 24 x 24 tokens
     ModelShape("LlamaGen-XL", 775e6, 36, 1280, 1280, 16384, 2, 1 + 576 // 2),
+    # Chameleon-7B's stack with Lumina-mGPT 2.0's vocabulary 172032, 768 px: 96 x 97 tokens
+    ModelShape("Lumina-mGPT 2.0", 7.9e9, 32, 4096, 4096, 172032, 2, 64 + 96 * 97 // 2),
+    # Emu3-Gen 8B: blocks 6.98B + head 0.76B (transformers' Emu3Config defaults; 8 KV heads of 128), 720 px: 90 x 91
+    ModelShape("Emu3-Gen", 7.74e9, 32, 4096, 1024, 184622, 2, 64 + 90 * 91 // 2),
+    # GLM-Image's token stage: the GLM-4 9B stack's blocks 8.16B + its image head 0.07B (the weights a pass reads;
+    # transformers' GlmImageConfig defaults), 2 KV heads of 128, head over 16512 ids, one row (no CFG); 1024 px: the
+    # 16 x 16 prior grid, then half the 32 x 32 image grid before a mid-image window
+    ModelShape("GLM-Image", 8.23e9, 40, 4096, 256, 16512, 1, 64 + 256 + 1024 // 2),
 )}
 
 

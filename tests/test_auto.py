@@ -36,7 +36,7 @@ def test_roofline_knees_follow_the_devices():
     assert 1.0 < h200.relative(128) < rtx.relative(128)
     assert roofline("LlamaGen-XL", "H200").relative(128) > h200.relative(128)   # a small model is sooner compute-bound
     assert all(d.source and d.bandwidth > 0 and d.flops > 0 for d in DEVICES.values())
-    assert set(SHAPES) == {"Lumina-mGPT 7B", "Janus-Pro-7B", "LlamaGen-XL"}
+    assert set(SHAPES) == {"Lumina-mGPT 7B", "Lumina-mGPT 2.0", "Emu3-Gen", "Janus-Pro-7B", "LlamaGen-XL", "GLM-Image"}
 
 
 def test_candidates_drop_plans_that_a_richer_one_matches_in_cost():

@@ -66,3 +66,28 @@ def test_interleaved_takes_turns_and_leaves_the_warm_up_out(monkeypatch):
     assert timed["a"].to_json() == {"seconds": 1, "runs_s": [1, 1, 1], "repeats": 3}
     with pytest.raises(ValueError, match="at least once"):
         timing.interleaved(runs, repeats=0)
+
+
+def test_gpu_check_tiny_runs_every_section_and_writes_its_tables(tmp_path):
+    """`python -m benchmarks.gpu_check --tiny`: the GPU check's code path on the CPU, every family shape (the
+    offload section needs CUDA and says so), one JSON and one markdown page."""
+    from benchmarks import gpu_check
+    out = str(tmp_path / "gpu_check")
+    report = gpu_check.main(tiny=True, out=out, repeats=1)
+    assert [r["model"] for r in report["forward"]] == [a.name for a in gpu_check.ARCHS]
+    for row in report["forward"]:
+        assert "error" not in row, row
+        timed = [row[k] for k in ("rows_1", "rows_2") if k in row]
+        assert timed and all(r["relative"][1] == 1.0 for r in timed)
+        assert row["memory"]["estimate_gb"] > 0
+    assert [r["precision"] for r in report["quantised"]] == ["bf16", "int8", "nf4"]
+    assert all("error" not in r for r in report["quantised"]), report["quantised"]
+    assert report["quantised"][0]["max_logit_diff_relative"] == 0
+    assert "needs a CUDA device" in report["offload"]["skipped"]
+    assert {r["method"] for r in report["demo"]} == {"ar", "sjd", "sjd-vp"}
+    assert all("error" not in r for r in report["engine"]) and report["engine"][-1]["same_tokens_as_eager"]
+    with open(out + ".json") as f:
+        assert json.load(f)["forward"] == json.loads(json.dumps(report["forward"]))
+    with open(out + ".md") as f:
+        page = f.read()
+    assert all(a.name in page for a in gpu_check.ARCHS) and "## Quantised layers" in page
