@@ -395,7 +395,7 @@ def engine_rows(report, tiny: bool, device, repeats: int, deadline: Deadline):
     """Engine ms per iteration (draft and verify phases, or the compiled step's one), the median over `repeats`
     seeds, W = 32; the default drafter (SJD-VP, coupled) also through torch.compile in each mode."""
     last = list(DRAFTERS.items())[-1]
-    for name, K, grid in VOCABS[:1] if tiny else VOCABS:
+    for name, K, grid in VOCABS:
         model = FreeModel(K, 8 if tiny else grid, device)
         eager = None
         for (label, drafter), mode in [(d, None) for d in DRAFTERS.items()] + [(last, m) for m in MODES[device.type]]:
