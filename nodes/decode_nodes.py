@@ -188,7 +188,7 @@ class DecodeImage(io.ComfyNode):
     def execute(cls, tokens, steps=LEGACY["SJDVP_DecodeImage"]["steps"],
                 guidance=LEGACY["SJDVP_DecodeImage"]["guidance"]) -> io.NodeOutput:
         runtime.prepare_decoder(tokens.model)
-        pixels = PixelSettings(tokens.prompts, steps, guidance, tokens.seed, runtime.StepProgress())
+        pixels = PixelSettings(tokens.prompts, steps, guidance, tokens.seed, runtime.BarProgress(every=0))
         with torch.inference_mode():
             images = tokens.model.adapter.decode_image(tokens.result.codes, pixels)
         return io.NodeOutput(images.float().cpu().contiguous())

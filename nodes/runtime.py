@@ -37,7 +37,7 @@ def model_path(name: str) -> str:
     roots = folder_paths.get_folder_paths(FOLDER)
     entry = catalogue.DOWNLOAD.match(name) and catalogue.find(name)
     if entry:
-        return on_disk(entry, roots) or download(entry, roots[0], DownloadProgress())
+        return on_disk(entry, roots) or download(entry, roots[0], BarProgress())
     for root in roots:
         path = os.path.join(root, name)
         if os.path.exists(path):
@@ -48,9 +48,10 @@ def model_path(name: str) -> str:
                             f"model's files in it (see the pack's docs/models.md),{hint} or pick 'demo'")
 
 
-class DownloadProgress:
-    """Download progress -> ComfyUI's bar, counted in bytes (at most a few updates a second); ComfyUI's
-    interrupt stops the download at the next chunk (the part downloaded is kept for the next run)."""
+class BarProgress:
+    """A (done, total) progress call -> ComfyUI's bar, at most one update every `every` seconds (and the last),
+    and ComfyUI's interrupt raised at each call: a download's bytes (it stops at the next chunk, the part
+    downloaded kept for the next run) or a pixel model's steps (every=0: a bar per step, stopped between steps)."""
 
     def __init__(self, every: float = 0.25):
         self.pbar, self.every, self.last = None, every, 0.0
@@ -152,19 +153,6 @@ def prepare_decoder(model: LoadedModel) -> None:
     make room for a pixel model apart (a placed model's own decoder is where it was put)."""
     if not model.placed or model.adapter.pixels_apart:
         mm.load_models_gpu([model.decoder_patcher], force_full_load=True)
-
-
-class StepProgress:
-    """A pixel model's steps -> ComfyUI's bar; ComfyUI's interrupt stops it between steps."""
-
-    def __init__(self):
-        self.pbar = None
-
-    def __call__(self, done: int, total: int) -> None:
-        mm.throw_exception_if_processing_interrupted()
-        if self.pbar is None:
-            self.pbar = comfy.utils.ProgressBar(total)
-        self.pbar.update_absolute(done, total)
 
 
 class Progress:

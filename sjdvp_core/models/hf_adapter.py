@@ -246,10 +246,11 @@ class HFAdapter(ModelAdapter):
     def head(self, hidden: Tensor) -> Tensor:
         raise NotImplementedError
 
-    def prompt_positions(self, ids: Tensor, valid: Tensor) -> tuple[Tensor, Tensor]:
-        """RoPE positions of the left-padded prompts ids [R, P] (valid: not padding), and each row's position
-        for generated position 0 [R]: the real prompt tokens counted, as transformers' own left-padded generation
-        does. A family whose prompts hold images placed in 2-D (GLM-Image's edits) returns [3, R, P]."""
+    def prompt_positions(self, ids: Tensor, valid: Tensor, conditions: Sequence) -> tuple[Tensor, Tensor]:
+        """RoPE positions of the left-padded prompts ids [R, P] (valid: not padding) of `conditions` (row r is
+        conditions[r]'s; rows past them are CFG's unconditional ones), and each row's position for generated
+        position 0 [R]: the real prompt tokens counted, as transformers' own left-padded generation does. A family
+        whose prompts hold images placed in 2-D (GLM-Image's edits) returns [3, R, P]."""
         return (valid.cumsum(1) - 1).clamp(min=0), valid.sum(1)
 
     def rope_positions(self, positions: Tensor) -> Tensor:
@@ -262,7 +263,7 @@ class HFAdapter(ModelAdapter):
         ids, valid = (t.to(self.device) for t in left_pad(self.prompt_ids(conditions, negatives, cfg), self.pad_id))
         R, P = ids.shape
         S = P + self.layout.length + scratch
-        positions, self.prompt_len = self.prompt_positions(ids, valid)
+        positions, self.prompt_len = self.prompt_positions(ids, valid, conditions)
         self.prefix_len = P
         self.key_valid = torch.ones(R, S, dtype=torch.bool, device=self.device)
         self.key_valid[:, :P] = valid

@@ -72,7 +72,6 @@ class GlmImageAdapter(SizeChoice, HFAdapter):
         # transformers 5.25 takes the processor's own arguments apart from the template's (5.0 among them)
         self.split_kwargs = "processor_kwargs" in inspect.signature(processor.apply_chat_template).parameters
         self.sources: dict[int, tuple[Edit, Tensor, tuple]] = {}
-        self.row_grids: list[tuple] = []
         self.layout = self.size_to(width, height)
 
     @property
@@ -106,6 +105,7 @@ class GlmImageAdapter(SizeChoice, HFAdapter):
                            tuple(cells[:-1]))
 
     def start(self, conditions, negatives, cfg: bool, scratch: int = 0):
+        """Text to image writes the prior grid then the image's; a batch of edits only the image's."""
         self.layout, rope = self.layouts[_edits(conditions)]
         self.rope = rope.to(self.device)      # once a decode, not every forward
         return super().start(conditions, negatives, cfg, scratch)
@@ -120,10 +120,7 @@ class GlmImageAdapter(SizeChoice, HFAdapter):
         if cfg:
             raise ValueError("GLM-Image's token stage has no classifier-free guidance (upstream samples one row): "
                              "set cfg to 1")
-        _edits(conditions)
-        rows = [self._encode(c) for c in conditions]
-        self.row_grids = [row.grids for row in rows]
-        return [self._with_sources(c, row) for c, row in zip(conditions, rows)]
+        return [self._with_sources(c, self._encode(c)) for c in conditions]
 
     def prompt_length(self, conditions, negatives, cfg: bool) -> int | None:
         """Counted from the processor's ids alone (no vision encoder: a memory estimate runs before the model is
@@ -179,17 +176,18 @@ class GlmImageAdapter(SizeChoice, HFAdapter):
         self.sources[id(edit)] = (edit, codes, row.grids)
         return codes, row.grids
 
-    def prompt_positions(self, ids: Tensor, valid: Tensor) -> tuple[Tensor, Tensor]:
+    def prompt_positions(self, ids: Tensor, valid: Tensor, conditions: Sequence) -> tuple[Tensor, Tensor]:
         """Text to image: the prompt's tokens counted. An edit: the source images' tokens placed in 2-D after
-        their start token, each image advancing the count by its longer side (GlmImageModel.get_rope_index)."""
-        if not any(self.row_grids):
-            return super().prompt_positions(ids, valid)
+        their start token, each image advancing the count by its longer side (GlmImageModel.get_rope_index); the
+        grids are those prompt_ids encoded (source_tokens keeps them)."""
+        if not isinstance(conditions[0], Edit):       # start() holds a batch to one kind
+            return super().prompt_positions(ids, valid, conditions)
         R, P = ids.shape
         positions, after = torch.zeros(3, R, P, dtype=torch.long), []
         for r in range(R):
             cols = valid[r].nonzero()[:, 0].cpu()
-            rope, next_position = prompt_rope(ids[r, cols].tolist(), self.row_grids[r], self.image_start,
-                                              self.image_end)
+            rope, next_position = prompt_rope(ids[r, cols].tolist(), self.source_tokens(conditions[r])[1],
+                                              self.image_start, self.image_end)
             positions[:, r, cols] = rope
             after.append(next_position)
         return positions.to(ids.device), torch.tensor(after, device=ids.device)
