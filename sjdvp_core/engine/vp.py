@@ -10,6 +10,7 @@ per window slot, aligned with the draft positions, and shifted as the window sli
 """
 from __future__ import annotations
 
+import functools
 from typing import Sequence
 
 import torch
@@ -19,6 +20,7 @@ from .devices import wide_float
 from .settings import VPSettings
 
 EPS = 1e-10
+MAX_SHIFT = 80.0     # exp(80) x the largest probability stays finite in float32
 
 
 def fuse(p: Tensor, pbar_prev: Tensor, pbar: Tensor, growth: Tensor, eligible: Tensor, s: VPSettings,
@@ -39,32 +41,34 @@ def fuse_many(p: Tensor, pbar_prev: Tensor, pbar: Tensor, growth: Tensor, eligib
               strengths: Sequence[float], weights: tuple[Tensor, Tensor] | None = None) -> Tensor:
     """fuse() for several strengths at once (the other knobs from s) -> [C, B, S, V]; the top-k, the
     log-gain score and the shrink direction are computed once for all of them. weights: the strengths'
-    weights (`strength_weights`), which a decode makes once."""
+    weights (`strength_weights`), which a decode makes once.
+
+    Fusion moves only the top-k_vp entries of p, so only they are computed: p' = p * g / Z with g the gain
+    exp(shift) on those entries and 1 elsewhere, Z = 1 + sum(top * (g - 1)) (p sums to 1). The vocabulary-wide
+    work is one scatter and one division per strength, not a log-softmax; a strength of 0, an ineligible slot and
+    a token without a shift keep p's own values (g = 1 and Z = 1 exactly)."""
     k = min(s.top_k, p.shape[-1])
-    kth = p.topk(k, dim=-1).values[..., -1:]
-    fused = (p >= kth) & (p > 0) & eligible[..., None]
-    logp = torch.log(p)                                     # -inf outside p's support
-    boost = shrink = None
-    if any(c > 0 for c in strengths):
-        score = (torch.log(p + EPS) - torch.log(pbar_prev + EPS)).clamp(0, s.max_score)
-        boost = torch.where(fused & (growth >= s.growth_steps), score, 0.0)
-    if any(c < 0 for c in strengths):   # fused tokens have p > 0: logp is finite where the shrink is kept
-        shrink = torch.where(fused, torch.log(pbar + EPS) - logp, 0.0)
-    # every strength but 0 at once: log p' = log p + c * boost (c > 0) or |c| (at most 1) * shrink (c < 0)
+    top, idx = p.topk(k, dim=-1)                           # [B, S, k]
+    fused = (top > 0) & eligible[..., None]
     up, down = weights if weights is not None else strength_weights(strengths, p.device)
-    shift = (up * boost if boost is not None else 0) + (down * shrink if shrink is not None else 0)
-    moved = (logp[None] + shift).expand(up.shape[0], *p.shape).softmax(-1)
-    if 0.0 not in strengths:
-        return moved
-    plain = strengths.index(0.0)   # no fusion is p itself, not its round trip through log and softmax
-    return torch.cat([moved[:plain], p[None], moved[plain:]])
+    shifts = []                                            # log p' - log p + log Z: [C, B, S, k] each
+    if any(c > 0 for c in strengths):
+        score = (torch.log(top + EPS) - torch.log(pbar_prev.gather(-1, idx) + EPS)).clamp(0, s.max_score)
+        shifts.append(up * torch.where(fused & (growth.gather(-1, idx) >= s.growth_steps), score, 0.0))
+    if any(c < 0 for c in strengths):   # fused tokens have top > 0: the log is finite where the shrink is kept
+        shifts.append(down * torch.where(fused, torch.log(pbar.gather(-1, idx) + EPS) - torch.log(top), 0.0))
+    shift = functools.reduce(torch.add, shifts) if shifts else torch.zeros_like(up * top)
+    # a shrink's gain is at most 1 / top (history <= 1): capped where top is near float's smallest (no overflow)
+    moved = top * torch.exp(shift.clamp(max=MAX_SHIFT))
+    norm = 1 + (moved - top).sum(-1, keepdim=True)         # Z [C, B, S, 1]
+    return p.expand(moved.shape[0], *p.shape).scatter(-1, idx.expand_as(moved), moved) / norm
 
 
 def strength_weights(strengths: Sequence[float], device) -> tuple[Tensor, Tensor]:
-    """[C', 1, 1, 1] each: the boost's and the shrinkage's weight of every strength but 0 (which is p itself)."""
-    moved = [c for c in strengths if c != 0.0]
-    up = torch.tensor([max(c, 0.0) for c in moved], device=device).view(-1, 1, 1, 1)
-    return up, torch.tensor([min(1.0, max(-c, 0.0)) for c in moved], device=device).view(-1, 1, 1, 1)
+    """[C, 1, 1, 1] each: every strength's weight of the boost (c > 0: c) and of the shrinkage (c < 0: |c|,
+    at most 1); both 0 for strength 0, which leaves p as it is."""
+    up = torch.tensor([max(c, 0.0) for c in strengths], device=device).view(-1, 1, 1, 1)
+    return up, torch.tensor([min(1.0, max(-c, 0.0)) for c in strengths], device=device).view(-1, 1, 1, 1)
 
 
 class AutoStrength:
