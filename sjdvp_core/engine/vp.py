@@ -45,8 +45,8 @@ def fuse_many(p: Tensor, pbar_prev: Tensor, pbar: Tensor, growth: Tensor, eligib
 
     Fusion moves only the top-k_vp entries of p, so only they are computed: p' = p * g / Z with g the gain
     exp(shift) on those entries and 1 elsewhere, Z = 1 + sum(top * (g - 1)) (p sums to 1). The vocabulary-wide
-    work is one scatter and one division per strength, not a log-softmax; a strength of 0, an ineligible slot and
-    a token without a shift keep p's own values (g = 1 and Z = 1 exactly)."""
+    work is one scatter and one division per strength, not a log-softmax; a strength of 0 and a slot with nothing
+    fused keep p's own values exactly (g = 1 and Z = 1)."""
     k = min(s.top_k, p.shape[-1])
     top, idx = p.topk(k, dim=-1)                           # [B, S, k]
     fused = (top > 0) & eligible[..., None]
