@@ -57,7 +57,7 @@ def fuse_many(p: Tensor, pbar_prev: Tensor, pbar: Tensor, growth: Tensor, eligib
         shifts.append(up * torch.where(fused & (growth.gather(-1, idx) >= s.growth_steps), score, 0.0))
     if any(c < 0 for c in strengths):   # fused tokens have top > 0: the log is finite where the shrink is kept
         shifts.append(down * torch.where(fused, torch.log(pbar.gather(-1, idx) + EPS) - torch.log(top), 0.0))
-    shift = functools.reduce(torch.add, shifts) if shifts else torch.zeros_like(up * top)
+    shift = functools.reduce(torch.add, shifts) if shifts else top.new_zeros(up.shape[0], *top.shape)
     # a shrink's gain is at most 1 / top (history <= 1): capped where top is near float's smallest (no overflow)
     moved = top * torch.exp(shift.clamp(max=MAX_SHIFT))
     norm = 1 + (moved - top).sum(-1, keepdim=True)         # Z [C, B, S, 1]
