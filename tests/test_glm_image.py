@@ -129,13 +129,16 @@ def test_preview_colours_codes_without_the_dit(adapter):
 
 def test_detected_listed_and_loaded_with_its_pixel_stage_apart(folder, tmp_path):
     """The release's folder is a model (its parts' folders are not); the token stage's folder alone says which to
-    choose; load_model gives the adapter, int8 quantises the token stage only, and the memory estimate leaves out the
-    pixel model, which a memory manager loads after the decode."""
+    choose; load_model gives the adapter with the pixel model apart; int8 and NF4 quantise the DiT's blocks with the
+    token stage (its embeddings, VAE and glyph encoder keep their dtype), and the DiT still draws the image the float
+    one draws from the same tokens, within the weights' rounding; the memory estimate leaves out the pixel model,
+    which a memory manager loads after the decode."""
     import os
     import shutil
 
     from sjdvp_core.models.loading import load_model
     from sjdvp_core.models.memory import weight_need
+    from sjdvp_core.models.quantize import is_quantised, quantisable, weight_bytes
     from sjdvp_core.models.registry import detect_family, list_models
     root = tmp_path / "models"
     shutil.copytree(folder, root / "GLM-Image")
@@ -143,15 +146,25 @@ def test_detected_listed_and_loaded_with_its_pixel_stage_apart(folder, tmp_path)
     assert list_models([str(root)]) == ["demo", "GLM-Image"]
     with pytest.raises(ValueError, match="token stage alone; choose the folder above it"):
         detect_family(os.path.join(folder, "vision_language_encoder"))
-    quantised = load_model(str(root / "GLM-Image"), precision="int8", width=64, height=96)
-    assert quantised.pixels_apart and quantised.precision == "int8"
-    dit = {id(p) for p in quantised.image_decoder.parameters()}
-    assert dit and not dit & {id(p) for p in quantised.module.parameters()}
-    assert all(p.dtype == torch.float32 for p in quantised.image_decoder.parameters())
+    full = load_model(str(root / "GLM-Image"), precision="fp32", width=64, height=96)
+    res = decode(full, PROMPTS[:1], method_settings("sjd-vp", 8, full.default_sampling))
+    pixels = PixelSettings(PROMPTS[:1], steps=2, seed=3)
+    drawn = full.decode_image(res.codes, pixels)
+    for precision, most in (("int8", 0.4), ("nf4", 0.6)):   # of fp32, at tiny sizes (scales, NF4's state record)
+        quantised = load_model(str(root / "GLM-Image"), precision=precision, width=64, height=96)
+        assert quantised.pixels_apart and quantised.precision == precision
+        dit = {id(p) for p in quantised.image_decoder.parameters()}
+        assert dit and not dit & {id(p) for p in quantised.module.parameters()}
+        assert is_quantised(torch.nn.ModuleList(quantised.pixel_blocks()))
+        assert not quantisable(quantised.pixel_blocks())            # every DiT block linear was swapped
+        kept = [quantised.dit.pipe.vae, quantised.dit.pipe.text_encoder, quantised.dit.pipe.transformer.proj_out]
+        assert all(p.dtype == torch.float32 for m in kept for p in m.parameters())
+        dit_bytes = weight_bytes(torch.nn.ModuleList(quantised.pixel_blocks()))
+        assert dit_bytes <= most * weight_bytes(torch.nn.ModuleList(full.pixel_blocks())), precision
+        image = quantised.decode_image(res.codes, pixels)
+        assert image.shape == (1, 96, 64, 3) and (image - drawn).abs().mean() < 0.01, precision
     tokens_only = sum(t.numel() * t.element_size() for t in load_model(folder).module.state_dict().values())
     assert weight_need(load_model(folder), "fp32", "fp32") == tokens_only
-    res = decode(quantised, PROMPTS[:1], method_settings("sjd-vp", 8, quantised.default_sampling))
-    assert quantised.decode_image(res.codes, PixelSettings(PROMPTS[:1], steps=1)).shape == (1, 96, 64, 3)
 
 
 # --- editing: source images in the prompt, only the image grid written -----------------------------------------

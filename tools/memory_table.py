@@ -29,7 +29,7 @@ from sjdvp_core.models.hf_adapter import HFAdapter  # noqa: E402
 from sjdvp_core.models.janus import adapter as janus  # noqa: E402
 from sjdvp_core.models.lumina import adapter as lumina  # noqa: E402
 from sjdvp_core.models.lumina2 import adapter as lumina2  # noqa: E402
-from sjdvp_core.models.memory import Need, need  # noqa: E402
+from sjdvp_core.models.memory import Need, need, pixel_weight_need  # noqa: E402
 
 CARDS_GB = (8, 12, 16, 24, 48, 80)
 PRECISIONS = ("bf16", "int8", "nf4")
@@ -160,15 +160,43 @@ def glm_image() -> Shape:
                  logits_width=model.config.text_config.vision_vocab_size)
 
 
+class PixelShape:
+    """A pixel model apart (pixels_apart) on the meta device: what models.memory.pixel_weight_need reads."""
+
+    def __init__(self, image_decoder: torch.nn.Module, blocks: list[torch.nn.Module]):
+        self.image_decoder, self.blocks = image_decoder, blocks
+
+    def pixel_blocks(self) -> list[torch.nn.Module]:
+        return self.blocks
+
+
+def glm_image_dit() -> PixelShape:
+    """GLM-Image's pixel stage without its VAE: the 7B DiT at the release's sizes (hidden 32 x 128, 30 blocks, glyph
+    features of 1472, as FastVideo's GlmImageDiTConfig records them; diffusers' defaults are a smaller model) and
+    its glyph encoder, ByT5-small's encoder (google/byt5-small's config). The VAE's config was not to be had here,
+    so it is not counted, nor the DiT's activations: its rows are weights only."""
+    from diffusers import GlmImageTransformer2DModel
+    from transformers import T5Config, T5EncoderModel
+    with torch.device("meta"):
+        dit = GlmImageTransformer2DModel(num_attention_heads=32, attention_head_dim=128, num_layers=30,
+                                         text_embed_dim=1472)
+        glyphs = T5EncoderModel(T5Config(vocab_size=384, d_model=1472, d_kv=64, d_ff=3584, num_layers=12,
+                                         num_heads=6, feed_forward_proj="gated-gelu"))
+    return PixelShape(torch.nn.ModuleDict({"transformer": dit, "text_encoder": glyphs}),
+                      list(dit.transformer_blocks))
+
+
 @dataclass(frozen=True)
 class Release:
     name: str            # a catalogue entry's name (or the release's, where the catalogue has none yet)
     build: Callable
     image: str
+    pixels: bool = False   # a pixel model apart: its weights alone (it runs after the decode, on its own)
 
 
 RELEASES = (
     Release("GLM-Image (token stage)", glm_image, "1024 x 1024"),
+    Release("GLM-Image (DiT + glyph encoder, weights)", glm_image_dit, "1024 x 1024", pixels=True),
     Release("Lumina-mGPT-7B-768", lumina_768, "768 x 768"),
     Release("Lumina-mGPT-2.0", lumina2_768, "768 x 768"),
     Release("Emu3-Gen", emu3_gen, "720 x 720"),
@@ -182,6 +210,8 @@ RELEASES = (
 def needs(release: Release) -> dict[str, Need]:
     """What the release needs at each precision (bf16 compute), with its default decode."""
     adapter = release.build()
+    if release.pixels:
+        return {p: Need(p, pixel_weight_need(adapter, p, "bf16"), 0) for p in PRECISIONS}
     return {p: need(adapter, p, "bf16") for p in PRECISIONS}
 
 
@@ -198,7 +228,8 @@ def table() -> str:
     for r in RELEASES:
         n = needs(r)
         cells = " | ".join(f"{n[p].total / 1e9:.1f} GB: {fits(n[p].total)}" for p in PRECISIONS)
-        lines.append(f"| {r.name} | {r.image} | {n['bf16'].decode / 1e9:.1f} GB | {cells} |")
+        decode = "apart" if r.pixels else f"{n['bf16'].decode / 1e9:.1f} GB"
+        lines.append(f"| {r.name} | {r.image} | {decode} | {cells} |")
     return "\n".join(lines)
 
 

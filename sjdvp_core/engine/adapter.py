@@ -165,6 +165,11 @@ class ModelAdapter:
         swaps (models.quantize) and what a device map places block by block (empty: none)."""
         return []
 
+    def pixel_blocks(self) -> list[torch.nn.Module]:
+        """A pixel model apart's transformer blocks (pixels_apart: GLM-Image's DiT), which int8 / NF4 quantise
+        with the generator's (empty: none, or an image decoder that keeps its dtype)."""
+        return []
+
     def codebook(self) -> Tensor | None:
         """[K, d] VQ embedding of each image token, in TokenLayout.image_tokens order (None: none known;
         the verifiers that need one say so)."""

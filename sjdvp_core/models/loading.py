@@ -100,11 +100,13 @@ def fit_precision(adapter, compute: str, memory: int, device: torch.device) -> s
 
 
 def quantize(adapter, precision: str, device: torch.device, dtype: torch.dtype) -> None:
-    """Swap the adapter's block linears for int8 / NF4 ones computing in dtype (models.quantize), then move
-    its weights to device."""
+    """Swap the adapter's block linears for int8 / NF4 ones computing in dtype (models.quantize), and a pixel
+    model apart's too (a 7B DiT fits the card the 9B token stage was sized for only at its precision), then
+    move its weights to device."""
     if not swap_linears(adapter.blocks(), precision, dtype):
         raise ValueError(f"{adapter.family}: nothing to quantise (no linear layers in its transformer blocks); "
                          "choose bf16, fp16 or fp32")
+    swap_linears(adapter.pixel_blocks(), precision, dtype)
     to_device(adapter, device)
 
 

@@ -37,20 +37,30 @@ def linear_bytes(out_features: int, in_features: int, bias: bool, precision: str
 def weight_need(adapter, precision: str, compute: str) -> int:
     """Bytes of adapter.module's weights at precision (compute: the dtype the rest is held in, "bf16" on a
     GPU, "fp32" on a CPU, or precision itself when it is not a quantised one)."""
-    itemsize = ITEMSIZE[compute]
-    module: nn.Module = adapter.module
-    inside = {id(m) for m in module.modules()}
-    linears = [m for m in quantisable(adapter.blocks()) if id(m) in inside] if precision in QUANTISED else []
-    skip = {id(m.weight) for m in linears} | {id(m.bias) for m in linears if m.bias is not None}
     decoder = {id(t) for t in adapter.image_decoder.state_dict(keep_vars=True).values()}
+    return _weights(adapter.module, adapter.blocks(), precision, compute, decoder)
+
+
+def pixel_weight_need(adapter, precision: str, compute: str) -> int:
+    """Bytes of a pixel model apart's weights (pixels_apart: GLM-Image's DiT, loaded alone after the decode) at
+    precision: its blocks quantised as the generator's (`ModelAdapter.pixel_blocks`), the rest in compute."""
+    return _weights(adapter.image_decoder, adapter.pixel_blocks(), precision, compute)
+
+
+def _weights(module: nn.Module, blocks, precision: str, compute: str, kept: set[int] = frozenset()) -> int:
+    """Bytes of module's weights: the linears inside blocks at precision (where it is a quantised one), tensors in
+    kept at their own dtype (an image decoder), the rest in compute."""
+    itemsize = ITEMSIZE[compute]
+    inside = {id(m) for m in module.modules()}
+    linears = [m for m in quantisable(blocks) if id(m) in inside] if precision in QUANTISED else []
+    skip = {id(m.weight) for m in linears} | {id(m.bias) for m in linears if m.bias is not None}
     total = sum(linear_bytes(m.out_features, m.in_features, m.bias is not None, precision, itemsize) for m in linears)
     seen = set()
     for t in module.state_dict(keep_vars=True).values():
         if id(t) in skip or id(t) in seen:      # tied weights are one Parameter
             continue
         seen.add(id(t))
-        kept = id(t) in decoder or not t.is_floating_point()           # the decoder keeps its dtype
-        total += t.nbytes if kept else t.numel() * itemsize
+        total += t.nbytes if id(t) in kept or not t.is_floating_point() else t.numel() * itemsize
     return total
 
 

@@ -199,6 +199,11 @@ class GlmImageAdapter(SizeChoice, HFAdapter):
     def head(self, hidden: Tensor) -> Tensor:
         return self.model.lm_head(hidden)
 
+    def pixel_blocks(self) -> list[torch.nn.Module]:
+        """The DiT's transformer blocks (most of its 7B weights; its embeddings, the VAE and the glyph encoder
+        keep their dtype)."""
+        return list(self.dit.pipe.transformer.transformer_blocks)
+
     @property
     def logits_width(self) -> int:
         return self.text_config.vision_vocab_size
