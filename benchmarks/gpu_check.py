@@ -1,8 +1,9 @@
 """GPU check, for sessions lent a GPU: everything we otherwise model, measured in one run that writes what it has
 after every row (a lease can end mid-run) and stops starting new work past its time budget.
 
-Every family's shape at real size with random bf16 weights (no download), driven through HFAdapter's cache, masks
-and RoPE (LlamaGen: its own adapter) with the family adapter's embedding and head:
+Every family's shape at real size with random bf16 weights (no download; sjdvp_core/models/releases.py, the memory
+table's architectures), driven through HFAdapter's cache, masks and RoPE (LlamaGen, GLM-Image: their own adapters)
+with the family adapter's embedding and head:
 1. forward: t(k), one pass scoring k tokens per row mid-image, k = 1 ... 256, with one row and with CFG's two,
    beside the roofline's t(k) / t(1) for the same shape on this device (sjdvp_core/datasheet.py); and the peak
    memory of the prompt plus a 64-token pass against models.memory.need's estimate.
@@ -33,12 +34,11 @@ import torch
 from sjdvp_core import DecodeSettings, DrafterSettings, SamplingSettings, VPSettings, WindowSettings, decode
 from sjdvp_core.datasheet import DEVICES, SHAPES, Device, roofline_seconds
 from sjdvp_core.engine.adapter import ModelAdapter, TokenLayout
-from sjdvp_core.models import memory, placement, quantize
-from sjdvp_core.models.hf_adapter import HFAdapter, dtype_kwarg
+from sjdvp_core.models import memory, placement, quantize, releases
+from sjdvp_core.models.hf_adapter import HFAdapter
 from sjdvp_core.timing import interleaved
 
 TOKENS = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256)    # k: tokens per row scored by one pass
-PROMPT = 64                                                  # prompt tokens before the image
 QUANTISED_TOKENS = (1, 16, 64)
 
 
@@ -52,166 +52,21 @@ class Deadline:
         return self.end - time.monotonic()
 
 
-# --- the shapes ----------------------------------------------------------------------------------
-class Probe(HFAdapter):
-    """A transformers family's model as the engine drives it, with a prompt of PROMPT tokens: the family's
-    embedding of generated tokens and head (as its adapter's), its layout and default sampling."""
-
-    def __init__(self, model, lm, text_config, layout: TokenLayout, head: Callable, sampling: SamplingSettings,
-                 device, embed: Callable | None = None, decoder: torch.nn.Module | None = None):
-        super().__init__(model, lm, text_config, layout, 0, device)
-        self._head, self._embed, self.sampling = head, embed, sampling
-        self.image_decoder = decoder if decoder is not None else torch.nn.Module()
-
-    @property
-    def default_sampling(self) -> SamplingSettings:
-        return self.sampling
-
-    def prompt_ids(self, conditions, negatives, cfg):
-        return [list(range(1, PROMPT + 1))] * (2 * len(conditions) if cfg else len(conditions))
-
-    def embed(self, tokens):
-        return self._embed(tokens) if self._embed is not None else super().embed(tokens)
-
-    def head(self, hidden):
-        return self._head(hidden)
-
-
-def _sizes(tiny: bool, **real):
-    """The release's text-stack sizes, or a tiny stand-in of the same structure for a CPU dry run."""
-    small = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                 num_key_value_heads=2 if real.get("num_key_value_heads", 32) < 32 else 4)
-    return {k: (small.get(k, v) if tiny else v) for k, v in real.items()}
-
-
-LLAMA_7B = dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
-                num_key_value_heads=32)
-
-
-def chameleon(vocab: int, grid: int, sampling_of: str):
-    """Lumina-mGPT 1.0 (vocabulary 65536, 768 px: 48 x 49 tokens) and 2.0 (172032, 768 px: 96 x 97): Chameleon-7B's
-    stack; the image decoder is apart (ours), so not here."""
-    def build(tiny, device, dtype):
-        from transformers import ChameleonConfig, ChameleonForConditionalGeneration
-
-        from sjdvp_core.models.lumina import adapter as lumina
-        from sjdvp_core.models.lumina2 import adapter as lumina2
-        g = 6 if tiny else grid
-        config = ChameleonConfig(vocab_size=vocab, max_position_embeddings=PROMPT + g * (g + 1) + 512,
-                                 qk_layernorm=True, vocabulary_map={"<image>": 8711}, **_sizes(tiny, **LLAMA_7B))
-        with torch.device(device):
-            model = ChameleonForConditionalGeneration._from_config(config, **dtype_kwarg(dtype))
-        model.model.vqmodel = None
-        sampling = {"lumina": lumina.SAMPLING, "lumina2": lumina2.SAMPLING}[sampling_of]
-        return Probe(model, model.model, config, TokenLayout.raster(torch.arange(8192), g, g, row_end=8192),
-                     model.lm_head, sampling, device)
-    return build
-
-
-def emu3(tiny, device, dtype):
-    """Emu3-Gen 8B (transformers' Emu3Config defaults), 720 px: 90 x 91 tokens."""
-    from transformers import Emu3Config, Emu3ForConditionalGeneration
-
-    from sjdvp_core.models.emu3 import adapter as emu3_adapter
-    g = 6 if tiny else 90
-    text = _sizes(tiny, **LLAMA_7B | dict(intermediate_size=14336, num_key_value_heads=8))
-    config = Emu3Config(vocabulary_map={"<|extra_200|>": 151846, "<image>": 151851},
-                        text_config=dict(vocab_size=184622, max_position_embeddings=9216, **text),
-                        **(dict(vq_config=dict(codebook_size=64, embed_dim=4, latent_channels=4, base_channels=32,
-                                               channel_multiplier=[1, 2], num_res_blocks=1, attn_resolutions=[],
-                                               hidden_size=64, num_attention_heads=1)) if tiny else {}))
-    with torch.device(device):
-        model = Emu3ForConditionalGeneration._from_config(config, **dtype_kwarg(dtype))
-    return Probe(model, model.model.text_model, config.text_config,
-                 TokenLayout.raster(torch.arange(32768), g, g, row_end=32768), model.lm_head, emu3_adapter.SAMPLING,
-                 device, decoder=model.model.vqmodel)
-
-
-def janus(tiny, device, dtype):
-    """Janus-Pro-7B: a LLaMA 7B body of 30 layers, its generation embedding and head over 16384 codes, 384 px."""
-    from transformers import JanusConfig, JanusForConditionalGeneration
-
-    from sjdvp_core.models.janus import adapter as janus_adapter
-    g = 6 if tiny else 24
-    text = _sizes(tiny, **LLAMA_7B | dict(num_hidden_layers=30))
-    small = dict(vision_config=dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=32,
-                                    patch_size=8, projection_dim=64, num_image_tokens=16),
-                 vq_config=dict(embed_dim=8, num_embeddings=64, base_channels=32, channel_multiplier=[1, 2],
-                                num_res_blocks=1, projection_dim=64, image_token_embed_dim=64, latent_channels=8))
-    config = JanusConfig(text_config=dict(vocab_size=102400, max_position_embeddings=16384, **text),
-                         **(small if tiny else dict(vq_config=dict(projection_dim=4096, image_token_embed_dim=4096))))
-    with torch.device(device):
-        model = JanusForConditionalGeneration._from_config(config, **dtype_kwarg(dtype))
-    codes = config.vq_config.num_embeddings
-    return Probe(model, model.model.language_model, config.text_config, TokenLayout.raster(torch.arange(codes), g, g),
-                 model.model.generation_head, janus_adapter.SAMPLING, device,
-                 embed=model.prepare_embeddings_for_image_generation, decoder=model.model.vqmodel)
-
-
-def glm_image(tiny, device, dtype):
-    """GLM-Image's token stage (the 9B GLM-4 stack, 2 KV heads, one row: no CFG) through its own adapter (3-D
-    RoPE over the prior grid then the image grid), 1024 px: 16 x 16 then 32 x 32 tokens."""
-    from transformers import GlmImageConfig, GlmImageForConditionalGeneration
-
-    from sjdvp_core.models.glm_image import adapter as glm
-    text = dict(hidden_size=4096, intermediate_size=13696, num_hidden_layers=40, num_attention_heads=32,
-                num_key_value_heads=2)
-    rope = {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5,
-            "mrope_section": [2, 1, 1] if tiny else [8, 12, 12]}
-    config = GlmImageConfig(text_config=dict(rope_parameters=rope, **_sizes(tiny, **text)),
-                            **(dict(vision_config=dict(depth=1, hidden_size=32, num_heads=2, intermediate_size=32),
-                                    vq_config=dict(embed_dim=16, num_embeddings=64, latent_channels=32))
-                               if tiny else {}))
-    with torch.device(device):
-        model = GlmImageForConditionalGeneration._from_config(config, **dtype_kwarg(dtype))
-    side = 96 if tiny else 1024
-
-    class Grids:      # what GlmImageAdapter asks of the processor here: the grids of a size
-        def __call__(self, text, target_h, target_w):
-            return {"image_grid_thw": torch.tensor([[1, target_h // 32, target_w // 32],
-                                                    [1, target_h // 64, target_w // 64]])}
-
-        def apply_chat_template(self, messages, processor_kwargs=None):
-            raise NotImplementedError("the probe's prompt is PROMPT token ids")
-
-    class GlmProbe(glm.GlmImageAdapter):
-        def prompt_ids(self, conditions, negatives, cfg):
-            return [list(range(1, PROMPT + 1))] * len(conditions)
-
-        def prompt_length(self, conditions, negatives, cfg):
-            return PROMPT
-
-    dit = type("NoDiT", (), {"module": torch.nn.Module()})()
-    return GlmProbe(model, Grids(), glm.SAMPLING, dit, side, side, device)
-
-
-def llamagen(tiny, device, dtype):
-    """LlamaGen GPT-XL (775M), class-conditional, 384 px: 24 x 24 tokens; our own adapter."""
-    from sjdvp_core.models.llamagen.adapter import SAMPLING, LlamaGenAdapter
-    from sjdvp_core.models.llamagen.gpt import GPT_SIZES, GPTConfig, LlamaGenGPT
-    from sjdvp_core.models.llamagen.vq import LlamaGenVQ, VQConfig
-    layers, heads, dim = (2, 4, 64) if tiny else GPT_SIZES["GPT-XL"]
-    with torch.device(device):
-        gpt = LlamaGenGPT(GPTConfig(dim=dim, n_layer=layers, n_head=heads, model_type="c2i",
-                                    block_size=36 if tiny else 576))
-        vq = LlamaGenVQ(VQConfig(ch=8, z_channels=8, ch_mult=[1, 1, 2, 2, 4], norm_groups=4) if tiny else VQConfig())
-    return LlamaGenAdapter(gpt, vq, sampling=SAMPLING["c2i"], device=device, dtype=dtype)
-
-
+# --- the shapes: the releases' architectures (sjdvp_core/models/releases.py) ------------------------------
 @dataclass(frozen=True)
 class Arch:
     name: str
-    build: Callable            # (tiny, device, dtype) -> an adapter
+    build: Callable            # (device, dtype, tiny) -> an adapter (releases.py)
     roofline: str              # its shape in sjdvp_core.datasheet.SHAPES
 
 
 ARCHS = (
-    Arch("Lumina-mGPT 7B (768 px)", chameleon(65536, 48, "lumina"), "Lumina-mGPT 7B"),
-    Arch("Lumina-mGPT 2.0 (768 px)", chameleon(172032, 96, "lumina2"), "Lumina-mGPT 2.0"),
-    Arch("Emu3-Gen 8B (720 px)", emu3, "Emu3-Gen"),
-    Arch("Janus-Pro-7B (384 px)", janus, "Janus-Pro-7B"),
-    Arch("LlamaGen-XL c2i (384 px)", llamagen, "LlamaGen-XL"),
-    Arch("GLM-Image token stage (1024 px)", glm_image, "GLM-Image"),
+    Arch("Lumina-mGPT 7B (768 px)", releases.lumina_mgpt_7b, "Lumina-mGPT 7B"),
+    Arch("Lumina-mGPT 2.0 (768 px)", releases.lumina_mgpt_2, "Lumina-mGPT 2.0"),
+    Arch("Emu3-Gen 8B (720 px)", releases.emu3_gen, "Emu3-Gen"),
+    Arch("Janus-Pro-7B (384 px)", releases.janus_pro(4096, 30, 11008, 32), "Janus-Pro-7B"),
+    Arch("LlamaGen-XL c2i (384 px)", releases.llamagen("GPT-XL", "c2i", 576), "LlamaGen-XL"),
+    Arch("GLM-Image token stage (1024 px)", releases.glm_image, "GLM-Image"),
 )
 
 
@@ -219,7 +74,7 @@ def build(arch: Arch, tiny: bool, device, dtype):
     """arch's adapter with random weights, built on device (torch.manual_seed(0): the same weights every time; the
     layout on the CPU, as a loader leaves it)."""
     torch.manual_seed(0)
-    adapter = arch.build(tiny, device, dtype)
+    adapter = arch.build(device=device, dtype=dtype, tiny=tiny)
     adapter.module.eval().requires_grad_(False)
     return adapter
 
