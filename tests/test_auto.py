@@ -70,6 +70,20 @@ def test_the_chooser_takes_the_best_rate_and_follows_this_decodes_acceptance():
     assert run(0.5) == (auto.Plan(16), auto.Plan(4))     # (1 + 0.3) / 1.5 > (1 + 0.8) / 2.2 > (1 + 2) / 3.8
 
 
+def test_a_near_tie_goes_to_the_plan_that_scores_more():
+    """Under a knee a wider plan costs a hair more; where the fitted profile gives it the narrower one's count, the
+    wider is taken (it never commits less), by the chooser and among the contenders; a real price difference keeps
+    the narrower."""
+    wide, narrow = auto.Plan(64, auto.TREES[0]), auto.Plan(48, auto.TREES[0])
+    profile = auto.Profile((wide, narrow), (4.7, 4.7), "synthetic: pooled by the fit")
+    flat = PassCost((1, 128), (1.0, 1.01), "synthetic: a knee past 128")
+    assert flat(wide.nodes) > flat(narrow.nodes)
+    assert auto.best(profile, flat, 1.0) == wide and auto.PlanChooser(flat, profile).choice == wide
+    assert auto.contenders(profile, flat).plans == (wide,)
+    steep = PassCost((1, 128), (1.0, 2.0), "synthetic: no knee")
+    assert auto.best(profile, steep, 1.0) == narrow and auto.contenders(profile, steep).plans == (narrow,)
+
+
 def test_only_plans_that_can_win_are_kept_and_allocated(monkeypatch):
     plans = (auto.Plan(16), auto.Plan(12), auto.Plan(8), auto.Plan(4))
     profile = auto.Profile(plans, (5.0, 2.0, 2.6, 1.6), "synthetic")   # 12 commits less than 8 for more cost

@@ -40,6 +40,7 @@ from .tree import scratch_nodes
 MOST_FACTOR = 3.0   # the state is sized for windows whose pass costs at most this many 1-token passes
 EVERY = 4           # iterations a choice holds
 HYSTERESIS = 1.03   # a new plan must promise this much more per second than the one running
+TIE = 0.005         # rates this close are a tie, which the plan scoring the most takes (`best`)
 PRIOR = 8.0         # pseudo-tokens of evidence that g = 1 (the example's acceptance) before any is seen
 G_RANGE = (0.5, 2.0)   # how far a decode's acceptance may stray from the example's (g) when plans are kept
 WARM = 32           # image tokens the drafts mature over before acceptance is counted (profile and decode alike)
@@ -159,6 +160,17 @@ def rate(profile: Profile, cost: PassCost, plan: Plan, g: float) -> float:
     return (1 + g * (profile.of(plan) - 1)) / cost(plan.nodes)
 
 
+def best(profile: Profile, cost: PassCost, g: float) -> Plan:
+    """The plan with the best rate at g; of plans within TIE of it, the one that scores the most. Under a GPU's
+    knee a wider plan costs a hair more, and the fitted profile gives it the narrower one's count where a few seeds
+    cannot tell them apart (`Profile.fitted` pools them), though a wider window never commits less: the hair would
+    otherwise choose the narrower (measured on the demo priced for an H200: 48 + 6x1/4 against 64 + 6x1/4, whose
+    counts 16 seeds do tell apart)."""
+    rates = {p: rate(profile, cost, p, g) for p in profile.plans}
+    top = max(rates.values())
+    return max((p for p in profile.plans if rates[p] >= (1 - TIE) * top), key=lambda p: (p.nodes, rates[p]))
+
+
 def contenders(profile: Profile, cost: PassCost) -> Profile:
     """The profile's plans that are the best for some g in G_RANGE (the chooser's rate is linear in g, so
     these are the upper envelope over that range; found on a fine grid of g). Only they can be chosen, and
@@ -166,7 +178,7 @@ def contenders(profile: Profile, cost: PassCost) -> Profile:
     of them rather than for every candidate measured; each iteration's window state is its own plan's
     (Drafter.resize)."""
     lo, hi = G_RANGE
-    kept = {max(profile.plans, key=lambda p: rate(profile, cost, p, lo + (hi - lo) * i / 64)) for i in range(65)}
+    kept = {best(profile, cost, lo + (hi - lo) * i / 64) for i in range(65)}
     chosen = [p for p in profile.plans if p in kept]
     return Profile(tuple(chosen), tuple(profile.of(p) for p in chosen), profile.source)
 
@@ -184,7 +196,7 @@ class PlanChooser:
         return rate(self.profile, self.cost, plan, self.won / self.expected)
 
     def best(self) -> Plan:
-        return max(self.profile.plans, key=self.rate)
+        return best(self.profile, self.cost, self.won / self.expected)
 
     def record(self, plan: Plan, committed: float) -> None:
         """An iteration with this plan, after the warm-up (`warmed`), committed this many tokens per image."""
