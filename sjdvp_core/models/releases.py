@@ -34,7 +34,8 @@ class ReleaseShape(HFAdapter):
                  head: Callable | None = None, embed: Callable | None = None, decoder: torch.nn.Module | None = None,
                  logits_width: int | None = None):
         super().__init__(model, lm, lm.config, layout, 0, device)
-        self._head, self._embed, self.sampling, self._width = head or model.lm_head, embed, sampling, logits_width
+        self._head = head if head is not None else model.lm_head
+        self._embed, self.sampling, self._width = embed, sampling, logits_width
         # the image decoder in float32, as the family adapters keep it (decoding in fp32)
         self.image_decoder = decoder.float() if decoder is not None else torch.nn.Module()
         if decoder is not None and not any(m is decoder for m in model.modules()):
