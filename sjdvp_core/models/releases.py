@@ -133,7 +133,7 @@ def janus_pro(hidden: int, layers: int, ffn: int, heads: int) -> Callable[..., R
         from transformers import JanusConfig, JanusForConditionalGeneration
 
         from .janus import adapter as janus
-        from .janus.original import UNUSED
+        from .janus.original import without_unused
         text = sizes(tiny, hidden_size=hidden, num_hidden_layers=layers, intermediate_size=ffn,
                      num_attention_heads=heads, num_key_value_heads=heads)
         width = text["hidden_size"]
@@ -146,10 +146,7 @@ def janus_pro(hidden: int, layers: int, ffn: int, heads: int) -> Callable[..., R
         config = JanusConfig(text_config=dict(model_type="llama", vocab_size=102400, max_position_embeddings=16384,
                                               **text), vision_config=vision, vq_config=vq)
         with torch.device(device):
-            model = JanusForConditionalGeneration._from_config(config, **dtype_kwarg(dtype))
-        for path in UNUSED:
-            parent, _, name = path.rpartition(".")
-            setattr(model.get_submodule(parent), name, None)
+            model = without_unused(JanusForConditionalGeneration._from_config(config, **dtype_kwarg(dtype)))
         g = TINY_GRID if tiny else 24
         codes = config.vq_config.num_embeddings
         return ReleaseShape(model, model.model.language_model, raster(codes, g, g, False, 0), janus.SAMPLING, device,

@@ -162,6 +162,11 @@ def _empty_model(config, dtype: torch.dtype):
     from transformers import JanusForConditionalGeneration
     with torch.device("meta"):
         model = JanusForConditionalGeneration._from_config(config, attn_implementation="sdpa", **dtype_kwarg(dtype))
+    return without_unused(model)
+
+
+def without_unused(model):
+    """The model less the modules generation never runs (UNUSED)."""
     for path in UNUSED:
         parent, _, name = path.rpartition(".")
         setattr(model.get_submodule(parent), name, None)
