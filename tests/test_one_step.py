@@ -141,7 +141,7 @@ def test_vp_drafts_follow_the_fused_q_they_are_stored_with(coupled, strength):
     for p in (first, second):
         m = torch.ones(ROWS, dtype=torch.long)
         window = drafter.redraft(window, p.expand(ROWS, S + 1, V).clone(), m, n + m, active, canvas,
-                                 drafter.draws(ROWS, S, gen, "cpu"), drafter.turn(1))
+                                 drafter.draws(ROWS, S, gen, "cpu"))
         n = n + m
     assert bool(window.fused[:, 0].all())
     q = window.q[0, 0]

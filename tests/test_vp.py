@@ -75,6 +75,8 @@ def test_slide_per_row_and_new_slots():
     assert slide.new(4).tolist() == [[False, False, False, True], [False, True, True, True]]
     wide = torch.arange(16).view(2, 4, 2)                       # fields with a vocabulary axis slide the same way
     assert slide.take(wide)[1, 0].tolist() == [14, 15]
+    many = torch.arange(16).view(2, 2, 4)                       # candidates: slots on the third axis
+    assert slide.take(many.transpose(0, 1).contiguous(), dim=2)[:, 1, 0].tolist() == [11, 15]
     seen = History.empty(2, 4, 3, "cpu")
     seen.seen += 5
     assert seen.slide(slide).seen.tolist() == [[5, 5, 5, 0], [5, 0, 0, 0]]   # new slots start unseen
@@ -99,11 +101,13 @@ def test_auto_strength_picks_the_sign_the_dynamics_reward(dynamics, sign):
     auto = AutoStrength(VPSettings(growth_steps=1, top_k=vocab, strength="auto"), AUTO_STRENGTHS, "cpu")
     history = History.empty(1, slots, vocab, "cpu")
     everywhere = torch.ones(1, slots, dtype=torch.bool)
-    fused = torch.zeros(1, slots, dtype=torch.bool)  # the slots fused at the last observation: those with a history
+    candidates = None
     for p in logits.softmax(-1):
-        auto.observe(p, history, fused)  # how would each candidate's draft, from the history then, have fared?
-        fused = history.seen > 0
-        history, _ = history.observe(p, everywhere, beta=0.5)
+        if candidates is not None:
+            auto.observe(p, candidates, everywhere)          # how would each candidate's draft have fared?
+        pbar_prev, had = history.pbar, history.seen > 0
+        history, growth = history.observe(p, everywhere, beta=0.5)
+        candidates = auto.fuse(p, pbar_prev, history.pbar, growth, had)
     chosen = AUTO_STRENGTHS[int(auto.best)]
     assert chosen * sign > 0, auto.summary()
 

@@ -19,18 +19,17 @@ def widest_tree(settings: DecodeSettings):
 
 def state_bytes(settings: DecodeSettings, layout: TokenLayout) -> int:
     """Memory the loop holds beyond the model's KV cache, for memory managers: the Window's per-slot,
-    per-vocabulary-entry tensors (q; coupled drafting's noise in float64; VP's history, one slot wider: pbar and
-    prev in fp32, growth in int16) and a draft tree's (each alternative's q, the targets of the nodes past the
-    chain, fresh noise for the draws), doubled for the temporaries of one iteration, and VP auto's audit (every
-    candidate strength's distribution and its overlap with the targets, for one iteration)."""
+    per-vocabulary-entry tensors (q; coupled drafting's noise in float64; auto's candidates; VP's history, one slot
+    wider: pbar and prev in fp32, growth in int16) and a draft tree's (each alternative's q, the targets of the
+    nodes past the chain, fresh noise for the draws), doubled for the temporaries of one iteration."""
     S, d, tree = max(1, settings.window.size - 1), settings.drafter, widest_tree(settings)
-    per_row = S * (4 + 8 * d.coupled) + (S + 1) * (4 + 4 + 2)
+    candidates = len(AUTO_STRENGTHS) if d.vp is not None and d.vp.auto else 0
+    per_row = S * (4 * (1 + candidates) + 8 * d.coupled) + (S + 1) * (4 + 4 + 2)
     scratch = scratch_nodes(settings.window.size, tree)
     if scratch:
         levels = min(tree.depth, S)
         per_row += 4 * (levels * (tree.width - 1) + scratch) + 8 * levels
-    audit = 2 * 4 * len(AUTO_STRENGTHS) * S if d.vp is not None and d.vp.auto else 0
-    return settings.batch_size * (2 * per_row + audit) * (layout.image_tokens.numel() + layout.special_tokens.numel())
+    return 2 * settings.batch_size * per_row * (layout.image_tokens.numel() + layout.special_tokens.numel())
 
 
 def decode_bytes(adapter: ModelAdapter, settings: DecodeSettings, conditions: Sequence[Any] | Any = None,

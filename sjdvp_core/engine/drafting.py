@@ -6,8 +6,7 @@ are small rule classes in tables (SOURCES, DRAWS), as verify.py's VERIFIERS are,
 each to a decode. Every draft is stored with q = the distribution really drawn from, so verification stays
 exact.
 Sources: the position's new target p (plain SJD), or VP's fusion of p with the position's probability
-history (vp.py), its strength fixed or chosen per run by AutoStrength. What a source does beyond SJD in one
-iteration (audit, strength) is decided on the host before the step: its `Turn`.
+history (vp.py), its strength fixed or chosen per run by AutoStrength.
 Draws: coupled drafting draws every draft at a position with that position's persistent Gumbel noise
 (Gumbel-max), so successive drafts only differ where their distribution moved: the same idea as SCD's
 Gumbel coupling (So et al., ICML 2026, arXiv 2510.24211) and MC-SJD. Sampled drafting draws independently.
@@ -25,9 +24,8 @@ from torch import Tensor
 from .devices import wide_float
 from .fresh import FreshDrafts
 from .settings import AUTO_STRENGTHS, DrafterSettings, VPSettings
-from .stats import Recorder
 from .target import draw, residual, uniform
-from .vp import AutoStrength, audits, fuse, fuse_many, overlap, strength_weights
+from .vp import AutoStrength, fuse, strength_weights
 from .window import FLAT, ROSE, UNKNOWN, History, LocalLayout, Slide, Window
 
 
@@ -70,16 +68,6 @@ class RedraftDraws:
     draft: Tensor | None = None        # [B, S] sampled: uniforms for the re-drafts' draws
     keep: Tensor | None = None         # [B, S] continuation: uniforms for keeping the old draft
     residual: Tensor | None = None     # [B, S] continuation: uniforms for the residual's draw
-
-
-@dataclass(frozen=True)
-class Turn:
-    """What one iteration does beyond SJD, decided on the host before its step: whether verification audits VP's
-    drafts (vp.audits), and VP auto's strength for the re-draft with its weights (fuse_many's, as tensors: a
-    compiled step takes them as inputs, so one graph serves every strength)."""
-    audit: bool = False
-    strength: float | None = None
-    weights: tuple[Tensor, Tensor] | None = None
 
 
 @dataclass
@@ -126,9 +114,9 @@ class Slots:
     def pbar(self) -> Tensor:
         return self.history.pbar[:, :self.p.shape[1]]
 
-    def prior(self, field: Tensor | None) -> Tensor | None:
+    def prior(self, field: Tensor | None, dim: int = 1) -> Tensor | None:
         """The old field in the new slots, where some slot keeps it (else never read)."""
-        return self.slide.take(field) if self.carried and field is not None else None
+        return self.slide.take(field, dim=dim) if self.carried and field is not None else None
 
     def update(self, drafted: Tensor, fresh, old: Tensor | None, mask: Tensor | None = None) -> Tensor:
         """A field in the new slots: drafted where mask (default: redraw), else the old value where the slot
@@ -154,20 +142,16 @@ class Plain:
     def fusable(self, judged: Tensor, positions: Tensor) -> Tensor:
         return torch.zeros_like(judged)
 
-    def turn(self, iteration: int) -> Turn:
-        return Turn()
-
-    def distribution(self, s: Slots, turn: Turn) -> Tensor:
-        """The re-drafts' distribution [B, S, V]."""
-        return s.p
-
-    def audit(self, rec: Recorder, p: Tensor, window: Window, fused: Tensor) -> None:
-        """An audited verification's look at the window's first w drafts (p [B, w, V] their targets, fused [B, w]
-        the verified fused ones): VP's statistics, and auto's scores."""
+    def distribution(self, s: Slots, window: Window) -> tuple[Tensor, Tensor | None]:
+        """(the re-drafts' distribution [B, S, V], VP auto's candidates or None)."""
+        return s.p, None
 
     def stored(self, dist: Tensor, s: Slots) -> Tensor:
         """The q stored with a re-draft: what it was drawn from."""
         return dist
+
+    def fresh_candidates(self, batch: int, slots: int, device) -> Tensor | None:
+        return None
 
 
 class FixedVP(Plain):
@@ -183,25 +167,18 @@ class FixedVP(Plain):
         return vp is not None
 
     def fusable(self, judged: Tensor, positions: Tensor) -> Tensor:
-        return judged & self.local.free_at(positions)
+        return judged & (self.local.forced_at(positions) < 0) & (positions < self.local.length)
 
-    def turn(self, iteration: int) -> Turn:
-        return Turn(audits(iteration))
-
-    def distribution(self, s: Slots, turn: Turn) -> Tensor:
-        return fuse(s.p, s.pbar_prev, s.pbar, s.growth, s.fused, self.vp, self.weights)
-
-    def audit(self, rec: Recorder, p: Tensor, window: Window, fused: Tensor) -> None:
-        w = p.shape[1]   # the drafts came from the last observation (history.prev) where VP had not fused
-        rec.vp_effect(overlap(p, window.q[:, :w]), overlap(p, window.history.prev[:, :w]), fused)
+    def distribution(self, s: Slots, window: Window) -> tuple[Tensor, Tensor | None]:
+        return fuse(s.p, s.pbar_prev, s.pbar, s.growth, s.fused, self.vp, self.weights), None
 
     def stored(self, dist: Tensor, s: Slots) -> Tensor:
         return dist if self.vp.lossless else s.p   # lossy VP: verified against the unfused p (an ablation)
 
 
 class AutoVP(FixedVP):
-    """VP's strength chosen per run (AutoStrength): re-drafts fuse with the strength chosen so far, and audits
-    score what every candidate strength would have drafted."""
+    """VP's strength chosen per run (AutoStrength): every candidate strength's fusion is kept per slot, so
+    that verification can score what each would have drafted."""
 
     def __init__(self, vp: VPSettings, local: LocalLayout, device):
         super().__init__(vp, local, device)
@@ -211,21 +188,15 @@ class AutoVP(FixedVP):
     def wants(vp: VPSettings | None) -> bool:
         return vp is not None and vp.auto
 
-    def turn(self, iteration: int) -> Turn:
-        return Turn(audits(iteration), *self.auto.chosen())
+    def distribution(self, s: Slots, window: Window) -> tuple[Tensor, Tensor | None]:
+        candidates = self.auto.fuse(s.p, s.pbar_prev, s.pbar, s.growth, s.fused)
+        dist = self.auto.chosen(candidates)
+        if s.carried:   # (elsewhere the new slots' are never read: their drafts are fresh, not fused)
+            candidates = torch.where(_along(s.redraw, candidates), candidates, s.prior(window.candidates, dim=2))
+        return dist, candidates
 
-    def distribution(self, s: Slots, turn: Turn) -> Tensor:
-        if torch.compiler.is_compiling():   # both of fusion's branches, so that one graph serves every strength
-            return fuse_many(s.p, s.pbar_prev, s.pbar, s.growth, s.fused, self.vp, self.auto.strengths,
-                             turn.weights)
-        if turn.strength == 0:              # p itself: what a fusion at strength 0 gives, bit for bit
-            return s.p
-        return fuse_many(s.p, s.pbar_prev, s.pbar, s.growth, s.fused, self.vp, (turn.strength,), turn.weights)
-
-    def audit(self, rec: Recorder, p: Tensor, window: Window, fused: Tensor) -> None:
-        w = p.shape[1]
-        accept = self.auto.observe(p, window.history.narrow(w), fused)
-        rec.vp_effect(overlap(p, window.q[:, :w]), accept[self.auto.plain], fused)
+    def fresh_candidates(self, batch: int, slots: int, device) -> Tensor | None:
+        return torch.zeros(len(self.auto.strengths), batch, slots, self.local.size, device=device)
 
 
 SOURCES = (AutoVP, FixedVP, Plain)
@@ -350,7 +321,7 @@ class Drafter:
         canvas.scatter_(1, positions, tokens)
         no = torch.zeros(B, count, dtype=torch.bool, device=dev)
         return Window(tokens, q, no, torch.full((B, count), UNKNOWN, device=dev),
-                      History.empty(B, count + 1, V, dev), noise)
+                      History.empty(B, count + 1, V, dev), noise, self.source.fresh_candidates(B, count, dev))
 
     def draws(self, batch: int, slots: int, gen: torch.Generator, device) -> RedraftDraws | None:
         """The randomness `redraft` uses for a window of `slots` draft slots, drawn in a fixed order (none for a
@@ -361,30 +332,16 @@ class Drafter:
         fresh = self.fresh.random(shape, gen, device)
         return RedraftDraws(fresh, **self.rule.randomness(shape, self.local.size, gen, device))
 
-    def turn(self, iteration: int) -> Turn:
-        """This iteration's Turn (the source's)."""
-        return self.source.turn(iteration)
-
-    def read_back(self, n: Tensor, turn: Turn) -> list[int]:
-        """The committed counts [B] on the host: the loop's one read per iteration, which after an audit also
-        brings VP auto's best strength so far (AutoStrength.choose)."""
-        if self.auto is None or not turn.audit:
-            return n.tolist()
-        *counts, best = torch.cat([n, self.auto.best.view(1)]).tolist()
-        self.auto.choose(best)
-        return counts
-
     def redraft(self, window: Window, p: Tensor, m: Tensor, n: Tensor, active: Tensor, canvas: Tensor,
-                draws: RedraftDraws | None, turn: Turn) -> Window:
+                draws: RedraftDraws | None) -> Window:
         """The window after row b committed m[b] tokens (n[b] is its new count): positions this pass
         scored (p [B, w, V]) are re-drafted, drafts it did not score are carried, positions entering the
         window are drafted fresh. The drafts are written to canvas after the committed tokens: they are the
-        next forward's inputs (and repeat inits copy from them). All randomness comes in draws (`draws`); what the
-        source does this iteration, in turn (`turn`)."""
+        next forward's inputs (and repeat inits copy from them). All randomness comes in draws (`draws`)."""
         if window.slots == 0:
             return window
         s = Slots.after(window, p, m, n, active, self.slots, self.source, self.rule.keeps_old)
-        dist = self.source.distribution(s, turn)
+        dist, candidates = self.source.distribution(s, window)
         noise = self.rule.noise(s, window, draws)
         tok = self.rule(dist, s, window, noise, draws)
         rose = s.growth.gather(-1, tok[..., None])[..., 0] > 0          # p(tok) rose at this observation
@@ -397,9 +354,9 @@ class Drafter:
         return Window(tokens, s.update(self.source.stored(dist, s), fresh_q, s.prior(window.q)),
                       s.update(s.fused, False, s.prior(window.fused)),
                       s.update(torch.where(rose, ROSE, FLAT), UNKNOWN, s.prior(window.rose), s.judged),
-                      s.history, noise)
+                      s.history, noise, candidates)
 
 
 def _along(mask: Tensor, field: Tensor) -> Tensor:
-    """mask [B, S] for a window field: [B, S], or with a vocabulary axis after its slots ([B, S, V])."""
+    """mask [B, S] for a window field: [B, S], or with a vocabulary axis after its slots ([B, S, V], [C, B, S, V])."""
     return mask[..., None] if field.dim() > 2 else mask

@@ -28,7 +28,7 @@ from .adapter import ModelAdapter, TokenLayout
 from .auto import Plan, PlanChooser, Profile, warmed
 from .compiled import compiled, hold_in_place
 from .cost import PassCost
-from .drafting import Drafter, Turn
+from .drafting import Drafter
 from .settings import DecodeSettings
 from .stats import DecodeStats, Recorder
 from .steps import ChainStep, Loop, Outcome, TreeStep
@@ -127,11 +127,11 @@ class JacobiDecoder:
         end, (lo, hi) = self.local.free_end, self.local.span
         limit_host = [min(plan.window - 1, max(hi - c, 0)) if lo <= c < end else 0 for c in loop.n_host]
         limit, active, reach = torch.tensor(limit_host, device=self.device), loop.n < end, max(limit_host)
-        turn, t0 = self.drafter.turn(loop.it), self.clock.now()
+        t0 = self.clock.now()
         step = self.tree if plan.tree.on and reach > 0 else self.chain
-        self.record(loop, plan, active, t0, step(loop, plan, window, limit, active, reach, turn), turn)
+        self.record(loop, plan, active, t0, step(loop, plan, window, limit, active, reach))
 
-    def record(self, loop: Loop, plan: Plan, active: Tensor, t0: float, out: Outcome, turn: Turn) -> None:
+    def record(self, loop: Loop, plan: Plan, active: Tensor, t0: float, out: Outcome) -> None:
         """The loop's state and statistics after a step; auto's record of what the plan committed."""
         rec = loop.rec
         rec.scored.append(out.scored)
@@ -139,7 +139,7 @@ class JacobiDecoder:
         if out.tree is not None:
             rec.tree_outcome(*out.tree)
         loop.n, loop.window, loop.row_passes, loop.it = out.n, out.window, loop.row_passes + active, loop.it + 1
-        before, loop.n_host = loop.n_host, self.drafter.read_back(out.n, turn)              # the one sync
+        before, loop.n_host = loop.n_host, out.n.tolist()                                  # the one sync
         if self.chooser is not None:
             loop.plans[plan] = loop.plans.get(plan, 0) + 1
             if min(before) >= self.warm:
@@ -178,9 +178,8 @@ class JacobiDecoder:
         return k + (active & (at < self.local.free_end))
 
     def observe(self, rec: Recorder, window: Window, p: Tensor, k: Tensor, accepted: Tensor, limit: Tensor,
-                m: Tensor, audit: bool) -> None:
-        """Statistics, and at an audit (vp.audits) VP's and auto's scores: they look at what verification
-        decided, never steer it."""
+                 m: Tensor) -> None:
+        """Statistics and VP auto's scores: they look at what verification decided, never steer it."""
         slots = self.steps[:p.shape[1]]
         rec.entropy += (torch.special.entr(p).sum(-1) * (slots < m[:, None])).sum()
         d = accepted.shape[1]
@@ -188,8 +187,11 @@ class JacobiDecoder:
             return
         verified = slots[:d] < torch.minimum(k + 1, limit)[:, None]
         rec.outcomes(verified, accepted, window.rose[:, :d])
-        if audit:   # fused drafts were re-drafted from a target: none is a fresh draft
-            self.drafter.source.audit(rec, p[:, :d], window, verified & window.fused[:, :d])
+        if self.drafter.vp is not None:   # fused drafts were re-drafted from a target: none is a fresh draft
+            fused = verified & window.fused[:, :d]
+            rec.vp_effect(p[:, :d], window.q[:, :d], window.history.prev[:, :d], fused)
+            if self.drafter.auto is not None:
+                self.drafter.auto.observe(p[:, :d], window.candidates[:, :, :d], fused)
 
     def _progress(self, progress: ProgressFn | None, n_host: list[int], canvas: Tensor) -> None:
         if progress is None:

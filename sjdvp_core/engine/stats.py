@@ -23,8 +23,7 @@ class DecodeStats:
     commit_iter: Tensor | None = None  # [B, L] iteration at which each position was committed
     slot_verified: Tensor | None = None  # [W-1] drafts verified at each window slot
     slot_accepted: Tensor | None = None
-    # VP's effect, in exact-verifier acceptance probability (sum of min(p, q)) of the fused drafts of audited
-    # iterations (vp.audits)
+    # VP's effect, in exact-verifier acceptance probability (sum of min(p, q)) of carried drafts
     vp_drafts: int = 0
     vp_expected_accept: float = 0.0    # with the fused q actually used
     plain_expected_accept: float = 0.0  # had the draft come from the unfused p
@@ -165,10 +164,11 @@ class Recorder:
         cell = self.cells[:verified.shape[1]] + rose * 3 + outcome
         self.outcome_counts.view(-1).index_put_((cell.flatten(),), self.one, accumulate=True)
 
-    def vp_effect(self, fused_accept: Tensor, plain_accept: Tensor, fused: Tensor) -> None:
-        """Expected exact-verifier acceptance sum(min(p, q)) [B, w] of verified fused drafts (fused [B, w]), with
-        the fused q and with the plain distribution they replaced (vp.overlap), at an audited iteration."""
-        self.vp += torch.stack([fused, fused_accept, plain_accept]).mul(fused).sum((1, 2))
+    def vp_effect(self, p: Tensor, q: Tensor, plain: Tensor, fused: Tensor) -> None:
+        """Expected exact-verifier acceptance sum(min(p, q)) of verified fused drafts (fused [B, w]),
+        with the fused q and with the plain distribution they replaced."""
+        overlap = torch.minimum(p, torch.stack([q, plain])).sum(-1)                        # [2, B, w]
+        self.vp += torch.cat([fused[None], overlap]).mul(fused).sum((1, 2))
 
     def tree_outcome(self, tried: Tensor, took: Tensor, guess: Tensor) -> None:
         """Per row [B]: whether the draft at a branching slot was rejected, so alternatives were tried, and

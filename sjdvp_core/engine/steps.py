@@ -1,5 +1,5 @@
 """One Jacobi iteration's step, once the plan is chosen: a chain's (`ChainStep`) or a draft tree's (`TreeStep`),
-with one interface, (loop, plan, window, limit, active, reach, turn) -> `Outcome`: forward, targets, verification,
+with one interface, (loop, plan, window, limit, active, reach) -> `Outcome`: forward, targets, verification,
 the commit, the re-draft. The loop (loop.py) chooses the plan, runs the step and records its outcome.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ from torch import Tensor
 from .adapter import ModelAdapter
 from .auto import Plan
 from .compiled import compiled
-from .drafting import Drafter, Turn
+from .drafting import Drafter
 from .settings import DecodeSettings
 from .stats import Recorder
 from .tree import propose, tree_inputs, tree_shape, verify_tree
@@ -57,7 +57,7 @@ class Decoder(Protocol):
     def commit(self, canvas: Tensor, n: Tensor, active: Tensor, k: Tensor, nxt: Tensor) -> Tensor: ...
 
     def observe(self, rec: Recorder, window: Window, p: Tensor, k: Tensor, accepted: Tensor, limit: Tensor,
-                m: Tensor, audit: bool) -> None: ...
+                m: Tensor) -> None: ...
 
 
 @dataclass
@@ -83,7 +83,7 @@ class ChainStep:
         self.graph = compiled(self.after_forward, "step") if decoder.s.compile else None
 
     def __call__(self, loop: Loop, plan: Plan, window: Window, limit: Tensor, active: Tensor,
-                 reach: int, turn: Turn) -> Outcome:
+                 reach: int) -> Outcome:
         d = self.d
         at = loop.n[:, None] + d.steps[:plan.window]
         logits = self.forward(loop.canvas, at)
@@ -92,14 +92,13 @@ class ChainStep:
         u = accept_uniforms(d.B, plan.window - 1, d.gen, d.device)
         draws = d.drafter.draws(d.B, window.slots, d.gen, d.device)
         if self.graph is not None:
-            m, n, window = self.graph(loop.rec, logits, at, window, loop.canvas, loop.n, limit, active, *u, draws,
-                                      turn)
+            m, n, window = self.graph(loop.rec, logits, at, window, loop.canvas, loop.n, limit, active, *u, draws)
             t2 = d.clock.now()
             # a CUDA graph's next replay overwrites its outputs
             return Outcome(m.clone(), n, window, plan.window, t1, t2, one_graph=True)
-        p, m = self.verify(loop.rec, logits, at, window, loop.canvas, loop.n, limit, active, *u, turn.audit)
+        p, m = self.verify(loop.rec, logits, at, window, loop.canvas, loop.n, limit, active, *u)
         t2, n = d.clock.now(), loop.n + m
-        return Outcome(m, n, d.redraft(window, p, m, n, active, loop.canvas, draws, turn), plan.window, t1, t2)
+        return Outcome(m, n, d.redraft(window, p, m, n, active, loop.canvas, draws), plan.window, t1, t2)
 
     def forward(self, canvas: Tensor, at: Tensor) -> Tensor:
         """The model's logits predicting positions at [B, w]: over the last committed token and the w - 1 drafts
@@ -109,24 +108,22 @@ class ChainStep:
         return d.adapter.forward(d.rows(d.local.vocab[canvas.gather(1, at - 1)]), d.rows(positions))
 
     def after_forward(self, rec: Recorder, logits: Tensor, at: Tensor, window: Window, canvas: Tensor, n: Tensor,
-                      limit: Tensor, active: Tensor, u: Tensor, u_next: Tensor, draws,
-                      turn: Turn) -> tuple[Tensor, Tensor, Window]:
+                      limit: Tensor, active: Tensor, u: Tensor, u_next: Tensor, draws) -> tuple[Tensor, Tensor, Window]:
         """`verify` then the re-draft (draws: Drafter.draws) -> (tokens committed [B], the new counts [B], the
         next window): the compiled graph."""
-        p, m = self.verify(rec, logits, at, window, canvas, n, limit, active, u, u_next, turn.audit)
+        p, m = self.verify(rec, logits, at, window, canvas, n, limit, active, u, u_next)
         n = n + m
-        return m, n, self.d.drafter.redraft(window, p, m, n, active, canvas, draws, turn)
+        return m, n, self.d.drafter.redraft(window, p, m, n, active, canvas, draws)
 
     def verify(self, rec: Recorder, logits: Tensor, at: Tensor, window: Window, canvas: Tensor, n: Tensor,
-               limit: Tensor, active: Tensor, u: Tensor, u_next: Tensor, audit: bool) -> tuple[Tensor, Tensor]:
+               limit: Tensor, active: Tensor, u: Tensor, u_next: Tensor) -> tuple[Tensor, Tensor]:
         """Targets, `accept` (uniforms u [B, w - 1], u_next [B]: verify.accept_uniforms), the commit and its
-        statistics (audit: Turn.audit) -> (p [B, w, V], tokens committed [B]). Pure but for the canvas and the
-        statistics it writes."""
+        statistics -> (p [B, w, V], tokens committed [B]). Pure but for the canvas and the statistics it writes."""
         d, w = self.d, at.shape[1]
         p = d.targets(logits, at)                                                                 # [B, w, V]
         k, nxt, accepted = accept(window.tokens[:, :w - 1], window.q[:, :w - 1], p, limit, d.verifier, u, u_next)
         m = d.commit(canvas, n, active, k, nxt)
-        d.observe(rec, window, p, k, accepted, limit, m, audit)
+        d.observe(rec, window, p, k, accepted, limit, m)
         return p, m
 
 
@@ -138,7 +135,7 @@ class TreeStep:
         self.d = decoder
 
     def __call__(self, loop: Loop, plan: Plan, window: Window, limit: Tensor, active: Tensor,
-                 reach: int, turn: Turn) -> Outcome:
+                 reach: int) -> Outcome:
         d, canvas, n, w = self.d, loop.canvas, loop.n, reach + 1
         shape, local = tree_shape(w, plan.tree, d.device), d.local
         cand = propose(window, canvas, n, local, shape, plan.tree.guesses, d.same_noise, d.gen)
@@ -155,7 +152,7 @@ class TreeStep:
         d.adapter.adopt(d.rows(out.branch))
         p = p_all.gather(1, out.path[..., None].expand(-1, -1, p_all.shape[-1]))
         m = d.commit(canvas, n, active, out.k, out.next)
-        d.observe(loop.rec, window, p, out.k, out.accepted, limit, m, turn.audit)
+        d.observe(loop.rec, window, p, out.k, out.accepted, limit, m)
         t2, n = d.clock.now(), n + m
-        window = d.redraft(window, p, m, n, active, canvas, d.drafter.draws(d.B, window.slots, d.gen, d.device), turn)
+        window = d.redraft(window, p, m, n, active, canvas, d.drafter.draws(d.B, window.slots, d.gen, d.device))
         return Outcome(m, n, window, shape.nodes, t1, t2, tree=(out.tried, out.took, cand.guess[choice]))

@@ -18,7 +18,6 @@ from torch import Tensor
 
 from .devices import wide_float
 from .settings import VPSettings
-from .window import History
 
 EPS = 1e-10
 MAX_SHIFT = 80.0     # exp(80) x the largest probability stays finite in float32
@@ -35,16 +34,14 @@ def fuse(p: Tensor, pbar_prev: Tensor, pbar: Tensor, growth: Tensor, eligible: T
     mean-revert across iterations. Either way p' stays inside p's support. ("auto" is AutoStrength's.)"""
     if s.auto:
         raise ValueError("fuse() needs a numeric strength; strength='auto' is chosen per run by AutoStrength")
-    up, down = weights if weights is not None else strength_weights([s.strength], p.device)
-    return fuse_many(p, pbar_prev, pbar, growth, eligible, s, [s.strength], (up[0], down[0]))
+    return fuse_many(p, pbar_prev, pbar, growth, eligible, s, [s.strength], weights)[0]
 
 
 def fuse_many(p: Tensor, pbar_prev: Tensor, pbar: Tensor, growth: Tensor, eligible: Tensor, s: VPSettings,
               strengths: Sequence[float], weights: tuple[Tensor, Tensor] | None = None) -> Tensor:
     """fuse() for several strengths at once (the other knobs from s) -> [C, B, S, V]; the top-k, the
     log-gain score and the shrink direction are computed once for all of them. weights: the strengths'
-    weights (`strength_weights`, [C, 1, 1, 1] each), which a decode makes once; one strength's weights without
-    their first axis ([1, 1, 1]) give its distribution alone, [B, S, V].
+    weights (`strength_weights`), which a decode makes once.
 
     Fusion moves only the top-k_vp entries of p, so only they are computed: p' = p * g / Z with g the gain
     exp(shift) on those entries and 1 elsewhere, Z = 1 + sum(top * (g - 1)) (p sums to 1). The vocabulary-wide
@@ -60,13 +57,11 @@ def fuse_many(p: Tensor, pbar_prev: Tensor, pbar: Tensor, growth: Tensor, eligib
         shifts.append(up * torch.where(fused & (growth.gather(-1, idx) >= s.growth_steps), score, 0.0))
     if any(c < 0 for c in strengths):   # fused tokens have top > 0: the log is finite where the shrink is kept
         shifts.append(down * torch.where(fused, torch.log(pbar.gather(-1, idx) + EPS) - torch.log(top), 0.0))
-    if not shifts:
-        return p.expand(*up.shape[:-3], *p.shape)
-    shift = functools.reduce(torch.add, shifts)
+    shift = functools.reduce(torch.add, shifts) if shifts else top.new_zeros(up.shape[0], *top.shape)
     # a shrink's gain is at most 1 / top (history <= 1): capped where top is near float's smallest (no overflow)
     moved = top * torch.exp(shift.clamp(max=MAX_SHIFT))
     norm = 1 + (moved - top).sum(-1, keepdim=True)         # Z [C, B, S, 1]
-    return p.expand(*moved.shape[:-1], -1).scatter(-1, idx.expand_as(moved), moved) / norm
+    return p.expand(moved.shape[0], *p.shape).scatter(-1, idx.expand_as(moved), moved) / norm
 
 
 def strength_weights(strengths: Sequence[float], device) -> tuple[Tensor, Tensor]:
@@ -76,44 +71,24 @@ def strength_weights(strengths: Sequence[float], device) -> tuple[Tensor, Tensor
     return up, torch.tensor([min(1.0, max(-c, 0.0)) for c in strengths], device=device).view(-1, 1, 1, 1)
 
 
-AUDIT_EVERY = 4   # VP's statistics and auto's scores look at one iteration in this many (`audits`)
-
-
-def audits(iteration: int) -> bool:
-    """Whether verification at this iteration audits the drafts it verifies: scores what each candidate strength
-    would have drafted (auto) and VP's effect (statistics). Iteration 3 is the first whose drafts can be fused
-    (a draft is fused from a position's second observation on). Sampling one iteration in AUDIT_EVERY keeps
-    this scoring, which works on every candidate's distribution over the vocabulary, a small share of VP's step."""
-    return iteration % AUDIT_EVERY == 3 % AUDIT_EVERY
-
-
-def overlap(p: Tensor, q: Tensor) -> Tensor:
-    """sum(min(p, q)) over the vocabulary: the exact verifier's probability of accepting a draft from q."""
-    return torch.minimum(p, q).sum(-1)
-
-
 class AutoStrength:
-    """VP's "auto" mode: drafts with the strength (among AUTO_STRENGTHS) whose drafts would have passed
-    verification most often so far in this run, scored off-policy on the verified VP drafts of audited
-    iterations (`audits`).
+    """VP's "auto" mode: keeps the strength (among AUTO_STRENGTHS) whose drafts would have passed
+    verification most often so far in this run, scored off-policy on every verified VP draft.
 
     Once the new target p of a drafted position is known, the exact verifier's acceptance probability
     of a draft from candidate c is sum(min(p, q_c)); that is also the expected acceptance under coupled
-    drafting, whose noise at a position is independent of both p and q_c. No exploration is needed, and
-    the choice is lossless: it only depends on positions that verification has already committed, never on
-    the randomness of drafts still waiting. An audit rebuilds every candidate's distribution from the
-    position's history as it stood when the draft was made (`observe`), so nothing per candidate is kept
-    between iterations. The scores stay on the device; the host learns the best strength with the loop's
-    one read after an audit (`choose`), so each re-draft fuses with one strength, known before the step."""
+    drafting, whose noise at a position is independent of both p and q_c (scoring the draft each
+    candidate would have made with the realised noise has the same mean and more variance). No
+    exploration is needed, and the choice is lossless: it only depends on positions that verification
+    has already committed, never on the randomness of drafts still waiting. Scores stay on the device:
+    choosing reads no value back to the host."""
 
     def __init__(self, vp: VPSettings, candidates: tuple[float, ...], device):
         self.vp, self.strengths = vp, candidates
         self.score = torch.zeros(len(candidates), dtype=wide_float(device), device=device)
         self.count = torch.zeros((), dtype=torch.long, device=device)
-        self.plain = candidates.index(0.0) if 0.0 in candidates else 0
+        self.plain = torch.tensor(candidates.index(0.0) if 0.0 in candidates else 0, device=device)
         self.weights = strength_weights(candidates, device)   # made once: a compiled step sees constants
-        self.each = [(self.weights[0][c], self.weights[1][c]) for c in range(len(candidates))]   # ... alone
-        self.choice = self.plain          # the host's index of the strength re-drafts use: plain until evidence
 
     @property
     def accumulators(self) -> tuple[Tensor, Tensor]:
@@ -122,33 +97,23 @@ class AutoStrength:
 
     @property
     def best(self) -> Tensor:
-        """Index of the strength with the best score so far; strength 0 (plain drafting) until there is evidence."""
+        """Index of the strength to draft with; strength 0 (plain drafting) until there is evidence."""
         return torch.where(self.count == 0, self.plain, self.score.argmax())
 
-    def choose(self, best: int) -> None:
-        """The strength later re-drafts use (`best`, read back by the loop after an audit)."""
-        self.choice = best
+    def fuse(self, p: Tensor, pbar_prev: Tensor, pbar: Tensor, growth: Tensor, eligible: Tensor) -> Tensor:
+        """Every candidate's fused distribution [C, B, S, V]."""
+        return fuse_many(p, pbar_prev, pbar, growth, eligible, self.vp, self.strengths, self.weights)
 
-    def chosen(self) -> tuple[float, tuple[Tensor, Tensor]]:
-        """The strength re-drafts use, and its weights (`strength_weights`, made once)."""
-        return self.strengths[self.choice], self.each[self.choice]
+    def chosen(self, candidates: Tensor) -> Tensor:
+        return candidates.index_select(0, self.best.view(1))[0]        # no host read (an index tensor is one)
 
-    def observe(self, p: Tensor, history: History, fused: Tensor) -> Tensor:
-        """p [B, w, V]: the targets the window's first w drafts were just verified against; history their
-        History (before this observation), fused [B, w] the verified fused drafts -> every candidate's
-        acceptance sum(min(p, q_c)) [C, B, w], added into the scores where fused.
-
-        The drafts were fused from the last observation (history.prev), the history after it (pbar, growth)
-        and the one before it, which the mean's update gives back: pbar = beta pbar_before + (1 - beta) prev.
-        (A slot's history changes only when it is observed, and every observed slot is re-drafted.)"""
-        beta = self.vp.beta
-        before = ((history.pbar - (1 - beta) * history.prev) / beta).clamp_min(0)
-        candidates = fuse_many(history.prev, before, history.pbar, history.growth, fused, self.vp, self.strengths,
-                               self.weights)
-        accept = overlap(p, candidates)                                                # [C, B, w]
-        self.score += accept.mul(fused).sum((1, 2))
-        self.count += fused.sum()
-        return accept
+    def observe(self, p: Tensor, candidates: Tensor, verified: Tensor) -> None:
+        """p [B, w, V]: the targets the drafts in slots [B, w] were just verified against; candidates
+        [C, B, w, V] the distributions each strength would have drafted them from; verified [B, w]
+        marks verified VP drafts."""
+        accept = torch.minimum(p, candidates).sum(-1)                                  # [C, B, w]
+        self.score += accept.mul(verified).sum((1, 2))
+        self.count += verified.sum()
 
     def summary(self) -> dict:
         rates = (self.score / self.count.clamp_min(1)).tolist()

@@ -2,7 +2,7 @@
 
 Every quantity the loop keeps per undecided position lives in one `Window`: the draft tokens, the
 distribution each was drawn from, their flags, VP's probability history, auto's candidate
-and coupled drafting's noise. Slot s of row b is position n_b + s. When row b commits m_b
+distributions and coupled drafting's noise. Slot s of row b is position n_b + s. When row b commits m_b
 tokens every field slides by m_b through one index (`Slide`), so no quantity can fall out of step with
 its position.
 """
@@ -27,30 +27,31 @@ class Slide:
         self._clamped: dict[tuple, Tensor] = {}                                # (width, slots had) -> [B, width]
         self._index: dict[tuple, Tensor] = {}                                  # ... and the field's shape
 
-    def take(self, t: Tensor, width: int | None = None) -> Tensor:
-        """t [B, S_t, ...] -> the slid field, `width` slots wide (default: as t)."""
-        have, width = t.shape[1], width or t.shape[1]
+    def take(self, t: Tensor, width: int | None = None, dim: int = 1) -> Tensor:
+        """t [..., B, S_t, ...] with slots at dim -> the slid field, `width` slots wide (default: as t)."""
+        have, width = t.shape[dim], width or t.shape[dim]
         if torch.compiler.is_compiling():   # a graph shares the index itself; keys would fix its shapes
-            return t.gather(1, _along_slots(self.old[:, :width].clamp(max=have - 1), t))
-        key = (width, t.shape)
+            return t.gather(dim, _along_slots(self.old[:, :width].clamp(max=have - 1), t, dim))
+        key = (width, dim, t.shape)
         at = self._index.get(key)
         if at is None:
             clamped = self._clamped.get((width, have))
             if clamped is None:
                 clamped = self._clamped[(width, have)] = self.old[:, :width].clamp(max=have - 1)
-            at = self._index[key] = _along_slots(clamped, t)
-        return t.gather(1, at)
+            at = self._index[key] = _along_slots(clamped, t, dim)
+        return t.gather(dim, at)
 
     def new(self, width: int) -> Tensor:
         """[B, width] slots that did not exist before the slide."""
         return self.old[:, :width] >= width
 
 
-def _along_slots(at: Tensor, t: Tensor) -> Tensor:
-    """A slot index [B, width] shaped to gather t's slots (viewed and expanded over t's trailing axes)."""
-    if t.dim() == 2:
+def _along_slots(at: Tensor, t: Tensor, dim: int) -> Tensor:
+    """A slot index [B, width] shaped to gather t's slots at dim (viewed and expanded over t's other axes)."""
+    if t.dim() == 2 and dim == 1:
         return at
-    return at.view(*at.shape, *([1] * (t.dim() - 2))).expand(-1, -1, *t.shape[2:])
+    at = at.view(*([1] * (dim - 1)), *at.shape, *([1] * (t.dim() - dim - 1)))
+    return at.expand(*t.shape[:dim - 1], -1, -1, *t.shape[dim + 1:])
 
 
 UNKNOWN, ROSE, FLAT = 0, 1, 2   # Window.rose: the momentum statistic's classes
@@ -80,7 +81,6 @@ class LocalLayout:
         to_local = {int(t): i for i, t in enumerate(self.vocab.tolist())}
         forced = [to_local[int(t)] if t >= 0 else -1 for t in layout.forced.tolist()]
         self.forced = torch.tensor(forced + [-1] * pad, device=device)
-        self.free = (self.forced < 0) & (torch.arange(L + pad, device=device) < L)   # the model chooses; in the image
         is_cell = torch.zeros(L + pad, dtype=torch.bool)
         above, left = torch.full((L + pad,), -1), torch.full((L + pad,), -1)
         for grid in layout.grids:   # neighbours within each grid (a prior grid's cells are cells too)
@@ -108,10 +108,6 @@ class LocalLayout:
 
     def forced_at(self, positions: Tensor) -> Tensor:
         return self.forced[positions]
-
-    def free_at(self, positions: Tensor) -> Tensor:
-        """Whether the model chooses the token at positions (not forced, not past the image)."""
-        return self.free[positions]
 
     def mask_at(self, positions: Tensor) -> Tensor:
         """[..., V] target.structure_mask of the tokens at positions [...]."""
@@ -173,6 +169,7 @@ class Window:
                                    # re-drafted from (ROSE, FLAT), or UNKNOWN (drafted fresh or without a history)
     history: History               # VP's probability history, [B, S + 1, ...]
     noise: Tensor | None = None    # [B, S, V] coupled drafting's Gumbel noise (float64)
+    candidates: Tensor | None = None  # [C, B, S, V] VP auto: each candidate strength's draft distribution
 
     @property
     def slots(self) -> int:
@@ -181,11 +178,13 @@ class Window:
     def narrow(self, slots: int) -> "Window":
         """The first `slots` draft slots (and their history): a narrower plan's window (auto.py)."""
         return Window(self.tokens[:, :slots], self.q[:, :slots], self.fused[:, :slots], self.rose[:, :slots],
-                      self.history.narrow(slots + 1), None if self.noise is None else self.noise[:, :slots])
+                      self.history.narrow(slots + 1), None if self.noise is None else self.noise[:, :slots],
+                      None if self.candidates is None else self.candidates[:, :, :slots])
 
     def joined(self, more: "Window") -> "Window":
         """This window's slots, then more's (drafted for the positions after them): a wider plan's window."""
-        def cat(a, b):
-            return None if a is None else torch.cat([a, b], 1)
+        def cat(a, b, dim=1):
+            return None if a is None else torch.cat([a, b], dim)
         return Window(cat(self.tokens, more.tokens), cat(self.q, more.q), cat(self.fused, more.fused),
-                      cat(self.rose, more.rose), self.history.joined(more.history), cat(self.noise, more.noise))
+                      cat(self.rose, more.rose), self.history.joined(more.history),
+                      cat(self.noise, more.noise), cat(self.candidates, more.candidates, 2))
