@@ -6,7 +6,9 @@ prompts and seeds, alternating run by run in one process so both see the same ma
     python -m benchmarks.compare_engines --before /tmp/sjdvp-before --out benchmarks/results/engine_cost
 
 Per method and window: forward passes, and milliseconds per iteration split into the model's forward
-and the engine's own work (verification and drafting), each the median over runs.
+and the engine's own work (verification and drafting), each the median over runs. `--vocab K`: instead of the
+demo, logits that cost nothing over K image tokens (gpu_check's FreeModel), so the engine's own cost at a real
+model's vocabulary (Lumina-mGPT's 8192, Janus-Pro's 16384, Emu3's 32768).
 """
 from __future__ import annotations
 
@@ -37,33 +39,51 @@ def engine(root: str, name: str):
     return module, importlib.import_module(f"{name}.{where}"), importlib.import_module(f"{name}.demo")
 
 
-def timed_decode(core, settings_mod, demo, adapter, prompt, method: str, window: int, coupled: bool, seed: int):
-    sampling = demo.DEMO_SAMPLING
-    settings = settings_mod.method_settings(method, window, sampling, seed, coupled=coupled)
+def timed_decode(core, settings_mod, sampling, adapter, prompt, method: str, window: int, coupled: bool, seed: int,
+                 compile: bool = False):
+    compiled = {"compile": True} if compile else {}   # (engines before the compiled step have no such setting)
+    settings = settings_mod.method_settings(method, window, sampling, seed, coupled=coupled, **compiled)
     kwargs = {"timing": True} if "timing" in core.decode.__code__.co_varnames else {}   # older engines always timed
     st = core.decode(adapter, prompt, settings, **kwargs).stats
     iterations = max(1, st.forward_passes - 1)
     return dict(nfe=st.forward_passes, forward_ms=1000 * st.time_forward / iterations,
-                engine_ms=1000 * (st.time_verify + st.time_draft) / iterations,
+                engine_ms=1000 * (st.time_verify + st.time_draft + getattr(st, "time_step", 0)) / iterations,
                 draft_ms=1000 * st.time_draft / iterations)
 
 
-def main(before: str, methods, windows, coupling, prompts: int, seeds: int, threads: int, out: str | None):
+def turns(decodes: dict, prompt, seed: int) -> dict:
+    """One decode per engine, taking turns: the same load for both."""
+    return interleaved({k: functools.partial(run, prompt, seed=seed) for k, run in decodes.items()}, 1, warmup=0)
+
+
+def main(before: str, methods, windows, coupling, prompts: int, seeds: int, threads: int, out: str | None,
+         vocab: int | None = None, compile: bool = False):
     torch.set_num_threads(threads)
     engines = {"before": engine(before, "engine_before"), "after": engine(REPO, "engine_after")}
-    adapters = {k: demo.load_demo() for k, (_, _, demo) in engines.items()}
-    scene_prompts = engines["after"][2].scenes.PROMPTS
-    chosen = scene_prompts[::max(1, len(scene_prompts) // prompts)][:prompts]
+    if vocab is None:
+        adapters = {k: demo.load_demo() for k, (_, _, demo) in engines.items()}
+        sampling = {k: demo.DEMO_SAMPLING for k, (_, _, demo) in engines.items()}
+        scene_prompts = engines["after"][2].scenes.PROMPTS
+        chosen = scene_prompts[::max(1, len(scene_prompts) // prompts)][:prompts]
+    else:   # one model for both: it only holds logits; each engine decodes it through its own interface
+        from benchmarks.gpu_check import FreeModel
+        free = FreeModel(vocab, 16, "cpu")
+        adapters = dict.fromkeys(engines, free)
+        sampling = {k: mod.SamplingSettings(**vars(free.default_sampling)) for k, (_, mod, _) in engines.items()}
+        chosen, prompts = [[None]], 1   # it has no prompts: the seeds alone vary
     rows = []
     for method in methods:
         for window in windows:
             for coupled in coupling:
                 runs = {k: [] for k in engines}
+                decodes = {k: functools.partial(timed_decode, core, mod, sampling[k], adapters[k], method=method,
+                                                window=window, coupled=coupled, compile=compile)
+                           for k, (core, mod, _) in engines.items()}
+                if compile:   # each engine compiles its step for this setting first (not timed)
+                    turns(decodes, chosen[0], 0)
                 for prompt in chosen:
-                    for seed in range(seeds):   # the engines take turns: the same load for both
-                        timed = interleaved({k: functools.partial(timed_decode, core, settings_mod, demo, adapters[k],
-                                                                  prompt, method, window, coupled, seed)
-                                             for k, (core, settings_mod, demo) in engines.items()}, 1, warmup=0)
+                    for seed in range(seeds):
+                        timed = turns(decodes, prompt, seed)
                         for k, t in timed.items():
                             runs[k].append(t.result)
                 for k, rs in runs.items():
@@ -76,8 +96,10 @@ def main(before: str, methods, windows, coupling, prompts: int, seeds: int, thre
     print("\n".join(table))
     if out:
         with open(out + ".md", "w") as f:
-            f.write(f"`python -m benchmarks.compare_engines --before {before}` ({prompts} prompts x {seeds} seeds, "
-                    f"{threads} thread(s), medians)\n\n" + "\n".join(table) + "\n")
+            model = "the demo" if vocab is None else f"logits that cost nothing over {vocab} image tokens (`--vocab`)"
+            model += ", the compiled step (`--compile`)" if compile else ""
+            f.write(f"`python -m benchmarks.compare_engines --before {before}` ({model}; {prompts} prompts x {seeds} "
+                    f"seeds, {threads} thread(s), medians)\n\n" + "\n".join(table) + "\n")
         with open(out + ".json", "w") as f:
             json.dump(rows, f, indent=1)
     return rows
@@ -92,6 +114,9 @@ if __name__ == "__main__":
     ap.add_argument("--prompts", type=int, default=6)
     ap.add_argument("--seeds", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--vocab", type=int, help="time the engine alone at this image vocabulary (no model)")
+    ap.add_argument("--compile", action="store_true", help="the compiled step (DecodeSettings.compile)")
     ap.add_argument("--out", help="write <out>.md and <out>.json")
     a = ap.parse_args()
-    main(a.before, a.methods, a.windows, [c == "on" for c in a.coupling], a.prompts, a.seeds, a.threads, a.out)
+    main(a.before, a.methods, a.windows, [c == "on" for c in a.coupling], a.prompts, a.seeds, a.threads, a.out,
+         a.vocab, a.compile)
