@@ -8,7 +8,8 @@ prompts and seeds, alternating run by run in one process so both see the same ma
 Per method and window: forward passes, and milliseconds per iteration split into the model's forward
 and the engine's own work (verification and drafting), each the median over runs. `--vocab K`: instead of the
 demo, logits that cost nothing over K image tokens (gpu_check's FreeModel), so the engine's own cost at a real
-model's vocabulary (Lumina-mGPT's 8192, Janus-Pro's 16384, Emu3's 32768).
+model's vocabulary (Lumina-mGPT's 8192, Janus-Pro's 16384, Emu3's 32768), on 256-token images. `--compile`: the
+compiled step, whose verification and drafting are one graph (its engine time is not split: "draft" reads 0).
 """
 from __future__ import annotations
 
