@@ -62,7 +62,7 @@ def test_shipped_workflows_match_the_node_definitions(path, object_info):
 @pytest.mark.parametrize("name,folder", [("sjdvp_llamagen_c2i", "llamagen-c2i"),
                                          ("sjdvp_lumina_mgpt", "Lumina-mGPT-7B-768"),
                                          ("sjdvp_emu3", "Emu3-Gen"), ("sjdvp_janus_pro", "Janus-Pro-7B"),
-                                         ("sjdvp_lumina_mgpt2", "Lumina-mGPT-2.0")])
+                                         ("sjdvp_lumina_mgpt2", "Lumina-mGPT-2.0"), ("sjdvp_glm_image", "GLM-Image")])
 def test_missing_model_says_where_to_put_it(server, object_info, name, folder):
     """A shared family workflow names a catalogue entry; with the hub out of reach (the test server runs
     offline) the loader says so and where the files go by hand."""
@@ -101,19 +101,15 @@ def test_lumina2_workflow_runs_the_tiny_model(server, object_info):
 @pytest.mark.parametrize("name", ["sjdvp_glm_image", "sjdvp_glm_image_edit"])
 def test_glm_image_workflows_run_the_tiny_model(server, object_info, name):
     """The GLM-Image workflows as shipped (text to image, and editing a picture LoadImage gives, 64 x 48 px: the
-    processor rescales it): without the folder the loader says where the files go; with a tiny release there
-    (only the size and the DiT's steps changed, to what a tiny model runs in seconds) the tokens decode, the DiT
-    draws the image at the grid's size, and the report counts the passes (an edit writes only the image grid)."""
+    processor rescales it) with a tiny release in their catalogue entry's folder (so nothing is downloaded; only the
+    size and the DiT's steps changed, to what a tiny model runs in seconds): the tokens decode, the DiT draws the
+    image at the grid's size, and the report counts the passes (an edit writes only the image grid)."""
     from PIL import Image
 
     from tests.helpers.tiny_glm_image import write_glm_image
     Image.new("RGB", (64, 48), (200, 40, 40)).save(os.path.join(server.input, "example.png"))
     workflow = load(os.path.join(REPO, "workflows", f"{name}.json"))
     prompt = to_api(workflow, object_info)
-    if name == "sjdvp_glm_image":      # before any run loaded it (ComfyUI then keeps the loader's output)
-        history, messages = server.run(prompt, workflow)
-        errors = [m["data"] for m in messages if m["type"] == "execution_error"]
-        assert errors and "model 'GLM-Image' is not in" in errors[0]["exception_message"]
     folder = os.path.join(server.models, "GLM-Image")
     write_glm_image(folder)
     try:

@@ -37,10 +37,9 @@ GLM_PROMPT = 'a poster of a red fox sitting in fresh snow, the title "WINTER" in
 @dataclass(frozen=True)
 class Example:
     """A workflow shipped for a family (workflows/<workflow>.json): the catalogue entry it downloads on its
-    first run (or, for a release not in the catalogue, the folder under models/sjdvp it loads, which the user
-    downloads by hand from the family module's REPO), its title, its prompt, the key of the family module's
-    SAMPLING table where it has one per model type, its image size, and for an editing workflow the reference
-    image its LoadImage node starts with (the user picks their own)."""
+    first run, its title, its prompt, the key of the family module's SAMPLING table where it has one per model
+    type, its image size, and for an editing workflow the reference image its LoadImage node starts with (the
+    user picks their own)."""
     workflow: str
     entry: str
     title: str
@@ -58,7 +57,6 @@ EXAMPLES = {
     "emu3": (Example("sjdvp_emu3", "Emu3-Gen", "Emu3", size=(720, 720)),),
     "lumina": (Example("sjdvp_lumina_mgpt", "Lumina-mGPT-7B-768", "Lumina-mGPT", size=(768, 768)),),
     "lumina2": (Example("sjdvp_lumina_mgpt2", "Lumina-mGPT-2.0", "Lumina-mGPT 2.0", size=(768, 768)),),
-    # not in the catalogue: its Hub listing (names, sizes) has not been read here
     "glm_image": (Example("sjdvp_glm_image", "GLM-Image", "GLM-Image", GLM_PROMPT, size=(1024, 1024)),
                   Example("sjdvp_glm_image_edit", "GLM-Image", "GLM-Image edit", GLM_EDIT, size=(1024, 1024),
                           reference="example.png")),
@@ -230,14 +228,6 @@ def family_note(entry: Entry, title: str) -> str:
             "python -m sjdvp_core.check <folder> says whether a folder is complete.")
 
 
-def by_hand_note(folder: str, repo: str, title: str) -> str:
-    """A family workflow whose release the loader does not download yet: where its files go."""
-    return (f"{title} decoded with SJD-VP and the automatic window: fewer passes, and images distributed "
-            f"exactly as plain AR sampling's.\n\nModel: download every file of {repo} (Hugging Face Hub) into "
-            f"ComfyUI/models/sjdvp/{folder}, e.g. hf download {repo} --local-dir ComfyUI/models/sjdvp/{folder}. "
-            "python -m sjdvp_core.check <folder> says whether a folder is complete.")
-
-
 def family_workflows() -> dict:
     """One per Example of each family (EXAMPLES). They name catalogue entries ("Janus-Pro-7B (download,
     ~14.8 GB)"): a shared workflow downloads its model into models/sjdvp on its first run and finds it there
@@ -249,11 +239,9 @@ def family_workflows() -> dict:
     for name, family in FAMILIES.items():
         for ex in EXAMPLES[name]:
             sampling = family.module.SAMPLING[ex.sampling] if ex.sampling else family.module.SAMPLING
-            entry = BY_NAME.get(ex.entry)
-            model, note = (entry.choice, family_note(entry, ex.title)) if entry else \
-                (ex.entry, by_hand_note(ex.entry, family.module.REPO, ex.title))
-            out[ex.workflow] = quick(model, ex.prompt, sampling, note, name=ex.title, size=ex.size,
-                                     reference=ex.reference)
+            entry = BY_NAME[ex.entry]
+            out[ex.workflow] = quick(entry.choice, ex.prompt, sampling, family_note(entry, ex.title), name=ex.title,
+                                     size=ex.size, reference=ex.reference)
     return out
 
 

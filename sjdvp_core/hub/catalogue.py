@@ -115,6 +115,11 @@ MOVQGAN_LICENCE = "no licence file in github.com/ai-forever/MoVQGAN; see the Hub
 JANUS_FILES = ("config.json", "preprocessor_config.json", "processor_config.json", "special_tokens_map.json",
                "tokenizer.json", "tokenizer_config.json")
 VQ_DS16_BYTES = 287_920_306        # vq_ds16_c2i.pt and vq_ds16_t2i.pt (the same size in both repositories)
+# the whole diffusers folder: token stage, DiT, VAE, glyph encoder and their processors (README and .gitattributes
+# left). No Hub page was reachable: the sum of the listing's estimates (parameters counted on the meta device)
+GLM_IMAGE_FILES = ("model_index.json", "processor/*", "scheduler/*", "text_encoder/*", "tokenizer/*", "transformer/*",
+                   "vae/*", "vision_language_encoder/*")
+GLM_IMAGE_BYTES = 35_308_435_956
 
 
 def _c2i(size: str, px: int, gpt_bytes: int, approx: bool = False) -> Entry:
@@ -195,6 +200,10 @@ ENTRIES: tuple[Entry, ...] = (
           LUMINA2_BYTES + MOVQGAN_270M_BYTES, f"Lumina-mGPT 2.0: {APACHE}; MoVQGAN: {MOVQGAN_LICENCE}", approx=True,
           note="ai-forever/MoVQGAN's movqgan_270M.ckpt (the image decoder) lands in movqgan/"),
     _janus_1_3b(),
+    Entry("GLM-Image", "glm_image", "GLM-Image", (Source("zai-org/GLM-Image", GLM_IMAGE_FILES, licence=MIT),),
+          GLM_IMAGE_BYTES, MIT, approx=True,
+          note="the diffusers folder: the 9B token stage in vision_language_encoder/, the DiT, VAE and glyph encoder "
+               "beside it; the loader takes the folder"),
 )
 BY_NAME = {e.name: e for e in ENTRIES}
 
