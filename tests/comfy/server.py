@@ -78,6 +78,9 @@ class ComfyServer:
         os.makedirs(nodes, exist_ok=True)
         os.makedirs(self.models, exist_ok=True)
         os.makedirs(self.input, exist_ok=True)
+        example = os.path.join(comfyui_root(), "input", "example.png")   # LoadImage's default, as an install has it
+        if os.path.isfile(example) and not os.path.exists(os.path.join(self.input, "example.png")):
+            shutil.copy(example, self.input)
         link = os.path.join(nodes, "sjdvp")
         if not os.path.exists(link):
             os.symlink(REPO, link)
