@@ -2,6 +2,7 @@
 compilation reused by later decodes, and the eager step, with one warning, where compiling fails."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import replace
 
@@ -11,7 +12,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from sjdvp_core import decode
 from sjdvp_core.engine import compiled as compiled_module
-from sjdvp_core.engine.settings import DrafterSettings, SamplingSettings, method_settings
+from sjdvp_core.engine.settings import DrafterSettings, SamplingSettings, TreeSettings, method_settings
 from sjdvp_core.models.loading import load_model
 
 PROMPTS = ["a red circle on grass", "a blue square on snow"]
@@ -108,6 +109,59 @@ def test_where_compiling_fails_the_step_runs_eagerly_with_one_warning(demo, monk
     warnings = [r.getMessage() for r in caplog.records if "does not compile" in r.getMessage()]
     # once, for the one function a chain runs (its whole step); no retry in the second decode
     assert len(warnings) == 1 and "no C++ compiler found" in warnings[0] and "step" in warnings[0]
+
+
+class Replays:
+    """torch.compile as CUDA graphs behave (mode "reduce-overhead"), on the CPU: the function runs eagerly, and
+    the next call of a compiled function overwrites what the previous calls returned (filled with NaN,
+    out-of-range ids, flipped flags), as a replay reuses its graph's memory pool. An output that is one of its
+    call's inputs is not in the pool and stays."""
+
+    def __init__(self):
+        self.pool: list[torch.Tensor] = []
+
+    def __call__(self, fn, **kwargs):
+        def replay(*args):
+            for t in self.pool:
+                if t.is_floating_point():
+                    t.fill_(float("nan"))
+                elif t.dtype == torch.bool:
+                    t.logical_not_()
+                else:
+                    t.fill_(torch.iinfo(t.dtype).min)
+            out = fn(*args)
+            inputs = {t.untyped_storage().data_ptr() for t in _tensors(args)}
+            self.pool = [t for t in _tensors(out) if t.untyped_storage().data_ptr() not in inputs]
+            return out
+        return replay
+
+
+def _tensors(x) -> list[torch.Tensor]:
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, (tuple, list)):
+        return [t for v in x for t in _tensors(v)]
+    if dataclasses.is_dataclass(x):
+        return [t for f in dataclasses.fields(x) for t in _tensors(getattr(x, f.name))]
+    return []
+
+
+@pytest.mark.parametrize("tree", [TreeSettings(), TreeSettings(width=6, branch=4)], ids=["chain", "tree"])
+def test_under_cuda_graphs_the_loop_keeps_only_copies_of_a_steps_outputs(demo, monkeypatch, tree):
+    """With a mode that captures CUDA graphs, whose next replay overwrites a step's outputs (Replays), every output
+    is copied as it is returned: the same tokens as the eager step, chain and tree (the tree's re-draft is compiled
+    on its own). Without the copies the next step would read its window after it was overwritten."""
+    settings = method_settings("sjd-vp", 16, demo.default_sampling, seed=3, tree=tree)
+    eager, _ = tokens(demo, settings)
+    monkeypatch.setattr(torch, "compile", Replays())
+    for mode, same in (("reduce-overhead", True), ("default", False)):
+        monkeypatch.setenv("SJDVP_COMPILE_MODE", mode)
+        monkeypatch.setattr(compiled_module, "_FAILED", set())
+        try:
+            fast, _ = tokens(demo, replace(settings, compile=True))
+        except (RuntimeError, IndexError):      # an overwritten id out of range
+            fast = None
+        assert (fast is not None and torch.equal(eager, fast)) == same, mode
 
 
 def test_compile_is_validated():

@@ -20,16 +20,18 @@ torch.compile's default mode fuses the step's kernels; a chain's whole step (ver
 one function, so one graph. CUDA graph capture on top of it (mode "reduce-overhead", one replay per step) is not
 the default: no GPU has run it yet. The step writes into tensors it is given (the canvas, the statistics, VP
 auto's scores), which inductor's CUDA graphs capture only at static addresses (they skip the capture otherwise,
-"mutated inputs"): `hold_in_place` marks them, once per decode. A replay overwrites its previous outputs, so
-what the loop keeps of a step's output it copies (as gpt-fast does with its tokens). SJDVP_COMPILE_MODE selects
-a torch.compile mode for trying it; benchmarks/gpu_check.py times it and counts the skipped captures.
+"mutated inputs"): `hold_in_place` marks them, once per decode. A replay overwrites its previous outputs, and the
+next window is the next step's input: in the modes that capture CUDA graphs every output is copied as the step
+returns it (as gpt-fast copies its tokens), before the next replay can overwrite it. SJDVP_COMPILE_MODE selects a
+torch.compile mode for trying it; benchmarks/gpu_check.py times it and counts the skipped captures.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
@@ -40,6 +42,7 @@ _FAILED: set[str] = set()   # functions whose compilation failed in this process
 # torch's default of 8 is fewer than the windows an automatic window's calibration times
 RECOMPILES = 64
 _GAVE_UP = (torch._dynamo.exc.TorchDynamoException, torch._dynamo.exc.FailOnRecompileLimitHit)
+GRAPH_MODES = ("reduce-overhead", "max-autotune")   # torch.compile modes that capture CUDA graphs
 
 
 def compiled(fn: Callable, name: str) -> Callable:
@@ -47,20 +50,34 @@ def compiled(fn: Callable, name: str) -> Callable:
     if name in _FAILED:
         return fn
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILES)
+    mode = os.environ.get("SJDVP_COMPILE_MODE") or None
     try:
-        fast = torch.compile(fn, fullgraph=True, mode=os.environ.get("SJDVP_COMPILE_MODE") or None)
+        fast = torch.compile(fn, fullgraph=True, mode=mode)
     except RuntimeError as e:        # e.g. a Python version this torch's compiler does not support
         return _give_up(fn, name, e)
+    kept = copied if mode in GRAPH_MODES else (lambda out: out)
 
     @functools.wraps(fn)
     def step(*args):
         if name in _FAILED:
             return fn(*args)
         try:
-            return fast(*args)
+            out = fast(*args)
         except _GAVE_UP as e:   # it failed to compile (or compiled too many graphs): nothing ran
             return _give_up(fn, name, e)(*args)
+        return kept(out)
     return step
+
+
+def copied(out: Any) -> Any:
+    """out with every tensor in it copied: tensors, tuples of them, dataclasses holding them (the Window)."""
+    if isinstance(out, torch.Tensor):
+        return out.clone()
+    if isinstance(out, tuple):
+        return tuple(copied(v) for v in out)
+    if dataclasses.is_dataclass(out):
+        return dataclasses.replace(out, **{f.name: copied(getattr(out, f.name)) for f in dataclasses.fields(out)})
+    return out
 
 
 def hold_in_place(*tensors: torch.Tensor) -> None:

@@ -93,9 +93,7 @@ class ChainStep:
         draws = d.drafter.draws(d.B, window.slots, d.gen, d.device)
         if self.graph is not None:
             m, n, window = self.graph(loop.rec, logits, at, window, loop.canvas, loop.n, limit, active, *u, draws)
-            t2 = d.clock.now()
-            # a CUDA graph's next replay overwrites its outputs
-            return Outcome(m.clone(), n, window, plan.window, t1, t2, one_graph=True)
+            return Outcome(m, n, window, plan.window, t1, d.clock.now(), one_graph=True)
         p, m = self.verify(loop.rec, logits, at, window, loop.canvas, loop.n, limit, active, *u)
         t2, n = d.clock.now(), loop.n + m
         return Outcome(m, n, d.redraft(window, p, m, n, active, loop.canvas, draws), plan.window, t1, t2)

@@ -114,14 +114,16 @@ class LocalLayout:
         return self.mask_rows[self.mask_kind[positions]]
 
 
+@dataclass
 class History:
     """VP's probability history of the window's undecided positions, per slot: an exponentially
     weighted mean of the targets (pbar), the last target (prev), per token the number of consecutive
     rises (growth), and how often the slot was observed. It has one slot more than the drafts: the
     window's last scored position is observed before it gets a draft slot."""
-
-    def __init__(self, pbar: Tensor, prev: Tensor, growth: Tensor, seen: Tensor):
-        self.pbar, self.prev, self.growth, self.seen = pbar, prev, growth, seen
+    pbar: Tensor     # [B, slots, V]
+    prev: Tensor     # [B, slots, V]
+    growth: Tensor   # [B, slots, V] int16
+    seen: Tensor     # [B, slots] long
 
     @classmethod
     def empty(cls, batch: int, slots: int, vocab: int, device) -> "History":
