@@ -115,8 +115,8 @@ MOVQGAN_LICENCE = "no licence file in github.com/ai-forever/MoVQGAN; see the Hub
 JANUS_FILES = ("config.json", "preprocessor_config.json", "processor_config.json", "special_tokens_map.json",
                "tokenizer.json", "tokenizer_config.json")
 VQ_DS16_BYTES = 287_920_306        # vq_ds16_c2i.pt and vq_ds16_t2i.pt (the same size in both repositories)
-# the whole diffusers folder: token stage, DiT, VAE, glyph encoder and their processors (README and .gitattributes
-# left). No Hub page was reachable: the sum of the listing's estimates (parameters counted on the meta device)
+# the whole diffusers folder but its README and .gitattributes: token stage, DiT, VAE, glyph encoder, processors.
+# No Hub page was reachable: the sum of the listing's estimates (parameters counted on the meta device)
 GLM_IMAGE_FILES = ("model_index.json", "processor/*", "scheduler/*", "text_encoder/*", "tokenizer/*", "transformer/*",
                    "vae/*", "vision_language_encoder/*")
 GLM_IMAGE_BYTES = 35_308_435_956
