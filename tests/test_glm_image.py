@@ -244,3 +244,31 @@ def test_edit_dit_draws_from_the_sources(folder, adapter):
     assert not torch.allclose(ours, plain)                                   # the sources condition the DiT
     with pytest.raises(ValueError, match="either as edits of images or from text alone"):
         decode(adapter, [batch[0], "a sky"], method_settings("sjd", 4, adapter.default_sampling, batch_size=2))
+
+
+def test_the_catalogue_entry_downloads_the_release_folder(folder, tmp_path, monkeypatch):
+    """'GLM-Image (download, ...)' through the real huggingface_hub client from a tiny Hub serving the release's
+    folder as zai-org/GLM-Image (tests/helpers/fake_hub.py): each of the entry's patterns takes files there, the folder
+    lands as released (its README and .gitattributes left out), and it is listed, found and detected as GLM-Image."""
+    import os
+
+    from sjdvp_core.hub import catalogue
+    from sjdvp_core.hub.download import download, on_disk
+    from sjdvp_core.models.registry import detect_family, list_models
+    from tests.helpers.fake_hub import FakeHub
+    release = {}
+    for base, _, names in os.walk(folder):
+        for name in names:
+            path = os.path.join(base, name)
+            with open(path, "rb") as f:
+                release[os.path.relpath(path, folder).replace(os.sep, "/")] = f.read()
+    entry = catalogue.BY_NAME["GLM-Image"]
+    with FakeHub(lifetime=120) as hub:
+        hub.add(entry.sources[0].repo, release | {"README.md": b"---\nlicense: mit\n---\n", ".gitattributes": b""})
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        monkeypatch.delenv("HF_TOKEN", raising=False)
+        path = download(entry, str(tmp_path))
+    landed = {os.path.relpath(os.path.join(b, n), path).replace(os.sep, "/") for b, _, ns in os.walk(path) for n in ns}
+    assert landed == set(release) and path == str(tmp_path / "GLM-Image")
+    assert on_disk(entry, [str(tmp_path)]) == path and list_models([str(tmp_path)]) == ["demo", "GLM-Image"]
+    assert detect_family(path) == "glm_image"
