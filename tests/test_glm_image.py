@@ -256,19 +256,22 @@ def test_the_catalogue_entry_downloads_the_release_folder(folder, tmp_path, monk
     from sjdvp_core.hub.download import download, on_disk
     from sjdvp_core.models.registry import detect_family, list_models
     from tests.helpers.fake_hub import FakeHub
-    release = {}
-    for base, _, names in os.walk(folder):
-        for name in names:
-            path = os.path.join(base, name)
-            with open(path, "rb") as f:
-                release[os.path.relpath(path, folder).replace(os.sep, "/")] = f.read()
+    def files(root: str) -> dict[str, bytes]:
+        """Every file under root by its path in the repository."""
+        out = {}
+        for base, _, names in os.walk(root):
+            for name in names:
+                with open(os.path.join(base, name), "rb") as f:
+                    out[os.path.relpath(os.path.join(base, name), root).replace(os.sep, "/")] = f.read()
+        return out
+
+    release = files(folder)
     entry = catalogue.BY_NAME["GLM-Image"]
     with FakeHub(lifetime=120) as hub:
         hub.add(entry.sources[0].repo, release | {"README.md": b"---\nlicense: mit\n---\n", ".gitattributes": b""})
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
         monkeypatch.delenv("HF_TOKEN", raising=False)
         path = download(entry, str(tmp_path))
-    landed = {os.path.relpath(os.path.join(b, n), path).replace(os.sep, "/") for b, _, ns in os.walk(path) for n in ns}
-    assert landed == set(release) and path == str(tmp_path / "GLM-Image")
+    assert set(files(path)) == set(release) and path == str(tmp_path / "GLM-Image")
     assert on_disk(entry, [str(tmp_path)]) == path and list_models([str(tmp_path)]) == ["demo", "GLM-Image"]
     assert detect_family(path) == "glm_image"
