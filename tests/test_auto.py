@@ -9,11 +9,20 @@ import torch
 from sjdvp_core import DecodeSettings, DrafterSettings, SamplingSettings, VPSettings, WindowSettings, decode
 from sjdvp_core.datasheet import DEVICES, SHAPES, roofline
 from sjdvp_core.engine import auto
-from sjdvp_core.engine.calibration import acceptance_profile, calibration, measure_cost, pass_cost
-from sjdvp_core.engine.cost import GRID, PassCost, load_cached, monotone
+from sjdvp_core.engine.calibration import (
+    DRIFT,
+    acceptance_profile,
+    calibration,
+    cost_key,
+    forget_stale_cost,
+    measure_cost,
+    pass_cost,
+)
+from sjdvp_core.engine.cost import GRID, PassCost, load_cached, monotone, save_cached
 from sjdvp_core.engine.drafting import Drafter
 from sjdvp_core.engine.loop import JacobiDecoder
 from sjdvp_core.engine.settings import TreeSettings, method_settings
+from sjdvp_core.engine.stats import DecodeStats
 from sjdvp_core.models.toy import ToyGridAdapter
 
 RISING = PassCost((1, 2, 4, 8, 16), (1.0, 1.2, 1.5, 2.2, 3.8), "synthetic: a CPU-like curve")
@@ -282,3 +291,45 @@ def test_a_calibration_reports_progress_and_an_abort_caches_nothing(tmp_path, mo
     assert seen[-1][1] == seen[-1][2] and profile is not None and len(list(tmp_path.rglob("*.json"))) == 2
     fixed = method_settings("sjd", 16, toy.default_sampling)
     assert calibration(toy, fixed, cost) == (cost, None)                  # a fixed window: the cost alone
+
+
+def test_a_cached_cost_far_from_the_decodes_passes_is_measured_again(tmp_path, monkeypatch, caplog):
+    """A pass cost measured while the device was busy (here: 10 s a pass, as no toy pass takes) would price every
+    later automatic run; the first decode whose passes stray from it by more than DRIFT forgets it, and says so."""
+    monkeypatch.setenv("SJDVP_CACHE", str(tmp_path))
+    toy = ToyGridAdapter(height=8, width=8, levels=4)
+    settings = method_settings("sjd", 16, toy.default_sampling, auto=True)
+    key = cost_key(toy, settings)
+    busy = PassCost((1, 4, 16), (10.0, 12.0, 20.0), "measured on cpu")
+    save_cached(key, busy)
+    with caplog.at_level("WARNING"):
+        result = decode(toy, 0, settings)
+    assert result.stats.pass_cost is not None and result.stats.pass_cost == busy
+    assert result.stats.pass_cost_drift < 1 / DRIFT and "pass_cost_drift" in result.stats.summary()
+    assert load_cached(key, PassCost) is None and "measured again on the next automatic run" in caplog.text
+    assert pass_cost(toy, settings) != busy                                 # the next run measures it
+
+
+def test_only_the_cached_cost_is_forgotten_and_only_past_the_drift(tmp_path, monkeypatch):
+    """The drift is the median of iteration time over t(k) at the k scored: one slow first iteration (a compile)
+    moves it not; a cost the caller brought (a roofline) is never the cached one's to forget."""
+    monkeypatch.setenv("SJDVP_CACHE", str(tmp_path))
+    toy = ToyGridAdapter(height=8, width=8, levels=4)
+    settings = method_settings("sjd", 16, toy.default_sampling, auto=True)
+    key, cost = cost_key(toy, settings), PassCost((1, 8), (1.0, 2.0), "measured on cpu")
+
+    def stats(ratio: float, cost: PassCost = cost) -> DecodeStats:
+        ks = [8] * 9 + [1] * 3
+        return DecodeStats(length=64, window=8, pass_cost=cost, scored_per_iter=ks,
+                           iteration_seconds=[30.0] + [ratio * cost(k) for k in ks[1:]])
+    assert stats(1.5).pass_cost_drift == pytest.approx(1.5)
+    assert DecodeStats(length=64, window=8, pass_cost=cost, scored_per_iter=[1] * 3,
+                       iteration_seconds=[1.0] * 3).pass_cost_drift is None           # too few to say
+    for ratio, forgotten in ((1.5, False), (0.6, False), (DRIFT * 1.5, True), (1 / DRIFT / 1.5, True)):
+        save_cached(key, cost)
+        assert forget_stale_cost(toy, settings, cost, stats(ratio)) == forgotten
+        assert (load_cached(key, PassCost) is None) == forgotten
+    save_cached(key, cost)
+    roofline_cost = PassCost((1, 8), (0.5, 0.6), "roofline: somewhere")
+    assert not forget_stale_cost(toy, settings, roofline_cost, stats(10.0, roofline_cost))
+    assert load_cached(key, PassCost) == cost

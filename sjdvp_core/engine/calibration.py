@@ -5,6 +5,7 @@ window is given neither; a caller that times decodes calls it (and `warm_up`) fi
 from __future__ import annotations
 
 import itertools
+import logging
 import statistics
 from dataclasses import replace
 from typing import Callable, Iterable, Iterator, Sequence
@@ -13,10 +14,13 @@ import torch
 
 from .adapter import ModelAdapter
 from .auto import MOST_FACTOR, Plan, Profile, candidate_plans, contenders, most_tokens, warmed
-from .cost import GRID, PassCost, cached, device_name, model_fingerprint, monotone
+from .cost import GRID, PassCost, cached, device_name, forget_cached, load_cached, model_fingerprint, monotone
 from .loop import JacobiDecoder, Loop
 from .settings import DecodeSettings
+from .stats import DecodeStats
 from .tree import scratch_nodes
+
+log = logging.getLogger(__name__)
 
 MeasureFn = Callable[[str, int, int], None]
 """Calibration progress: (what is measured, steps done, steps in all), after every iteration; it may raise to
@@ -133,7 +137,8 @@ CALIBRATION = 6   # how calibrations are measured, or what they measure changed 
                   # re-measures what older versions cached
 
 
-def _cache_key(adapter: ModelAdapter, settings: DecodeSettings) -> dict:
+def cost_key(adapter: ModelAdapter, settings: DecodeSettings) -> dict:
+    """What the pass cost is cached under (the acceptance profile's key starts from it)."""
     module = adapter.module
     dtype = next((str(t.dtype) for t in module.parameters()), "none")
     return {"family": adapter.family, "weights": model_fingerprint(module), "device": device_name(adapter.device),
@@ -144,8 +149,29 @@ def _cache_key(adapter: ModelAdapter, settings: DecodeSettings) -> dict:
 
 def pass_cost(adapter: ModelAdapter, settings: DecodeSettings, progress: MeasureFn | None = None) -> PassCost:
     """measure_cost, cached on disk per (weights, device, dtype, torch version, rows, method, window, compile)."""
-    return cached(_cache_key(adapter, settings), PassCost, lambda: measure_cost(adapter, settings, progress=progress),
+    return cached(cost_key(adapter, settings), PassCost, lambda: measure_cost(adapter, settings, progress=progress),
                   f"the pass cost of {settings.drafter.name}")
+
+
+DRIFT = 2.0   # a decode's passes this many times slower or faster than the cached pass cost: measure it again
+
+
+def forget_stale_cost(adapter: ModelAdapter, settings: DecodeSettings, cost: PassCost, stats: DecodeStats) -> bool:
+    """After a decode that chose by the pass cost cached for these settings: forget that cost (the next automatic
+    run measures it again) when the decode's iterations took more than DRIFT times what it says, or less than
+    1 / DRIFT (DecodeStats.pass_cost_drift). A calibration measured while the device was busy with other work
+    would otherwise price every later run: it is slower at every window, and not evenly, so the automatic
+    window chooses from a distorted curve. A cost the caller brought (a device's roofline, a benchmark's
+    measurement) is not the cached one, and stays. -> whether it was forgotten."""
+    drift, key = stats.pass_cost_drift, cost_key(adapter, settings)
+    if drift is None or 1 / DRIFT <= drift <= DRIFT or load_cached(key, PassCost) != cost:
+        return False
+    forget_cached(key)
+    log.warning("sjdvp: this decode's passes took %.2fx the time the cached pass cost of %s says (%s); the automatic "
+                "window chooses by it, so it is measured again on the next automatic run", drift,
+                settings.drafter.name, "measured while the device was busier than now" if drift < 1 else
+                "the device is busier now than when it was measured")
+    return True
 
 
 def auto_plans(adapter: ModelAdapter, settings: DecodeSettings, cost: PassCost) -> list[Plan]:
@@ -194,7 +220,7 @@ def acceptance_profile(adapter: ModelAdapter, settings: DecodeSettings, plans: S
     value would otherwise mean another measurement. Priced on the H200 and RTX 4090 rooflines, auto chose the same
     plans with the default sampling's profile as with each setting's own; on a 2-core CPU, where neighbouring
     windows differ by a few percent, the choices moved either way (benchmarks/results/profile_reuse.md)."""
-    key = _cache_key(adapter, settings) | {"greedy": settings.sampling.greedy, "drafter": repr(settings.drafter),
+    key = cost_key(adapter, settings) | {"greedy": settings.sampling.greedy, "drafter": repr(settings.drafter),
                                            "init": settings.window.init, "plans": [p.to_json() for p in plans],
                                            "kind": "profile"}
     del key["device"], key["compile"]

@@ -126,6 +126,14 @@ def cached(key: dict, kind, measure, what: str):
     return value
 
 
+def forget_cached(key: dict) -> None:
+    """What save_cached stored under key is measured again when next asked for."""
+    try:
+        os.remove(cache_path(key))
+    except FileNotFoundError:
+        pass
+
+
 def save_cached(key: dict, value) -> None:
     """value: anything with to_json (the pass cost, auto's acceptance profile)."""
     path = cache_path(key)

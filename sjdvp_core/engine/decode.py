@@ -10,7 +10,7 @@ import torch
 from .adapter import ModelAdapter
 from .auto import Profile, largest_tree
 from .budget import per_image
-from .calibration import calibration
+from .calibration import calibration, forget_stale_cost
 from .cost import PassCost
 from .loop import DecodeResult, JacobiDecoder, ProgressFn
 from .settings import DecodeSettings
@@ -33,7 +33,8 @@ def decode(adapter: ModelAdapter, conditions: Sequence[Any] | Any, settings: Dec
     B = settings.batch_size
     conditions = per_image(conditions, B, "conditions")
     negatives = None if negatives is None else per_image(negatives, B, "negatives")
-    if settings.window.auto and settings.window.size > 1:
+    asked, auto = settings, settings.window.auto and settings.window.size > 1
+    if auto:
         cost, profile = calibration(adapter, settings, cost, profile)
         settings = replace(settings, window=replace(settings.window, size=max(p.window for p in profile.plans),
                                                     tree=largest_tree(profile.plans)))
@@ -45,6 +46,8 @@ def decode(adapter: ModelAdapter, conditions: Sequence[Any] | Any, settings: Dec
             layout, first_logits = adapter.start(conditions, negatives, settings.sampling.uses_cfg, scratch)
             result = JacobiDecoder(adapter, settings, layout, timing, cost, profile).run(first_logits, progress)
             result.stats.pass_cost, result.stats.precision = cost, adapter.precision
-            return result
         finally:
             adapter.finish()
+    if auto:
+        forget_stale_cost(adapter, asked, cost, result.stats)
+    return result

@@ -152,8 +152,11 @@ class JacobiDecoder:
         t_start = time.perf_counter()
         loop = self.begin(first_logits)
         self._progress(progress, loop.n_host, loop.canvas)
+        seconds = []   # each iteration's wall time on the host: its one read back waits for the device
         while not self.done(loop):
+            t = time.perf_counter()
             self.iterate(loop)
+            seconds.append(time.perf_counter() - t)
             self._progress(progress, loop.n_host, loop.canvas)
         local, L, end, B, it, canvas = self.local, self.local.length, self.local.free_end, self.B, loop.it, loop.canvas
         canvas[:, end:L] = local.forced[end:L]                          # the known tail, without a forward pass
@@ -167,6 +170,7 @@ class JacobiDecoder:
         stats.vp_auto = self.drafter.auto.summary() if self.drafter.auto is not None else None
         stats.auto_plans = {p.label: count for p, count in loop.plans.items()} or None
         loop.rec.into(stats)
+        stats.iteration_seconds = seconds
         stats.time_total = time.perf_counter() - t_start
         return DecodeResult(local.vocab[canvas[:, :L]], canvas[:, :L][:, local.grid], self.local.layout, stats)
 

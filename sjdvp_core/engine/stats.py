@@ -2,6 +2,7 @@
 VP's effect and the momentum statistic that says whether VP's premise holds on this model."""
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 
 import torch
@@ -9,6 +10,8 @@ from torch import Tensor
 
 from .devices import wide_float
 from .window import FLAT, ROSE
+
+MIN_TIMED = 8   # iterations a decode needs before its times say anything about the pass cost
 
 
 @dataclass
@@ -38,6 +41,7 @@ class DecodeStats:
     tokens_scored: int = 0             # tokens fed through the model per image, prefill excluded (a window
                                        # of w costs w of them: about one token's time below the knee, docs/speed.md)
     scored_per_iter: list = field(default_factory=list)  # tokens each iteration's forward scored per row
+    iteration_seconds: list = field(default_factory=list)  # each iteration's wall time, read back included
     pass_cost: object = None           # the engine/cost.PassCost of this device, where the decode had one
     precision: str = ""                # the weights' precision where a loader chose it (ModelAdapter.precision)
     # draft trees: branching slots where the draft was rejected (so alternatives were tried), and how
@@ -81,6 +85,16 @@ class DecodeStats:
         return (self.ar_passes - 1) * cost(1) / spent if spent else 1.0
 
     @property
+    def pass_cost_drift(self) -> float | None:
+        """This decode's iterations against the pass cost it chose by: the median over iterations of the wall
+        time over t(k) at the k it scored (1: as the cost says; None without a cost or with under MIN_TIMED
+        iterations). The median leaves out a process's one-time costs (the first iterations, compiling a plan's
+        step), which a calibration's warm-up leaves out too."""
+        if self.pass_cost is None or len(self.iteration_seconds) < MIN_TIMED:
+            return None
+        return statistics.median(t / self.pass_cost(k) for t, k in zip(self.iteration_seconds, self.scored_per_iter))
+
+    @property
     def mean_entropy(self) -> float:
         """Mean entropy of the target distribution the committed tokens were decided by."""
         return self.entropy_sum / max(1, int(self.row_forward_passes.numel()) * (self.ar_passes - 1))
@@ -115,6 +129,8 @@ class DecodeStats:
         if self.tree_tried:
             out.update(tree_tried=self.tree_tried, tree_guess_accepted=self.tree_guess_accepted,
                        tree_draw_accepted=self.tree_draw_accepted)
+        if self.pass_cost_drift is not None:
+            out["pass_cost_drift"] = round(self.pass_cost_drift, 3)
         if self.vp_gain is not None:
             out["vp_expected_gain"] = round(self.vp_gain, 4)
         if self.vp_auto is not None:
