@@ -221,8 +221,8 @@ def acceptance_profile(adapter: ModelAdapter, settings: DecodeSettings, plans: S
     plans with the default sampling's profile as with each setting's own; on a 2-core CPU, where neighbouring
     windows differ by a few percent, the choices moved either way (benchmarks/results/profile_reuse.md)."""
     key = cost_key(adapter, settings) | {"greedy": settings.sampling.greedy, "drafter": repr(settings.drafter),
-                                           "init": settings.window.init, "plans": [p.to_json() for p in plans],
-                                           "kind": "profile"}
+                                         "init": settings.window.init, "plans": [p.to_json() for p in plans],
+                                         "kind": "profile"}
     del key["device"], key["compile"]
     eager = replace(settings, compile=False)   # counted, not timed: compiling each plan's step would only cost time
     return cached(key, Profile, lambda: measure_profile(adapter, eager, plans, progress=progress),

@@ -29,7 +29,8 @@ def decode(adapter: ModelAdapter, conditions: Sequence[Any] | Any, settings: Dec
     may raise to abort. timing: split the time into forward / verify / draft (on a GPU this waits for
     the device three times per iteration). cost, profile: the pass cost and acceptance profile an
     automatic window chooses by (default: measured on this device once and cached, see pass_cost and
-    acceptance_profile); the same cost, profile and seed give the same image."""
+    acceptance_profile; a decode whose passes stray far from the cached cost forgets it, forget_stale_cost);
+    the same cost, profile and seed give the same image."""
     B = settings.batch_size
     conditions = per_image(conditions, B, "conditions")
     negatives = None if negatives is None else per_image(negatives, B, "negatives")
