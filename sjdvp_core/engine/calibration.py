@@ -163,8 +163,11 @@ def forget_stale_cost(adapter: ModelAdapter, settings: DecodeSettings, cost: Pas
     would otherwise price every later run: it is slower at every window, and not evenly, so the automatic
     window chooses from a distorted curve. A cost the caller brought (a device's roofline, a benchmark's
     measurement) is not the cached one, and stays. -> whether it was forgotten."""
-    drift, key = stats.pass_cost_drift, cost_key(adapter, settings)
-    if drift is None or 1 / DRIFT <= drift <= DRIFT or load_cached(key, PassCost) != cost:
+    drift = stats.pass_cost_drift
+    if drift is None or 1 / DRIFT <= drift <= DRIFT:
+        return False
+    key = cost_key(adapter, settings)   # past the drift only: its weights' fingerprint reads every parameter
+    if load_cached(key, PassCost) != cost:
         return False
     forget_cached(key)
     log.warning("sjdvp: this decode's passes took %.2fx the time the cached pass cost of %s says (%s); the automatic "

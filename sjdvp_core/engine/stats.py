@@ -129,8 +129,8 @@ class DecodeStats:
         if self.tree_tried:
             out.update(tree_tried=self.tree_tried, tree_guess_accepted=self.tree_guess_accepted,
                        tree_draw_accepted=self.tree_draw_accepted)
-        if self.pass_cost_drift is not None:
-            out["pass_cost_drift"] = round(self.pass_cost_drift, 3)
+        if (drift := self.pass_cost_drift) is not None:
+            out["pass_cost_drift"] = round(drift, 3)
         if self.vp_gain is not None:
             out["vp_expected_gain"] = round(self.vp_gain, 4)
         if self.vp_auto is not None:
