@@ -10,6 +10,9 @@ import pytest
 import torch
 
 from sjdvp_core import SamplingSettings, decode
+from sjdvp_core.engine.auto import Profile
+from sjdvp_core.engine.calibration import auto_plans, cost_key, profile_key
+from sjdvp_core.engine.cost import PassCost, load_cached, save_cached
 from sjdvp_core.engine.settings import TreeSettings, method_settings
 from sjdvp_core.models.loading import load_model
 from sjdvp_core.models.placement import offload_map, place
@@ -52,6 +55,26 @@ def test_a_device_map_given_to_the_loader_places_the_model(tmp_path):
     assert adapter.device_map == mapping and all(p.is_meta for p in adapter.blocks()[2].parameters())
     with pytest.raises(ValueError, match="offload_dir"):
         load_model("demo", placement=mapping)
+
+
+def test_the_automatic_window_runs_on_an_offloaded_model(tmp_path, monkeypatch):
+    """The calibration's cache keys read a few weight values only where the module holds them (an offloaded
+    block's are on the meta device between passes) and key the pass cost by where the weights sit; an automatic
+    decode reads what is cached under them, and its image is the whole model's with the same cost and profile."""
+    monkeypatch.setenv("SJDVP_CACHE", str(tmp_path / "cache"))
+    whole, placed = load_model("demo", precision="fp32"), load_model("demo", precision="fp32")
+    place(placed, offload_map(placed, [0, 1], "disk"), torch.device("cpu"), str(tmp_path / "offload"))
+    settings = method_settings("sjd-vp", 16, SamplingSettings(cfg_scale=3.0), seed=3, auto=True)
+    key, whole_key = cost_key(placed, settings), cost_key(whole, settings)
+    assert {k for k in key if key[k] != whole_key[k]} == {"weights", "placement"} and "meta" in key["placement"]
+    cost = PassCost((1, 4, 8, 16), (1.0, 1.05, 1.1, 1.3), "measured on cpu")
+    plans = auto_plans(placed, settings, cost)
+    profile = Profile(tuple(plans), tuple(1.0 + i / 4 for i in range(len(plans))), "written by the test")
+    save_cached(key, cost)
+    save_cached(profile_key(placed, settings, plans), profile)
+    res = decode(placed, "a red circle on grass", settings)
+    assert res.stats.pass_cost == cost and load_cached(profile_key(placed, settings, plans), Profile) == profile
+    assert torch.equal(res.tokens, decode(whole, "a red circle on grass", settings, cost=cost, profile=profile).tokens)
 
 
 def test_bad_placements_say_what_to_do(monkeypatch):

@@ -14,7 +14,17 @@ import torch
 
 from .adapter import ModelAdapter
 from .auto import MOST_FACTOR, Plan, Profile, candidate_plans, contenders, most_tokens, warmed
-from .cost import GRID, PassCost, cached, device_name, forget_cached, load_cached, model_fingerprint, monotone
+from .cost import (
+    GRID,
+    PassCost,
+    cached,
+    device_name,
+    forget_cached,
+    load_cached,
+    model_fingerprint,
+    model_placement,
+    monotone,
+)
 from .loop import JacobiDecoder, Loop
 from .settings import DecodeSettings
 from .stats import DecodeStats
@@ -142,13 +152,15 @@ def cost_key(adapter: ModelAdapter, settings: DecodeSettings) -> dict:
     module = adapter.module
     dtype = next((str(t.dtype) for t in module.parameters()), "none")
     return {"family": adapter.family, "weights": model_fingerprint(module), "device": device_name(adapter.device),
-            "dtype": dtype, "torch": torch.__version__, "batch": settings.batch_size,
-            "cfg": settings.sampling.uses_cfg, "method": settings.drafter.name, "window": settings.window.size,
-            "length": adapter.layout.length, "compile": settings.compile, "calibration": CALIBRATION}
+            "placement": model_placement(module), "dtype": dtype, "torch": torch.__version__,
+            "batch": settings.batch_size, "cfg": settings.sampling.uses_cfg, "method": settings.drafter.name,
+            "window": settings.window.size, "length": adapter.layout.length, "compile": settings.compile,
+            "calibration": CALIBRATION}
 
 
 def pass_cost(adapter: ModelAdapter, settings: DecodeSettings, progress: MeasureFn | None = None) -> PassCost:
-    """measure_cost, cached on disk per (weights, device, dtype, torch version, rows, method, window, compile)."""
+    """measure_cost, cached on disk per (weights, device, placement, dtype, torch version, rows, method, window,
+    compile)."""
     return cached(cost_key(adapter, settings), PassCost, lambda: measure_cost(adapter, settings, progress=progress),
                   f"the pass cost of {settings.drafter.name}")
 
@@ -215,6 +227,15 @@ def measure_profile(adapter: ModelAdapter, settings: DecodeSettings, plans: Sequ
                    f"measured on the example image, {samples} seeds, tokens {start}-{stop}").fitted()
 
 
+def profile_key(adapter: ModelAdapter, settings: DecodeSettings, plans: Sequence[Plan]) -> dict:
+    """What the acceptance profile is cached under: the pass cost's key without what changes only the time."""
+    key = cost_key(adapter, settings) | {"greedy": settings.sampling.greedy, "drafter": repr(settings.drafter),
+                                         "init": settings.window.init, "plans": [p.to_json() for p in plans],
+                                         "kind": "profile"}
+    del key["device"], key["placement"], key["compile"]
+    return key
+
+
 def acceptance_profile(adapter: ModelAdapter, settings: DecodeSettings, plans: Sequence[Plan],
                        progress: MeasureFn | None = None) -> Profile:
     """measure_profile, cached on disk per (weights, drafter, draft init, rows, plans, greedy or sampled): steps,
@@ -223,10 +244,7 @@ def acceptance_profile(adapter: ModelAdapter, settings: DecodeSettings, plans: S
     value would otherwise mean another measurement. Priced on the H200 and RTX 4090 rooflines, auto chose the same
     plans with the default sampling's profile as with each setting's own; on a 2-core CPU, where neighbouring
     windows differ by a few percent, the choices moved either way (benchmarks/results/profile_reuse.md)."""
-    key = cost_key(adapter, settings) | {"greedy": settings.sampling.greedy, "drafter": repr(settings.drafter),
-                                         "init": settings.window.init, "plans": [p.to_json() for p in plans],
-                                         "kind": "profile"}
-    del key["device"], key["compile"]
     eager = replace(settings, compile=False)   # counted, not timed: compiling each plan's step would only cost time
-    return cached(key, Profile, lambda: measure_profile(adapter, eager, plans, progress=progress),
+    return cached(profile_key(adapter, settings, plans), Profile,
+                  lambda: measure_profile(adapter, eager, plans, progress=progress),
                   f"the acceptance of {len(plans)} windows and trees for the automatic window")

@@ -85,13 +85,24 @@ def device_name(device) -> str:
 
 
 def model_fingerprint(module: torch.nn.Module) -> str:
-    """Which weights these are, cheaply: every parameter's name, shape and dtype, and a few of its values."""
+    """Which weights these are, cheaply: every parameter's name, shape and dtype, and a few of its values where
+    the module holds them (an offloaded block's are on the meta device between passes, models.placement)."""
     h = hashlib.sha256()
-    for name, t in list(module.named_parameters()) + list(module.named_buffers()):
+    for name, t in _tensors(module):
         h.update(f"{name}{tuple(t.shape)}{t.dtype}".encode())
-        if t.numel():
+        if t.numel() and not t.is_meta:
             h.update(t.detach().flatten()[:16].float().cpu().numpy().tobytes())
     return h.hexdigest()[:16]
+
+
+def model_placement(module: torch.nn.Module) -> str:
+    """Where the weights sit: the devices holding them ("meta" for offloaded blocks). A pass's cost depends on it
+    (a split or offloaded model's passes move activations or weights between devices), its acceptance does not."""
+    return ",".join(sorted({str(t.device) for _, t in _tensors(module)}))
+
+
+def _tensors(module: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
+    return list(module.named_parameters()) + list(module.named_buffers())
 
 
 def cache_dir() -> str:
