@@ -1,10 +1,11 @@
 """The contract every model family keeps, run on each family's tiny real-layout fixture (as diffusers'
 PipelineTesterMixin runs one suite on every pipeline): detected from its files and loaded; greedy SJD and
-SJD-VP return AR's tokens, on a chain and on a draft tree; a tree's forward equals its branches' forwards;
-decode_image gives an IMAGE (a diffusion decoder's from the prompts); every missing or broken file is named with
-the repository to download; the check command finds no problem. A family's original release, where its loader
-takes one beside the converted layout, is a fixture of its own. A new family adds its fixture to FIXTURES and keeps
-only its own special tests (prompt layout, sizes, upstream equivalence) in its test file."""
+SJD-VP return AR's tokens, on a chain, on a draft tree and with the automatic window (the nodes' default); a
+tree's forward equals its branches' forwards; decode_image gives an IMAGE (a diffusion decoder's from the
+prompts); every missing or broken file is named with the repository to download; the check command finds no
+problem. A family's original release, where its loader takes one beside the converted layout, is a fixture of
+its own. A new family adds its fixture to FIXTURES and keeps only its own special tests (prompt layout, sizes,
+upstream equivalence) in its test file."""
 from __future__ import annotations
 
 import io
@@ -159,6 +160,20 @@ def test_family_greedy_sjd_equals_ar_on_chains_and_trees(family):
     spec, _, adapter = family
     assert_greedy_sjd_equals_ar(adapter, list(spec.prompts), windows=(4, 16), cfg_scales=(1.0, spec.cfg))
     assert spec.freed(adapter)
+
+
+def test_family_automatic_window_is_exact(family, tmp_path, monkeypatch):
+    """The nodes' default, the automatic window (and tree where the family scores trees), measured from the
+    family's example condition on this device: greedy, its plans switching between chains and trees, it returns
+    AR's tokens."""
+    monkeypatch.setenv("SJDVP_CACHE", str(tmp_path))
+    spec, _, adapter = family
+    sampling, n = SamplingSettings(cfg_scale=spec.cfg, greedy=True, temperature=0.0), len(spec.prompts)
+    ar = decode(adapter, list(spec.prompts), method_settings("ar", 1, sampling, batch_size=n))
+    res = decode(adapter, list(spec.prompts), method_settings("sjd-vp", 32, sampling, batch_size=n, auto=True,
+                                                               auto_tree=adapter.trees))
+    assert torch.equal(res.tokens, ar.tokens) and res.stats.pass_cost.source.startswith("measured on")
+    assert res.stats.forward_passes <= ar.stats.forward_passes
 
 
 def test_family_tree_forward_equals_its_chains(family):
