@@ -28,6 +28,18 @@ def test_prompts_parse_in_any_order_and_bad_ones_say_what_to_write():
         scenes.prompt_to_class("a cat")
 
 
+def test_a_bad_prompt_is_told_before_the_first_automatic_run_measures_anything(demo, tmp_path, monkeypatch):
+    """An artist's first prompt for the demo is often one it cannot draw: the error comes before the automatic
+    window's calibration (tens of seconds here), and nothing is cached."""
+    monkeypatch.setenv("SJDVP_CACHE", str(tmp_path))
+    with pytest.raises(ValueError, match="one shape"):
+        decode(demo, ["a red circle on grass", "a cat"], method_settings("sjd-vp", 32, DEMO_SAMPLING, batch_size=2,
+                                                                         auto=True))
+    with pytest.raises(ValueError, match="no negative prompt"):
+        decode(demo, "a red circle on grass", method_settings("sjd", 32, DEMO_SAMPLING, auto=True), negatives="blur")
+    assert not list(tmp_path.rglob("*.json"))
+
+
 def test_demo_is_listed_and_loads_through_the_registry(demo):
     ad = load_model("demo")
     assert ad.layout.length == 256 and ad.config.model_type == "c2i"

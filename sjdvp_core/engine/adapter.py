@@ -145,7 +145,9 @@ class ModelAdapter:
         """The decode ended (or was aborted): free per-run state such as KV caches."""
 
     def prompt_length(self, conditions: Sequence[Any] | None, negatives: Sequence[Any] | None, cfg: bool) -> int | None:
-        """The longest prompt these conditions make, in tokens (None: not known, e.g. no conditions given)."""
+        """The longest prompt these conditions make, in tokens (None: not known, e.g. no conditions given). It raises
+        the error start() would give for conditions the model cannot take, so that a decode says so before its slow
+        first steps (a memory estimate, the automatic window's first calibration)."""
         return None
 
     def cache_bytes(self, rows: int, scratch: int = 0, prompt: int | None = None, itemsize: int | None = None) -> int:

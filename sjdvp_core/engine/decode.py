@@ -36,6 +36,7 @@ def decode(adapter: ModelAdapter, conditions: Sequence[Any] | Any, settings: Dec
     negatives = None if negatives is None else per_image(negatives, B, "negatives")
     asked, auto = settings, settings.window.auto and settings.window.size > 1
     if auto:
+        adapter.prompt_length(conditions, negatives, settings.sampling.uses_cfg)   # bad conditions: said now
         cost, profile = calibration(adapter, settings, cost, profile)
         settings = replace(settings, window=replace(settings.window, size=max(p.window for p in profile.plans),
                                                     tree=largest_tree(profile.plans)))

@@ -221,15 +221,23 @@ class LlamaGenAdapter(ModelAdapter):
             raise ValueError(f"class {condition} is out of range 0..{n - 1}")
         return int(condition)
 
+    def _class_ids(self, conditions: Sequence[Any], negatives) -> list[int] | None:
+        """A class-to-image model's class ids for the conditions (None: a text-to-image model), or the error
+        that says what to give instead."""
+        if self.config.model_type != "c2i":
+            if self.text_encoder is None:
+                raise ValueError("this LlamaGen text-to-image model needs its FLAN-T5-XL text encoder folder")
+            return None
+        if negatives is not None:
+            raise ValueError("LlamaGen class-to-image models have no negative prompt; leave it empty")
+        return [self.class_id(x) for x in conditions]
+
     def _prefix(self, conditions: Sequence[Any], negatives, cfg: bool) -> tuple[Tensor, Tensor | None]:
         c = self.config
-        if c.model_type == "c2i":
-            if negatives is not None:
-                raise ValueError("LlamaGen class-to-image models have no negative prompt; leave it empty")
-            ids = [self.class_id(x) for x in conditions] + [c.num_classes] * (len(conditions) if cfg else 0)
+        ids = self._class_ids(conditions, negatives)
+        if ids is not None:
+            ids += [c.num_classes] * (len(conditions) if cfg else 0)
             return self.gpt.embed_condition(torch.tensor(ids, device=self.device)), None
-        if self.text_encoder is None:
-            raise ValueError("this LlamaGen text-to-image model needs its FLAN-T5-XL text encoder folder")
         captions, mask = self.text_encoder(list(conditions))                      # [B, T, D], [B, T]
         captions, mask = captions.to(self.device), mask.to(self.device)    # the encoder may sit elsewhere
         if cfg:
@@ -264,6 +272,8 @@ class LlamaGenAdapter(ModelAdapter):
         return list(self.gpt.layers) + encoder
 
     def prompt_length(self, conditions, negatives, cfg: bool) -> int:
+        if conditions is not None:
+            self._class_ids(conditions, negatives)      # an unknown class is told before anything runs
         return self.config.cls_token_num       # a fixed prefix: the class token, or the caption's 120 slots
 
     def forward_bytes(self, rows: int, tokens: int, scratch: int = 0, prompt: int | None = None,
