@@ -72,7 +72,7 @@ def test_windows_with_rollback_equal_a_recompute(adapter):
     assert_windows_match_recompute(adapter, PROMPTS, False, reference)
 
 
-def test_sizes_guidance_and_sampling(folder, adapter, tmp_path):
+def test_sizes_guidance_and_sampling(folder, adapter, tmp_path, caplog):
     with pytest.raises(ValueError, match="multiples of 32 px .* the nearest is 96x64"):
         adapter.with_size(100, 70)
     assert adapter.with_size(128, 64).layout.grid.shape == (2, 4)
@@ -83,6 +83,9 @@ def test_sizes_guidance_and_sampling(folder, adapter, tmp_path):
                                                               GENERATE_DEFAULTS["top_k"], 1.0)
     silent = load_glm_image(write_glm_image(str(tmp_path / "silent"), sampling={}), width=64, height=64)
     assert silent.default_sampling == SamplingSettings(**GENERATE_DEFAULTS)
+    with caplog.at_level("WARNING"):
+        load_glm_image(write_glm_image(str(tmp_path / "penalised"), sampling=SAMPLING | {"repetition_penalty": 1.2}))
+    assert "repetition_penalty=1.2, which sjdvp does not apply" in caplog.text
 
 
 def test_sampled_sjd_vp_decodes_codes_only(adapter):
@@ -244,6 +247,8 @@ def test_edit_dit_draws_from_the_sources(folder, adapter):
     assert not torch.allclose(ours, plain)                                   # the sources condition the DiT
     with pytest.raises(ValueError, match="either as edits of images or from text alone"):
         decode(adapter, [batch[0], "a sky"], method_settings("sjd", 4, adapter.default_sampling, batch_size=2))
+    with pytest.raises(ValueError, match="at least one image"):
+        Edit("make it snow", ())
 
 
 def test_the_catalogue_entry_downloads_the_release_folder(folder, tmp_path, monkeypatch):

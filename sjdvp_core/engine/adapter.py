@@ -79,6 +79,10 @@ class Edit:
     text: str
     images: tuple[Tensor, ...]
 
+    def __post_init__(self):
+        if not self.images:
+            raise ValueError("an Edit needs at least one image; give the text alone to draw from text")
+
 
 @dataclass(frozen=True)
 class PixelSettings:

@@ -26,6 +26,7 @@ break the DiT).
 from __future__ import annotations
 
 import inspect
+import logging
 import os
 from dataclasses import dataclass, replace
 from typing import Sequence
@@ -40,6 +41,8 @@ from ..hf_adapter import HFAdapter, SizeChoice, load_pretrained
 from ..placement import weights_device
 from . import ENCODER, GRID, PIPELINE, REPO, is_glm_image
 from .dit import GlmImageDiT, Source
+
+log = logging.getLogger(__name__)
 
 PROCESSOR = "processor"
 DEFAULT_SIZE = 1024
@@ -305,10 +308,11 @@ def _edits(conditions: Sequence) -> bool:
 def source_image(image: Tensor, grid: tuple[int, int]):
     """A source image as the DiT takes it: resized to its token grid's size, GRID px a token, so that its latent
     patches (16 px) are the tokens' 2 x 2 blocks. Upstream passes the image as given, whose latent grid misses the
-    tokens' where the processor rescaled it or its sides are not multiples of 32 px (the pipeline then fails)."""
+    tokens' where the processor rescaled it or its sides are not multiples of 32 px (the pipeline then fails).
+    Lanczos, as diffusers' image processor resizes for the VAE; an image at the grid's size is kept as it is."""
     from PIL import Image
     h, w = grid
-    return _pil(image).resize((GRID * w, GRID * h), Image.Resampling.BICUBIC)
+    return _pil(image).resize((GRID * w, GRID * h), Image.Resampling.LANCZOS)
 
 
 def _pil(image: Tensor):
@@ -318,6 +322,9 @@ def _pil(image: Tensor):
 
 
 GENERATE_DEFAULTS = {"temperature": 1.0, "top_k": 50, "top_p": 1.0}   # what generate() takes where unset
+# generate()'s other ways of changing the law it samples: a release that sets one is sampled otherwise here (said)
+UNAPPLIED = ("repetition_penalty", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff", "no_repeat_ngram_size",
+             "suppress_tokens", "begin_suppress_tokens", "bad_words_ids", "sequence_bias", "top_h")
 # what a workflow's sampling widgets show; a loaded model samples as its generation_config.json says
 SAMPLING = SamplingSettings(**GENERATE_DEFAULTS)
 
@@ -331,6 +338,11 @@ def generation_sampling(folder: str) -> SamplingSettings:
     except OSError:     # no generation_config.json
         config = GenerationConfig()
     value = {k: getattr(config, k) if getattr(config, k, None) is not None else v for k, v in GENERATE_DEFAULTS.items()}
+    unapplied = {k: v for k, v in config.to_diff_dict().items() if k in UNAPPLIED}
+    if unapplied:
+        log.warning("sjdvp: %s/generation_config.json sets %s, which sjdvp does not apply: GLM-Image's tokens are "
+                    "sampled with its temperature, top-k and top-p alone", folder,
+                    ", ".join(f"{k}={v}" for k, v in unapplied.items()))
     return SamplingSettings(**value)
 
 
