@@ -131,12 +131,13 @@ class SpeculativeDecode(io.ComfyNode):
             SamplingSettings(cfg_scale=cfg, temperature=temperature, top_k=top_k, top_p=top_p)
         drafter, window = method_or_nodes(method, drafter, window)
         settings = decode_settings(drafter, window, chosen, seed % 2**63, batch_size, compile)
-        runtime.prepare(model, decode_bytes(adapter, settings, condition, negative_prompt or None))
+        negatives = negative_prompt.strip() or None   # a stray newline in the box is no negative prompt
+        runtime.prepare(model, decode_bytes(adapter, settings, condition, negatives))
         progress, measuring = runtime.Progress(adapter), runtime.Measuring()
         try:   # what auto chooses by and the report prices by: measured on a first run (its own bar), then cached
             cost, profile = (None, None) if drafter is None else calibration(adapter, settings, progress=measuring)
             measuring.finish()
-            result = decode(adapter, condition, settings, negatives=negative_prompt or None, progress=progress,
+            result = decode(adapter, condition, settings, negatives=negatives, progress=progress,
                             cost=cost, profile=profile)
         except runtime.OOM as e:
             raise runtime.oom_message(e, settings.window.size, settings.window.tree.width) from e
@@ -152,7 +153,9 @@ def edit(adapter, prompt: str, images: torch.Tensor) -> Edit:
     if not adapter.takes_images:
         raise ValueError(f"{adapter.family} does not take reference images: disconnect the images input (GLM-Image "
                          "edits images)")
-    return Edit(prompt, tuple(images.float().cpu()))
+    if images.shape[-1] not in (3, 4):
+        raise ValueError(f"the reference images have {images.shape[-1]} channels: connect an RGB IMAGE")
+    return Edit(prompt, tuple(images[..., :3].float().cpu()))     # an RGBA image's colours, its alpha dropped
 
 
 def method_or_nodes(method: str, drafter, window):

@@ -43,8 +43,9 @@ class LoadModel(io.ComfyNode):
         )
 
     @classmethod
-    def validate_inputs(cls, model, precision, device):
-        # model folders may appear after start-up and catalogue entries download: execute() says what is missing
+    def validate_inputs(cls, model):
+        # model folders may appear after start-up and catalogue entries download: execute() says what is missing.
+        # Only `model` is named: ComfyUI skips its own check of the options for every input named here
         return True
 
     @classmethod

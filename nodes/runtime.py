@@ -87,6 +87,8 @@ def load(name: str, precision: str, device: str) -> LoadedModel:
     precisions compute in auto's dtype for the device; auto on a GPU keeps that dtype where a default decode
     fits the card (its memory less ComfyUI's inference reserve: other models can be evicted), else int8, else
     NF4, and says why (log and report)."""
+    if device not in ("auto", "cpu", *PLACED):
+        raise ValueError(f"device={device!r}: choose one of {['auto', 'cpu', *PLACED]}")
     load_device = torch.device("cpu") if device == "cpu" else mm.get_torch_device()
     if device in PLACED:       # accelerate puts it on the GPU(s) now; ComfyUI gets patchers it never loads
         adapter = load_model(model_path(name), device=load_device, precision=precision,
@@ -229,11 +231,12 @@ def say(text: str) -> None:
         server.send_progress_text(text, context.node_id)
 
 
-def oom_message(error: Exception, window: int, tree_width: int = 1) -> RuntimeError:
+def oom_message(error: Exception, window: int, tree_width: int = 1) -> Exception:
+    """What to change, as ComfyUI's own out-of-memory error, whose handling unloads every model for the next run."""
     tree = f" or tree width (now {tree_width})" if tree_width > 1 else ""
-    return RuntimeError(f"out of memory while decoding ({error}). Try a smaller Jacobi window (now {window}){tree}, "
-                        "a lower precision in the loader (bf16 / fp16, int8, or nf4, the smallest), a smaller batch, "
-                        "or free other models")
+    return OOM(f"out of memory while decoding ({error}). Try a smaller Jacobi window (now {window}){tree}, a lower "
+               "precision in the loader (bf16 / fp16, int8, or nf4, the smallest), a smaller batch, or free other "
+               "models")
 
 
 OOM = mm.OOM_EXCEPTION

@@ -74,6 +74,18 @@ def test_missing_model_says_where_to_put_it(server, object_info, name, folder):
     assert "offline mode is on" in errors[0]["exception_message"] and "by hand" in errors[0]["exception_message"]
 
 
+def test_load_model_options_outside_their_lists_are_refused_by_comfyui(server, object_info):
+    """Load Model checks only its model itself (folders appear after start-up), so ComfyUI still checks precision
+    and device against their lists: a hand-edited workflow's value is refused before anything loads."""
+    for widget, value in (("precision", "fp8"), ("device", "cuda:1")):
+        prompt = to_api(load(os.path.join(REPO, "workflows", "sjdvp_demo_quick_start.json")), object_info)
+        next(n for n in prompt.values() if n["class_type"] == "SJDVP_LoadModel")["inputs"][widget] = value
+        status, body = server.queue(prompt)
+        errors = [e for node in body["node_errors"].values() for e in node["errors"]]
+        assert status == 400 and [(e["type"], e["extra_info"]["input_name"]) for e in errors] == [
+            ("value_not_in_list", widget)]
+
+
 def test_lumina2_workflow_runs_the_tiny_model(server, object_info):
     """The family workflow as shipped, its catalogue entry's folder holding a tiny Lumina-mGPT 2.0 (so nothing is
     downloaded); only the size changes, to one the tiny model's 160 positions hold."""

@@ -124,6 +124,16 @@ def test_conditions_per_image_must_match_batch():
         decode(TOY, [0, 1], settings(4, DRAFTERS["sjd"], batch=3))
 
 
+def test_logits_that_overflowed_say_which_precision_to_load():
+    """A model overflowing at fp16 gives NaN logits, which would draw token 0 everywhere (a flat image)."""
+    class Overflowing(ToyGridAdapter):
+        def start(self, conditions, negatives, cfg, scratch=0):
+            layout, logits = super().start(conditions, negatives, cfg, scratch)
+            return layout, torch.full_like(logits, float("nan"))
+    with pytest.raises(ValueError, match="logits are NaN.*load it in bf16 or fp32"):
+        decode(Overflowing(height=2, width=2), 0, settings(4, DRAFTERS["sjd"]))
+
+
 def test_relaxed_verifier_without_codebook_says_what_to_do():
     class NoCodebook(ToyGridAdapter):
         def codebook(self):

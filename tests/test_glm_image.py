@@ -78,6 +78,8 @@ def test_sizes_guidance_and_sampling(folder, adapter, tmp_path, caplog):
     assert adapter.with_size(128, 64).layout.grid.shape == (2, 4)
     with pytest.raises(ValueError, match="no classifier-free guidance"):
         decode(adapter, PROMPTS[:1], method_settings("sjd", 4, SamplingSettings(cfg_scale=3.0)))
+    with pytest.raises(ValueError, match="no negative prompt"):
+        decode(adapter, PROMPTS[:1], method_settings("sjd", 4, adapter.default_sampling), negatives="blurry")
     s = adapter.default_sampling
     assert (s.temperature, s.top_p, s.top_k, s.cfg_scale) == (SAMPLING["temperature"], SAMPLING["top_p"],
                                                               GENERATE_DEFAULTS["top_k"], 1.0)

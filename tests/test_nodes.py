@@ -87,6 +87,7 @@ def test_no_drafter_is_plain_ar_whatever_the_window(pack, demo):
     res = run(pack, demo, window=window).values[0].result
     assert res.stats.forward_passes == res.stats.ar_passes == 256
     assert run(pack, demo).values[0].method == "AR"
+    assert run(pack, demo, negative_prompt=" \n").values[0].method == "AR"   # a stray newline is no negative prompt
 
 
 def test_a_new_decode_node_runs_sjd_vp_with_the_automatic_window(pack, demo):
@@ -159,7 +160,8 @@ def test_out_of_memory_says_what_to_change(pack, demo, monkeypatch):
     monkeypatch.setattr(decode_nodes, "decode", oom)
     window = pack["settings"].WindowSettings(64)
     sjd = pack["drafting"].DrafterSJD.execute(True).values[0]
-    with pytest.raises(RuntimeError, match=r"out of memory while decoding.*smaller Jacobi window \(now 64\)"):
+    # ComfyUI's own error type: its handler unloads every model for the next run
+    with pytest.raises(pack["mm"].OOM_EXCEPTION, match=r"out of memory while decoding.*Jacobi window \(now 64\)"):
         run(pack, demo, drafter=sjd, window=window)
 
 
@@ -236,6 +238,10 @@ def test_reference_images_edit_with_glm_image_and_are_refused_elsewhere(pack, de
     assert image.shape == (1, 96, 64, 3)
     with pytest.raises(ValueError, match="does not take reference images: disconnect the images input"):
         run(pack, demo, images=images)
+    edit, rgba = pack["decode"].edit, torch.cat([images, torch.ones(2, 64, 64, 1)], -1)   # an IMAGE with alpha
+    assert all(torch.equal(a, b) for a, b in zip(edit(glm.adapter, "make it snow", rgba).images, images))
+    with pytest.raises(ValueError, match="2 channels: connect an RGB IMAGE"):
+        edit(glm.adapter, "make it snow", images[..., :2])
 
 
 # --- downloads from the loader (tests/helpers/fake_hub.py on 127.0.0.1; HF_ENDPOINT points at it) -------------
@@ -347,6 +353,8 @@ def test_placed_models_are_kept_out_of_comfyuis_memory_manager(pack, tmp_path):
     assert widgets(loader)["device"].options == ["auto", "cpu", "split over GPUs", "offload to CPU"]
     with pytest.raises(ValueError, match="CUDA devices"):
         runtime.load("demo", "auto", "offload to CPU")
+    with pytest.raises(ValueError, match="device='cuda:1': choose one of"):
+        runtime.load("demo", "auto", "cuda:1")
     placement = importlib.import_module(f"{stubs.PACKAGE}.sjdvp_core.models.placement")
     demo = runtime.load("demo", "auto", "cpu")
     placement.place(demo.adapter, placement.offload_map(demo.adapter, [1], "disk"), torch.device("cpu"),

@@ -77,6 +77,21 @@ def test_the_automatic_window_runs_on_an_offloaded_model(tmp_path, monkeypatch):
     assert torch.equal(res.tokens, decode(whole, "a red circle on grass", settings, cost=cost, profile=profile).tokens)
 
 
+def test_int8_blocks_offload_and_nf4_ones_are_refused(tmp_path):
+    """Our int8 layers' weights and scales are parameters, so an offloaded block streams them (as buffers they
+    stayed on the compute device, offloading nothing); bitsandbytes' NF4 layers cannot be offloaded, and say so."""
+    s = method_settings("sjd-vp", 8, SamplingSettings(cfg_scale=3.0), seed=3)
+    whole, placed = load_model("demo", precision="int8"), load_model("demo", precision="int8")
+    place(placed, offload_map(placed, [0, 1], "disk"), torch.device("cpu"), str(tmp_path / "int8"))
+    streamed = placed.blocks()[1]
+    assert all(t.is_meta for t in (*streamed.parameters(), *streamed.buffers()))
+    prompt = "a red circle on grass"
+    assert torch.equal(decode(placed, prompt, s).tokens, decode(whole, prompt, s).tokens)
+    nf4 = load_model("demo", precision="nf4")
+    with pytest.raises(ValueError, match="NF4 .* cannot be offloaded: to offload the model, load it in int8"):
+        place(nf4, offload_map(nf4, [1], "disk"), torch.device("cpu"), str(tmp_path / "nf4"))
+
+
 def test_bad_placements_say_what_to_do(monkeypatch):
     with pytest.raises(ValueError, match="CUDA devices"):
         load_model("demo", placement="offload")

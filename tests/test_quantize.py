@@ -104,6 +104,8 @@ def test_without_bitsandbytes_the_message_says_what_to_install(monkeypatch):
 def test_unknown_precisions_are_refused():
     with pytest.raises(ValueError, match="int8"):
         load_model("demo", precision="int4")
+    with pytest.raises(ValueError, match="int8"):              # as ComfyUI's loader calls it, with its compute dtype
+        load_model("demo", precision="fp8", compute="fp32")
 
 
 # --- a release stored 4-bit: Alpha-VLLM/Lumina-mGPT-7B-768-bnb-int4 ------------------------------------

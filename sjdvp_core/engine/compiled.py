@@ -41,7 +41,10 @@ _FAILED: set[str] = set()   # functions whose compilation failed in this process
 # graphs one function may compile in a process (one per window size and state size, and a few settings):
 # torch's default of 8 is fewer than the windows an automatic window's calibration times
 RECOMPILES = 64
-_GAVE_UP = (torch._dynamo.exc.TorchDynamoException, torch._dynamo.exc.FailOnRecompileLimitHit)
+# torch before 2.6 named the limit cache_size_limit and its error FailOnCacheLimitHit (looked up where the new are not)
+_LIMIT = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
+_GAVE_UP = (torch._dynamo.exc.TorchDynamoException,
+            getattr(torch._dynamo.exc, "FailOnRecompileLimitHit", None) or torch._dynamo.exc.FailOnCacheLimitHit)
 GRAPH_MODES = ("reduce-overhead", "max-autotune")   # torch.compile modes that capture CUDA graphs
 
 
@@ -49,7 +52,7 @@ def compiled(fn: Callable, name: str) -> Callable:
     """fn through torch.compile(fullgraph=True), or fn itself once compiling it has failed (logged once)."""
     if name in _FAILED:
         return fn
-    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILES)
+    setattr(torch._dynamo.config, _LIMIT, max(getattr(torch._dynamo.config, _LIMIT), RECOMPILES))
     mode = os.environ.get("SJDVP_COMPILE_MODE") or None
     try:
         fast = torch.compile(fn, fullgraph=True, mode=mode)

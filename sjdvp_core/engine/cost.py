@@ -10,6 +10,7 @@ Latency speed-up = step compression x t(1) / t(k). On a CPU t(k) grows from k = 
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -148,11 +149,12 @@ def forget_cached(key: dict) -> None:
 def save_cached(key: dict, value) -> None:
     """value: anything with to_json (the pass cost, auto's acceptance profile)."""
     path = cache_path(key)
+    tmp = f"{path}.{os.getpid()}.tmp"
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.tmp"
         with open(tmp, "w") as f:
             json.dump({"key": key, "value": value.to_json()}, f, indent=1)
         os.replace(tmp, path)
-    except OSError:
-        pass   # a read-only home: measured again next time
+    except OSError:    # a read-only home or a full disk: measured again next time
+        with contextlib.suppress(OSError):
+            os.remove(tmp)

@@ -95,6 +95,9 @@ class JacobiDecoder:
 
     def begin(self, first_logits: Tensor) -> Loop:
         """The first token of every image (from the prefill's logits) and the first window of drafts."""
+        if bool(first_logits.isnan().any()):   # a NaN target draws token 0 everywhere: a flat image, no error
+            raise ValueError(f"{self.adapter.family}: the model's logits are NaN, its activations overflow at this "
+                             "precision (fp16 does on some models): load it in bf16 or fp32")
         B, W, dev, L = self.B, self.W, self.device, self.local.length
         canvas = torch.zeros(B, L + W + 1, dtype=torch.long, device=dev)
         at_zero = torch.zeros(B, 1, dtype=torch.long, device=dev)

@@ -44,7 +44,8 @@ def load_model(path: str, device="cpu", precision: str = "auto", compute: str | 
     "offload" what does not fit `device` to CPU memory, or an explicit device map (models.placement; auto's
     precision is then the compute dtype: the placement makes it fit); offload_dir: for a map's "disk" entries."""
     device = torch.device(device)
-    dtype = resolve_dtype(precision, device) if compute is None or precision in DTYPES else DTYPES[compute]
+    dtype = resolve_dtype(precision, device)      # (an unknown precision is refused there, whatever compute says)
+    dtype = dtype if compute is None or precision in DTYPES else DTYPES[compute]
     if placement is not None:
         return _placed(path, device, precision, NAMES[dtype], placement, offload_dir, options)
     stored = os.path.isdir(path) and stored_quantisation(path)

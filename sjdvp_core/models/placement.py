@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from .optional import require
+from .quantize import holds_bitsandbytes
 
 PLACEMENTS = ("split", "offload")
 
@@ -83,10 +84,15 @@ def place(adapter, mapping: dict, device: torch.device, offload_dir: str | None 
     accelerate = accelerate_module()
     if "disk" in mapping.values() and offload_dir is None:
         raise ValueError("a device map with 'disk' entries needs offload_dir, a folder for the offloaded weights")
-    names = {name for name, _ in adapter.module.named_modules()}
-    unknown = sorted(set(mapping) - names - {""})
+    modules = dict(adapter.module.named_modules())
+    unknown = sorted(set(mapping) - set(modules))
     if unknown:
         raise ValueError(f"the device map names modules this model does not have: {', '.join(unknown[:4])}")
+    offloaded = [modules[name] for name, where in mapping.items() if where in ("cpu", "disk")]
+    if any(holds_bitsandbytes(m) for m in offloaded):     # accelerate cannot move their quantisation state out
+        raise ValueError("NF4 (bitsandbytes) layers cannot be offloaded: to offload the model, load it in int8, "
+                         "bf16 or fp16 (a release stored 4-bit cannot be offloaded); or keep NF4 on one device, in "
+                         "about a quarter of bf16's memory")
     accelerate.dispatch_model(adapter.module, mapping, main_device=device, offload_dir=offload_dir,
                               force_hooks=True)
     adapter.device_map = dict(mapping)

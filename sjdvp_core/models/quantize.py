@@ -40,14 +40,17 @@ NF4_BLOCK = 64
 
 
 class Int8Linear(nn.Module):
-    """A linear layer with int8 weights [out, in] and one scale per output channel (in the compute dtype)."""
+    """A linear layer with int8 weights [out, in] and one scale per output channel (in the compute dtype). Both
+    are frozen parameters, not buffers: a device map offloads a block's parameters, and accelerate keeps its
+    buffers on the GPU unless told to offload every buffer."""
 
     def __init__(self, weight: Tensor, bias: Tensor | None, dtype: torch.dtype):
         super().__init__()
         w = weight.detach().float()
         scales = w.abs().amax(1).clamp(min=1e-8) / 127
-        self.register_buffer("weight", torch.round(w / scales[:, None]).clamp(-127, 127).to(torch.int8))
-        self.register_buffer("scales", scales.to(dtype))
+        self.weight = nn.Parameter(torch.round(w / scales[:, None]).clamp(-127, 127).to(torch.int8),
+                                   requires_grad=False)
+        self.scales = nn.Parameter(scales.to(dtype), requires_grad=False)
         self.bias = None if bias is None else nn.Parameter(bias.detach().to(dtype), requires_grad=False)
         self.in_features, self.out_features = weight.shape[1], weight.shape[0]
 
@@ -127,7 +130,12 @@ def adopt_stored(model: nn.Module, compute_dtype: torch.dtype) -> None:
 
 def is_quantised(module: nn.Module) -> bool:
     """module holds quantised layers (int8 here, or bitsandbytes', swapped here or loaded pre-quantised)."""
-    return any(isinstance(m, Int8Linear) or _from_bitsandbytes(m) for m in module.modules())
+    return any(isinstance(m, Int8Linear) for m in module.modules()) or holds_bitsandbytes(module)
+
+
+def holds_bitsandbytes(module: nn.Module) -> bool:
+    """module holds bitsandbytes' layers (NF4 swapped here, or a release stored quantised)."""
+    return any(_from_bitsandbytes(m) for m in module.modules())
 
 
 def _from_bitsandbytes(module: nn.Module) -> bool:

@@ -120,14 +120,13 @@ class GlmImageAdapter(SizeChoice, HFAdapter):
     def prompt_ids(self, conditions: Sequence, negatives: Sequence | None, cfg: bool) -> list[list[int]]:
         """Each condition's ids, an edit's source images as their tokens (computed by the model's vision encoder
         and VQ, as upstream's forward does, and kept for the DiT)."""
-        if cfg:
-            raise ValueError("GLM-Image's token stage has no classifier-free guidance (upstream samples one row): "
-                             "set cfg to 1")
+        _one_row(negatives, cfg)
         return [self._with_sources(c, self._encode(c)) for c in conditions]
 
     def prompt_length(self, conditions, negatives, cfg: bool) -> int | None:
         """Counted from the processor's ids alone (no vision encoder: a memory estimate runs before the model is
         on its device)."""
+        _one_row(negatives, cfg)
         return None if conditions is None else max(len(self._encode(c).ids) for c in conditions)
 
     def _encode(self, condition) -> Encoded:
@@ -294,6 +293,15 @@ def prompt_rope(tokens: list[int], grids: Sequence[tuple[int, int]], start: int,
         parts.append(torch.full((3, 1), p))
         p, i = p + 1, i + 1
     return torch.cat(parts, 1), p
+
+
+def _one_row(negatives: Sequence | None, cfg: bool) -> None:
+    """GLM-Image's token stage samples one row, as upstream does: no guidance branch, so no negative prompt."""
+    if cfg:
+        raise ValueError("GLM-Image's token stage has no classifier-free guidance (upstream samples one row): "
+                         "set cfg to 1")
+    if negatives is not None:
+        raise ValueError("GLM-Image's token stage has no guidance branch, so no negative prompt: leave it empty")
 
 
 def _edits(conditions: Sequence) -> bool:

@@ -224,12 +224,13 @@ class LlamaGenAdapter(ModelAdapter):
     def _class_ids(self, conditions: Sequence[Any], negatives) -> list[int] | None:
         """A class-to-image model's class ids for the conditions (None: a text-to-image model), or the error
         that says what to give instead."""
+        if negatives is not None:
+            raise ValueError("LlamaGen models have no negative prompt (their guidance branch is a learned empty "
+                             "condition); leave it empty")
         if self.config.model_type != "c2i":
             if self.text_encoder is None:
                 raise ValueError("this LlamaGen text-to-image model needs its FLAN-T5-XL text encoder folder")
             return None
-        if negatives is not None:
-            raise ValueError("LlamaGen class-to-image models have no negative prompt; leave it empty")
         return [self.class_id(x) for x in conditions]
 
     def _prefix(self, conditions: Sequence[Any], negatives, cfg: bool) -> tuple[Tensor, Tensor | None]:
