@@ -15,7 +15,7 @@ from sjdvp_core.engine.calibration import auto_plans, cost_key, profile_key
 from sjdvp_core.engine.cost import PassCost, load_cached, save_cached
 from sjdvp_core.engine.settings import TreeSettings, method_settings
 from sjdvp_core.models.loading import load_model
-from sjdvp_core.models.placement import offload_map, place
+from sjdvp_core.models.placement import device_map, offload_map, place
 from tests.helpers.tiny_lumina import write_lumina
 
 MODELS = {
@@ -90,6 +90,15 @@ def test_int8_blocks_offload_and_nf4_ones_are_refused(tmp_path):
     nf4 = load_model("demo", precision="nf4")
     with pytest.raises(ValueError, match="NF4 .* cannot be offloaded: to offload the model, load it in int8"):
         place(nf4, offload_map(nf4, [1], "disk"), torch.device("cpu"), str(tmp_path / "nf4"))
+
+
+def test_offload_that_would_spill_to_disk_says_what_to_do():
+    """The offload placement fills the GPU, then CPU memory; a model that fits neither would need disk, which the
+    loader node cannot name a folder for: refused with what to do (memory given, so no GPU is needed)."""
+    demo, gpu = load_model("demo"), torch.device("cuda:0")
+    assert set(device_map(demo, "offload", gpu, 0, memory={0: 4 * 2**20, "cpu": 2**40}).values()) == {0, "cpu"}
+    with pytest.raises(ValueError, match="does not fit cuda:0 and CPU memory together: load it in int8"):
+        device_map(demo, "offload", gpu, 0, memory={0: 4 * 2**20, "cpu": 2 * 2**20})
 
 
 def test_bad_placements_say_what_to_do(monkeypatch):

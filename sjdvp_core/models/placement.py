@@ -70,7 +70,12 @@ def device_map(adapter, placement: str, device: torch.device, reserve: int, memo
     no_split = no_split_classes(adapter)
     if placement == "split":
         memory = get_balanced_memory(adapter.module, memory, no_split_module_classes=no_split)
-    return accelerate.infer_auto_device_map(adapter.module, max_memory=memory, no_split_module_classes=no_split)
+    mapping = accelerate.infer_auto_device_map(adapter.module, max_memory=memory, no_split_module_classes=no_split)
+    if "disk" in mapping.values():     # (placing it would ask for an offload folder, which no node offers)
+        raise ValueError(f"{adapter.family} does not fit {device} and CPU memory together: load it in int8 (which "
+                         "offloads too) or free memory; a device map with 'disk' entries and offload_dir streams it "
+                         "from disk (sjdvp_core.models.placement)")
+    return mapping
 
 
 def no_split_classes(adapter) -> list[str]:
