@@ -95,8 +95,8 @@ class SpeculativeDecode(io.ComfyNode):
                              tooltip="Image height in pixels; see width."),
                 io.Combo.Input("sampling", options=list(SAMPLING_SOURCES), default=MODEL_DEFAULTS, optional=True,
                                tooltip="model defaults: the loaded family's recommended cfg, temperature, top-k "
-                                       "and top-p (e.g. Lumina-mGPT cfg 4, top-k 2000; the report lists them), "
-                                       "and the four widgets above are ignored. custom: those widgets."),
+                                       "and top-p (e.g. Lumina-mGPT cfg 4, top-k 2000; the pack's docs/library.md "
+                                       "lists them), and the four widgets above are ignored. custom: those widgets."),
                 io.Boolean.Input("compile", default=RUN.compile, optional=True,
                                  tooltip="Run the engine's own step (verification, drafting) through "
                                          "torch.compile: the first run of each setting compiles (seconds), "

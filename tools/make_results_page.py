@@ -38,9 +38,10 @@ def page() -> str:
     return (
         "# Results\n\n"
         "<!-- written by python tools/make_results_page.py from benchmarks/results: edit those, not this -->\n"
-        "Measured on the built-in demo model on a 2-core CPU; every GPU figure is modelled (the demo's step counts "
-        "priced by the roofline in `sjdvp_core/datasheet.py`, see [speed.md](speed.md)), none measured on a GPU "
-        "yet. Each table says the command that made it.\n\n"
+        "Measured on the built-in demo model on a 2-core CPU; the GPU figures are modelled (the demo's step counts "
+        "priced by the roofline in `sjdvp_core/datasheet.py`, see [speed.md](speed.md)) except those of "
+        "[gpu_check.md](../benchmarks/results/gpu_check.md), one run on an H200. Each table says the command that "
+        "made it.\n\n"
         "## The picture above\n\n"
         f"{demoted(read('readme_picture.md')).split(chr(10), 1)[1].strip()}\n\n"
         "## Latency: every method, this CPU measured, GPUs modelled\n\n"

@@ -1,18 +1,18 @@
-"""Download a catalogue entry (sjdvp_core.catalogue) from the Hugging Face Hub into a models folder,
+"""Download a catalogue entry (sjdvp_core.hub.catalogue) from the Hugging Face Hub into a models folder,
 resumably and verified, with huggingface_hub's client (endpoint, token, errors, file listing).
 
     python -m sjdvp_core.download --list
     python -m sjdvp_core.download Janus-Pro-1B --dir ComfyUI/models/sjdvp
 
-How a folder is never taken for a complete model: a marker file (INCOMPLETE) is written into the entry's
-folder before anything else and removed only after every file is in place and verified; the registry
-does not list, and the loader refuses, a folder that carries it. How a download resumes: each file is
-fetched into `<file>.part` with HTTP range requests (kept when the run stops: interrupt, lost
-connection, closed app), files already verified are recorded in the marker and skipped, and a dropped
-connection is resumed a few times within the run. How files are verified: size, then the Hub's sha256
-(LFS files) or git blob hash (small files), and any MD5 the catalogue pins; a mismatch deletes the part
-and says so. Progress and interrupts reach the caller through `progress(done_bytes, total_bytes)`, which
-may raise to stop (the part files stay for the next run).
+How a folder is never taken for a complete model: a marker file (models.folders.INCOMPLETE,
+.sjdvp-download.json) is written into the entry's folder before anything else and removed only after every
+file is in place and verified; the registry does not list, and the loader refuses, a folder that carries
+it. How a download resumes: each file is fetched into `<file>.part` with HTTP range requests (kept when the
+run stops: interrupt, lost connection, closed app), files already verified are recorded in the marker and
+skipped, and a dropped connection is resumed a few times within the run. How files are verified: size, then
+the Hub's sha256 (LFS files) or git blob hash (small files), and any MD5 the catalogue pins; a mismatch
+deletes the part and says so. Progress and interrupts reach the caller through
+`progress(done_bytes, total_bytes)`, which may raise to stop (the part files stay for the next run).
 """
 from __future__ import annotations
 
