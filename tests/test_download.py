@@ -119,6 +119,7 @@ def test_download_refuses_without_the_disk_space_and_counts_what_is_there(hub, t
     assert not [r for r in hub.requests if r[0] == "GET" and "/resolve/" in r[1]]      # nothing fetched
     folder = tmp_path / "llamagen-c2i"
     assert f"({total:,} bytes) more" in str(err.value) and f"({total - 1:,} bytes) is free" in str(err.value)
+    folder.mkdir()                                         # (nothing was fetched: the folder went with the marker)
     (folder / "vq_ds16_c2i.pt.part").write_bytes(files["vq_ds16_c2i.pt"][:1000])     # a download that stopped
     monkeypatch.setattr(dl.shutil, "disk_usage", lambda path: usage(10 ** 12, 0, total - 1000))
     assert download(ENTRY, str(tmp_path)).endswith("c2i_B_256.pt")
@@ -187,6 +188,12 @@ def test_download_gated_missing_offline_and_unreachable_say_what_to_do(hub, tmp_
     nobody = "http://127.0.0.1:1"                                              # nothing listens there
     with pytest.raises(DownloadError, match=f"cannot reach {nobody} .*resumes"):
         download(ENTRY, str(tmp_path), endpoint=nobody)
+    janus = catalogue.BY_NAME["Janus-Pro-1B"]                 # a folder model: a failed first try leaves no folder,
+    for _ in range(2):                                      # which would pass for the complete model next time
+        with pytest.raises(DownloadError, match="was not found"):
+            download(janus, str(tmp_path))
+    assert not (tmp_path / janus.folder).exists() and not (tmp_path / "llamagen-c2i").exists()
+    (tmp_path / "llamagen-c2i").mkdir()
     for name, data in tiny_llamagen.items():             # what the messages say: the files, put there by hand
         (tmp_path / "llamagen-c2i" / name).write_bytes(data)
     assert list_models([str(tmp_path)]) == ["demo", "llamagen-c2i"]

@@ -276,6 +276,7 @@ def download(entry: Entry | str, root: str, progress: Progress | None = None, en
     if os.path.exists(path) and not incomplete(folder):
         return path
     endpoint = _endpoint(endpoint)
+    created = not os.path.isdir(folder)
     os.makedirs(folder, exist_ok=True)
     fresh = not incomplete(folder)
     state = _State(folder, entry)                     # the marker: written before any file
@@ -284,6 +285,8 @@ def download(entry: Entry | str, root: str, progress: Progress | None = None, en
     except DownloadError:
         if fresh and not state.data["done"]:   # nothing fetched: unmarked, so files the message says to put there load
             os.remove(state.path)
+            if created and not os.listdir(folder):   # nor left empty, where a folder model would pass for complete
+                os.rmdir(folder)
         raise
     if not os.path.exists(path):
         raise DownloadError(f"{entry.name}: downloaded, but {path} is not among its files; update sjdvp")
