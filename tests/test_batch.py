@@ -39,8 +39,9 @@ def test_prompts_seeds_and_jobs(tmp_path):
     assert read_prompts(prompt_file(tmp_path)) == [(p, None) for p in PROMPTS]
     assert read_prompts(prompt_file(tmp_path, jsonl=True)) == [(p, None) for p in PROMPTS]
     assert parse_seeds(["0-2", "7"]) == [0, 1, 2, 7]
-    with pytest.raises(ValueError, match="ranges like 0-99"):
-        parse_seeds(["x"])
+    for bad in ("x", "5-2", "0-"):
+        with pytest.raises(ValueError, match="ranges like 0-99"):
+            parse_seeds([bad])
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"prompt": "a"}\n{"text": "b"}\n')
     with pytest.raises(ValueError, match="bad.jsonl:2"):
@@ -70,6 +71,12 @@ def test_one_process_writes_every_image_once_and_a_rerun_does_nothing(tmp_path):
     other.write_text("a purple diamond on night\n")
     with pytest.raises(ValueError, match="another run's images"):      # other prompts into the same folder
         run(str(other), ["0"], ["ar"], out, window="8", device="cpu")
+    # other settings, or other seeds, would add images made otherwise, or replace images.jsonl's index of them
+    with pytest.raises(ValueError, match="made with other top_k, window: give a new --out"):
+        run(prompt_file(tmp_path, jsonl=True), ["0", "1"], ["ar", "sjd-vp"], out, window="16", top_k=5, device="cpu")
+    with pytest.raises(ValueError, match="made with other jobs"):
+        run(prompt_file(tmp_path, jsonl=True), ["2"], ["ar", "sjd-vp"], out, window="8", device="cpu")
+    assert len(finished(out)) == 12 and len(open(os.path.join(out, "images.jsonl")).readlines()) == 12
 
 
 def test_torchrun_two_processes_share_the_jobs_and_a_killed_run_resumes(tmp_path):

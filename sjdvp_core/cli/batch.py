@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import glob
+import hashlib
 import json
 import os
 import time
@@ -75,9 +76,9 @@ def parse_seeds(items: list[str]) -> list[int]:
     """'0 1 5' or ranges '0-99' (inclusive)."""
     seeds = []
     for item in items:
-        first, _, last = item.partition("-")
-        if not first.isdigit() or (last and not last.isdigit()):
-            raise ValueError(f"--seeds {item!r}: give numbers or ranges like 0-99")
+        first, dash, last = item.partition("-")
+        if not first.isdigit() or (dash and not last.isdigit()) or (last and int(last) < int(first)):
+            raise ValueError(f"--seeds {item!r}: give numbers or ranges like 0-99 (first to last)")
         seeds += list(range(int(first), int(last or first) + 1))
     return seeds
 
@@ -85,6 +86,26 @@ def parse_seeds(items: list[str]) -> list[int]:
 def jobs(prompts: list[tuple[str, str | None]], seeds: list[int], methods: list[str]) -> list[Job]:
     combos = [(p, n, s, m) for p, n in prompts for s in seeds for m in methods]
     return [Job(i, p, n, s, m) for i, (p, n, s, m) in enumerate(combos)]
+
+
+def claim(out: str, made_by: dict) -> None:
+    """<out>/run.json: what makes this run's images (the model, every setting, the jobs). A run resumed into out
+    must match it: another model or setting would add images made otherwise beside the first ones, and another job
+    list would replace images.jsonl's index of them. -> a ValueError naming what differs."""
+    made_by = json.loads(json.dumps(made_by))          # as it reads back (tuples as lists)
+    path = os.path.join(out, "run.json")
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            first = json.load(f)
+        changed = sorted(k for k in made_by.keys() | first.keys() if made_by.get(k) != first.get(k))
+        if changed:
+            raise ValueError(f"{out} holds another run's images, made with other {', '.join(changed)}: give a new "
+                             "--out, or the same arguments to resume that run")
+        return
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(made_by, f, indent=1)
+    os.replace(tmp, path)
 
 
 def records(out: str) -> dict[str, dict]:
@@ -140,6 +161,11 @@ def run(prompts: str, seeds: list[str], methods: list[str], out: str, model: str
     rank, world, local = ranks()
     all_jobs = jobs(read_prompts(prompts), parse_seeds(seeds), methods)
     os.makedirs(out, exist_ok=True)
+    listed = json.dumps([(j.prompt, j.negative, j.seed, j.method) for j in all_jobs]).encode()
+    claim(out, dict(model=model, precision=precision, window=window, cfg=cfg, top_k=top_k, top_p=top_p,
+                    temperature=temperature, width=width, height=height, tree=(tree_width, tree_depth, tree_branch),
+                    coupled=coupled, auto_tree=auto_tree, compile=compile, init=init,
+                    jobs=hashlib.sha256(listed).hexdigest()))
     done = finished(out, all_jobs)
     distributed = world > 1
     if distributed:
