@@ -45,9 +45,14 @@ def test_cli_a_wrong_size_is_one_line_and_exit_2(lumina2, tmp_path):
     (["--model", "{tmp}"], "no model family recognised here"),
     (["--window", "wide"], "give 'auto', 'auto:N' or a number N"),
     (["--repeats", "0"], "time each method at least once"),
-], ids=["size", "fixed-size-family", "folder", "window", "repeats"])
+    (["--model", "{tmp}/nothing"], "nothing: not found. Put a model folder there"),
+    (["--device", "gpu"], "device='gpu' is not a device"),
+    (["--device", "cuda:9"], "cuda device(s); give cpu or another device"),
+    (["--out", "{tmp}/a-file/out"], "a-file"),
+], ids=["size", "fixed-size-family", "folder", "window", "repeats", "no-path", "device", "no-cuda", "out"])
 def test_cli_generate_mistakes(lumina2, tmp_path, capsys, args, message):
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    (tmp_path / "a-file").write_text("a file where --out wants a folder")
     assert generate(["--model", lumina2, "--methods", "ar", "--out", str(tmp_path / "out"), *args]) == 2
     assert message in one_line(capsys, "python -m sjdvp_core")
 
@@ -65,6 +70,12 @@ def test_cli_writes_images_at_the_models_own_size(lumina2, tmp_path):
     assert generate(["--methods", "ar", "--repeats", "1", "--out", str(out)]) == 0
     demo = Image.open(out / "ar_seed0.png")
     assert demo.size == (256, 256) and demo.info["Comment"] == "generated at 64x64 px, enlarged 4x (nearest)"
+
+
+def test_cli_a_missing_optional_package_is_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "bitsandbytes", None)       # import bitsandbytes -> ImportError
+    assert generate(["--precision", "nf4", "--methods", "ar", "--out", str(tmp_path)]) == 2
+    assert "pip install bitsandbytes" in one_line(capsys, "python -m sjdvp_core")
 
 
 def test_cli_batch_mistakes(tmp_path, capsys):

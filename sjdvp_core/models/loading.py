@@ -30,6 +30,19 @@ def resolve_dtype(precision: str, device: torch.device) -> torch.dtype:
     return torch.float32
 
 
+def usable_device(device) -> torch.device:
+    """torch.device(device), or a ValueError where it names no device or one this machine's torch cannot reach."""
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(f"device={device!r} is not a device ({e}); give cpu, cuda, cuda:N or mps") from e
+    count = {"cuda": torch.cuda.device_count, "mps": lambda: int(torch.backends.mps.is_available())}.get(device.type)
+    if count is not None and (device.index or 0) >= count():
+        raise ValueError(f"device {device}: this torch ({torch.__version__}) sees {count()} {device.type} device(s); "
+                         "give cpu or another device")
+    return device
+
+
 def load_model(path: str, device="cpu", precision: str = "auto", compute: str | None = None,
                memory: int | None = None, placement: str | dict | None = None, offload_dir: str | None = None,
                **options):
@@ -43,7 +56,7 @@ def load_model(path: str, device="cpu", precision: str = "auto", compute: str | 
     image_area in pixels; Lumina-mGPT: width, height, trained). placement: "split" over the CUDA devices,
     "offload" what does not fit `device` to CPU memory, or an explicit device map (models.placement; auto's
     precision is then the compute dtype: the placement makes it fit); offload_dir: for a map's "disk" entries."""
-    device = torch.device(device)
+    device = usable_device(device)
     dtype = resolve_dtype(precision, device)      # (an unknown precision is refused there, whatever compute says)
     dtype = dtype if compute is None or precision in DTYPES else DTYPES[compute]
     if placement is not None:
