@@ -106,3 +106,16 @@ def test_unreadable_json_is_a_problem(tmp_path, bad):
     problems, text = run(folder, run_forward=False)
     assert f"PROBLEM  {bad}" in text and problems >= 1
     shutil.rmtree(folder)
+
+
+def test_a_broken_link_and_an_index_without_a_weight_map_are_problems(tmp_path):
+    """What a moved Hugging Face cache leaves (a link to nothing), and an index that names no shards: each a line
+    of the report, not a crash of the command that exists to find them."""
+    folder = write_lumina(str(tmp_path / "Lumina-mGPT-tiny-64"))
+    os.remove(os.path.join(folder, "model-00002-of-00002.safetensors"))
+    os.symlink(str(tmp_path / "gone.safetensors"), os.path.join(folder, "model-00002-of-00002.safetensors"))
+    with open(os.path.join(folder, "model.safetensors.index.json"), "w") as f:
+        f.write('{"metadata": {}}')
+    problems, text = run(folder, run_forward=False)
+    assert "PROBLEM  model-00002-of-00002.safetensors: a link to" in text and "which is missing" in text
+    assert "PROBLEM  model.safetensors.index.json" in text and "KeyError" in text and problems >= 2

@@ -68,18 +68,27 @@ def files(rep: Report, path: str) -> None:
         listing = sorted(os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs
                          if os.path.relpath(d, path).count(os.sep) < 2)
     for p in listing:
-        name, size = os.path.relpath(p, path) if p != path else os.path.basename(p), os.path.getsize(p)
+        name = os.path.relpath(p, path) if p != path else os.path.basename(p)
+        if not os.path.exists(p):    # a link whose target is gone (a Hugging Face cache folder's, moved)
+            rep.problem(name, f"a link to {os.path.realpath(p)}, which is missing; re-download it")
+            continue
+        size = os.path.getsize(p)
         try:
             detail = _open(p)
+            shards = _shards(p) if name.endswith(".index.json") else []
         except Exception as e:  # whatever the file is, the user needs to know it is not readable
             rep.problem(name, f"{size / GiB:.2f} GiB, cannot be read ({type(e).__name__}: {e}); re-download it")
             continue
         rep.ok(name, f"{size / GiB:.2f} GiB" + (f", {detail}" if detail else ""))
-        if name.endswith(".index.json"):
-            folder = os.path.dirname(p)
-            for shard in sorted(set(json.load(open(p, encoding="utf-8"))["weight_map"].values())):
-                if not os.path.isfile(os.path.join(folder, shard)):
-                    rep.problem(shard, f"listed in {name} but missing; download it")
+        for shard in shards:
+            if not os.path.isfile(os.path.join(os.path.dirname(p), shard)):
+                rep.problem(shard, f"listed in {name} but missing; download it")
+
+
+def _shards(index: str) -> list[str]:
+    """The shard files a weights index names (a KeyError where it has no weight_map: not an index)."""
+    with open(index, encoding="utf-8") as f:
+        return sorted(set(json.load(f)["weight_map"].values()))
 
 
 def _open(path: str) -> str:

@@ -50,8 +50,11 @@ def check_folder(folder: str, repo: str, files: Sequence[str] = ("config.json", 
     missing = [f for f in files if not os.path.isfile(os.path.join(folder, f))]
     index = os.path.join(folder, INDEX)
     if os.path.isfile(index):
-        shards = sorted(set(read_json(index)["weight_map"].values()))
-        missing += [s for s in shards if not os.path.isfile(os.path.join(folder, s))]
+        weight_map = read_json(index).get("weight_map")
+        if not isinstance(weight_map, dict):
+            raise CheckpointError(f"{index}: a weights index without its weight_map; download it again from the "
+                                  f"Hugging Face repository {repo}")
+        missing += [s for s in sorted(set(weight_map.values())) if not os.path.isfile(os.path.join(folder, s))]
     elif not os.path.isfile(os.path.join(folder, "model.safetensors")):
         missing.append(f"the weights (model.safetensors, or {INDEX} and its model-*-of-*.safetensors shards)")
     if missing:
