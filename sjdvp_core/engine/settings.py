@@ -49,6 +49,7 @@ class SamplingSettings:
         _check_int("top_k", self.top_k, 0)
         _check_real("top_p", self.top_p)
         _check(0 < self.top_p <= 1, "top_p", self.top_p, "in (0, 1]")
+        _check(isinstance(self.greedy, bool), "greedy", self.greedy, "True or False")
 
     @property
     def uses_cfg(self) -> bool:
@@ -127,6 +128,7 @@ class VPSettings:
                self.strength, "a finite number or 'auto'")
         _check_real("vp_max_score", self.max_score)
         _check(self.max_score > 0, "vp_max_score", self.max_score, "> 0")
+        _check(isinstance(self.lossless, bool), "vp_lossless", self.lossless, "True or False")
 
     @property
     def auto(self) -> bool:
