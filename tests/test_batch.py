@@ -46,6 +46,11 @@ def test_prompts_seeds_and_jobs(tmp_path):
     bad.write_text('{"prompt": "a"}\n{"text": "b"}\n')
     with pytest.raises(ValueError, match="bad.jsonl:2"):
         read_prompts(str(bad))
+    bad.write_text('{"prompt": "a", "negative": ""}\n{"prompt": null}\n')      # null would be drawn as "None"
+    with pytest.raises(ValueError, match="bad.jsonl:2: \"prompt\" .* must be text"):
+        read_prompts(str(bad))
+    bad.write_text('{"prompt": "a", "negative": ""}\n')
+    assert read_prompts(str(bad)) == [("a", None)]                               # an empty negative is none
     listed = jobs(read_prompts(prompt_file(tmp_path)), [0, 1], ["ar", "sjd-vp"])
     assert len(listed) == 12 and len({j.name for j in listed}) == 12
 
@@ -77,6 +82,27 @@ def test_one_process_writes_every_image_once_and_a_rerun_does_nothing(tmp_path):
     with pytest.raises(ValueError, match="made with other jobs"):
         run(prompt_file(tmp_path, jsonl=True), ["2"], ["ar", "sjd-vp"], out, window="8", device="cpu")
     assert len(finished(out)) == 12 and len(open(os.path.join(out, "images.jsonl")).readlines()) == 12
+
+
+def test_a_bad_prompt_is_told_before_the_first_image_and_ctrl_c_keeps_the_index(tmp_path, monkeypatch, capsys):
+    import sjdvp_core.cli.batch as batch
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("a red circle on grass\na cat\n")
+    with pytest.raises(ValueError, match="prompt 'a cat': .*one shape"):
+        run(str(prompts), ["0"], ["ar"], str(tmp_path / "bad"), window="8", device="cpu")
+    assert not [f for f in os.listdir(tmp_path / "bad") if f.endswith(".png")]
+    decode, calls = batch.decode, []
+
+    def interrupted(*args, **kwargs):           # Ctrl-C during the second image
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return decode(*args, **kwargs)
+    monkeypatch.setattr(batch, "decode", interrupted)
+    out = tmp_path / "stopped"
+    assert batch.main(["--prompts", prompt_file(tmp_path), "--seeds", "0", "--methods", "ar", "--window", "8",
+                       "--device", "cpu", "--out", str(out)]) == 130
+    assert "interrupted;" in capsys.readouterr().err and len(finished(out)) == 1
 
 
 def test_torchrun_two_processes_share_the_jobs_and_a_killed_run_resumes(tmp_path):

@@ -21,6 +21,7 @@ import glob
 import hashlib
 import json
 import os
+import sys
 import time
 from dataclasses import dataclass
 
@@ -62,9 +63,12 @@ def read_prompts(path: str) -> list[tuple[str, str | None]]:
             if path.endswith(".jsonl"):
                 try:
                     item = json.loads(line)
-                    out.append((str(item["prompt"]), item.get("negative")))
+                    prompt, negative = item["prompt"], item.get("negative") or None
                 except (ValueError, KeyError, TypeError) as e:
                     raise ValueError(f"{path}:{n}: not a JSON object with a \"prompt\" ({e})") from e
+                if not isinstance(prompt, str) or not isinstance(negative, (str, type(None))):
+                    raise ValueError(f"{path}:{n}: \"prompt\" (and \"negative\", if given) must be text")
+                out.append((prompt, negative))
             else:
                 out.append((line, None))
     if not out:
@@ -178,11 +182,17 @@ def run(prompts: str, seeds: list[str], methods: list[str], out: str, model: str
         for tmp in glob.glob(os.path.join(out, f".{job.name}.png.*.tmp.png")):
             os.remove(tmp)
     written = 0
-    if mine:
-        written = _decode_jobs(mine, out, rank, world, model, precision, device, window, width, height,
-                               dict(cfg=cfg, top_k=top_k, top_p=top_p, temperature=temperature),
-                               TreeSettings(width=tree_width, depth=tree_depth, branch=tree_branch), coupled,
-                               placement, auto_tree, compile, init)
+    try:
+        if mine:
+            written = _decode_jobs(mine, out, rank, world, model, precision, device, window, width, height,
+                                   dict(cfg=cfg, top_k=top_k, top_p=top_p, temperature=temperature),
+                                   TreeSettings(width=tree_width, depth=tree_depth, branch=tree_branch), coupled,
+                                   placement, auto_tree, compile, init)
+    except KeyboardInterrupt:
+        if rank == 0:     # what was finished is indexed, and the same command resumes
+            print(f"{PROG}: interrupted; {out}/images.jsonl: {merge(out, all_jobs)} of {len(all_jobs)} images. "
+                  "Run the same command again to resume", file=sys.stderr)
+        raise
     if distributed:
         dist.barrier()
     if rank == 0:
@@ -201,6 +211,11 @@ def _decode_jobs(mine: list[Job], out: str, rank: int, world: int, model: str, p
     auto_tree = auto and auto_tree and not tree.on
     adapter = at_size(load_model(model, device=device, precision=precision, placement=placement), width, height)
     sampling = chosen_sampling(adapter, **sampling_args)
+    for prompt, negative in dict.fromkeys((job.prompt, job.negative) for job in mine):   # before the first image
+        try:
+            adapter.prompt_length([prompt], None if negative is None else [negative], sampling.uses_cfg)
+        except ValueError as e:
+            raise ValueError(f"prompt {prompt!r}: {e}") from e
     log = os.path.join(out, f"images.rank{rank}.jsonl")
     _end_cut_line(log)
     bar = tqdm(mine, desc=f"rank {rank}/{world}", position=rank, unit="image", dynamic_ncols=True)
@@ -253,4 +268,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
-    return run_command(PROG, lambda: run(**vars(args)) and 0)
+    try:
+        return run_command(PROG, lambda: run(**vars(args)) and 0)
+    except KeyboardInterrupt:
+        return 130
