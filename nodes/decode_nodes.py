@@ -131,7 +131,7 @@ class SpeculativeDecode(io.ComfyNode):
             SamplingSettings(cfg_scale=cfg, temperature=temperature, top_k=top_k, top_p=top_p)
         drafter, window = method_or_nodes(method, drafter, window)
         settings = decode_settings(drafter, window, chosen, seed % 2**63, batch_size, compile)
-        negatives = negative_prompt.strip() or None   # a stray newline in the box is no negative prompt
+        negatives = negative_prompt if negative_prompt.strip() else None   # a stray newline is no negative prompt
         runtime.prepare(model, decode_bytes(adapter, settings, condition, negatives))
         progress, measuring = runtime.Progress(adapter), runtime.Measuring()
         try:   # what auto chooses by and the report prices by: measured on a first run (its own bar), then cached

@@ -15,7 +15,7 @@ import torch
 from ..sjdvp_core.engine.adapter import ModelAdapter
 from ..sjdvp_core.hub import catalogue
 from ..sjdvp_core.hub.download import download, on_disk
-from ..sjdvp_core.models.loading import load_model
+from ..sjdvp_core.models.loading import PRECISIONS, load_model
 from ..sjdvp_core.models.registry import DEMO, list_models
 
 FOLDER = "sjdvp"
@@ -89,6 +89,8 @@ def load(name: str, precision: str, device: str) -> LoadedModel:
     NF4, and says why (log and report)."""
     if device not in ("auto", "cpu", *PLACED):
         raise ValueError(f"device={device!r}: choose one of {['auto', 'cpu', *PLACED]}")
+    if precision not in PRECISIONS:     # before model_path, which may start a download
+        raise ValueError(f"precision={precision!r}: choose one of {list(PRECISIONS)}")
     load_device = torch.device("cpu") if device == "cpu" else mm.get_torch_device()
     if device in PLACED:       # accelerate puts it on the GPU(s) now; ComfyUI gets patchers it never loads
         adapter = load_model(model_path(name), device=load_device, precision=precision,

@@ -57,6 +57,8 @@ def test_prompts_seeds_and_jobs(tmp_path):
 
 def test_one_process_writes_every_image_once_and_a_rerun_does_nothing(tmp_path):
     out = str(tmp_path / "run")
+    with pytest.raises(FileNotFoundError):      # a typo stops the run before its first image: the folder stays open
+        run(prompt_file(tmp_path, jsonl=True), ["0", "1"], ["ar", "sjd-vp"], out, model=str(tmp_path / "typo"))
     assert run(prompt_file(tmp_path, jsonl=True), ["0", "1"], ["ar", "sjd-vp"], out, window="8", device="cpu") == 12
     records = finished(out)
     assert [r["index"] for r in records] == list(range(12))

@@ -193,6 +193,9 @@ def test_download_gated_missing_offline_and_unreachable_say_what_to_do(hub, tmp_
         with pytest.raises(DownloadError, match="was not found"):
             download(janus, str(tmp_path))
     assert not (tmp_path / janus.folder).exists() and not (tmp_path / "llamagen-c2i").exists()
+    (tmp_path / janus.folder).mkdir()                       # what an older version's failed try left: not the model
+    with pytest.raises(DownloadError, match="was not found"):
+        download(janus, str(tmp_path))
     (tmp_path / "llamagen-c2i").mkdir()
     for name, data in tiny_llamagen.items():             # what the messages say: the files, put there by hand
         (tmp_path / "llamagen-c2i" / name).write_bytes(data)

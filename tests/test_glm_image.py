@@ -251,6 +251,7 @@ def test_edit_dit_draws_from_the_sources(folder, adapter):
         decode(adapter, [batch[0], "a sky"], method_settings("sjd", 4, adapter.default_sampling, batch_size=2))
     with pytest.raises(ValueError, match="at least one image"):
         Edit("make it snow", ())
+    assert len(Edit("make it snow", torch.stack([SOURCE, SOURCE])).images) == 2      # a batch tensor is images too
 
 
 def test_the_catalogue_entry_downloads_the_release_folder(folder, tmp_path, monkeypatch):

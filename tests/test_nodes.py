@@ -345,6 +345,14 @@ def test_quantised_precisions_and_auto_on_a_card_too_small_for_bf16(pack, monkey
     assert is_quantised(small.adapter.module)
 
 
+def test_load_model_validates_only_its_model_itself(pack):
+    """ComfyUI skips its check of an option for every input named in validate_inputs (versions that check V3
+    options): naming only `model` leaves precision and device to it."""
+    import inspect
+    loader = importlib.import_module(f"{stubs.PACKAGE}.nodes.model_nodes").LoadModel
+    assert list(inspect.signature(loader.validate_inputs).parameters) == ["model"]
+
+
 def test_placed_models_are_kept_out_of_comfyuis_memory_manager(pack, tmp_path):
     """The device options that place a model (appended) need CUDA; a placed model decodes without being
     moved: ComfyUI is asked to free the decode's memory on its device, never to load it."""

@@ -63,12 +63,12 @@ def read_prompts(path: str) -> list[tuple[str, str | None]]:
             if path.endswith(".jsonl"):
                 try:
                     item = json.loads(line)
-                    prompt, negative = item["prompt"], item.get("negative") or None
+                    prompt, negative = item["prompt"], item.get("negative")
                 except (ValueError, KeyError, TypeError) as e:
                     raise ValueError(f"{path}:{n}: not a JSON object with a \"prompt\" ({e})") from e
                 if not isinstance(prompt, str) or not isinstance(negative, (str, type(None))):
                     raise ValueError(f"{path}:{n}: \"prompt\" (and \"negative\", if given) must be text")
-                out.append((prompt, negative))
+                out.append((prompt, negative if negative and negative.strip() else None))
             else:
                 out.append((line, None))
     if not out:
@@ -92,19 +92,23 @@ def jobs(prompts: list[tuple[str, str | None]], seeds: list[int], methods: list[
     return [Job(i, p, n, s, m) for i, (p, n, s, m) in enumerate(combos)]
 
 
-def claim(out: str, made_by: dict) -> None:
+def claim(out: str, made_by: dict, has_images: bool) -> None:
     """<out>/run.json: what makes this run's images (the model, every setting, the jobs). A run resumed into out
     must match it: another model or setting would add images made otherwise beside the first ones, and another job
-    list would replace images.jsonl's index of them. -> a ValueError naming what differs."""
+    list would replace images.jsonl's index of them. -> a ValueError naming what differs. A folder without images
+    yet (a run that stopped at a mistake before its first) takes the new arguments."""
     made_by = json.loads(json.dumps(made_by))          # as it reads back (tuples as lists)
     path = os.path.join(out, "run.json")
+    first = None
     if os.path.isfile(path):
         with open(path, encoding="utf-8") as f:
             first = json.load(f)
+    if first is not None and has_images:
         changed = sorted(k for k in made_by.keys() | first.keys() if made_by.get(k) != first.get(k))
         if changed:
             raise ValueError(f"{out} holds another run's images, made with other {', '.join(changed)}: give a new "
                              "--out, or the same arguments to resume that run")
+    if first == made_by:
         return
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "w", encoding="utf-8") as f:
@@ -166,10 +170,11 @@ def run(prompts: str, seeds: list[str], methods: list[str], out: str, model: str
     all_jobs = jobs(read_prompts(prompts), parse_seeds(seeds), methods)
     os.makedirs(out, exist_ok=True)
     listed = json.dumps([(j.prompt, j.negative, j.seed, j.method) for j in all_jobs]).encode()
-    claim(out, dict(model=model, precision=precision, window=window, cfg=cfg, top_k=top_k, top_p=top_p,
-                    temperature=temperature, width=width, height=height, tree=(tree_width, tree_depth, tree_branch),
-                    coupled=coupled, auto_tree=auto_tree, compile=compile, init=init,
-                    jobs=hashlib.sha256(listed).hexdigest()))
+    made_by = dict(model=os.path.realpath(model) if os.path.exists(model) else model, precision=precision,
+                   window=window, cfg=cfg, top_k=top_k, top_p=top_p, temperature=temperature, width=width,
+                   height=height, tree=(tree_width, tree_depth, tree_branch), coupled=coupled, auto_tree=auto_tree,
+                   compile=compile, init=init, jobs=hashlib.sha256(listed).hexdigest())
+    claim(out, made_by, bool(records(out)))
     done = finished(out, all_jobs)
     distributed = world > 1
     if distributed:
@@ -184,8 +189,8 @@ def run(prompts: str, seeds: list[str], methods: list[str], out: str, model: str
     written = 0
     try:
         if mine:
-            written = _decode_jobs(mine, out, rank, world, model, precision, device, window, width, height,
-                                   dict(cfg=cfg, top_k=top_k, top_p=top_p, temperature=temperature),
+            written = _decode_jobs(mine, all_jobs, out, rank, world, model, precision, device, window, width,
+                                   height, dict(cfg=cfg, top_k=top_k, top_p=top_p, temperature=temperature),
                                    TreeSettings(width=tree_width, depth=tree_depth, branch=tree_branch), coupled,
                                    placement, auto_tree, compile, init)
     except KeyboardInterrupt:
@@ -203,15 +208,15 @@ def run(prompts: str, seeds: list[str], methods: list[str], out: str, model: str
     return written
 
 
-def _decode_jobs(mine: list[Job], out: str, rank: int, world: int, model: str, precision: str, device: str,
-                 window: str, width: int, height: int, sampling_args: dict, tree: TreeSettings, coupled: bool,
-                 placement: str | None, auto_tree: bool, compile: bool, init: str) -> int:
+def _decode_jobs(mine: list[Job], all_jobs: list[Job], out: str, rank: int, world: int, model: str, precision: str,
+                 device: str, window: str, width: int, height: int, sampling_args: dict, tree: TreeSettings,
+                 coupled: bool, placement: str | None, auto_tree: bool, compile: bool, init: str) -> int:
     from tqdm import tqdm
     size, auto = window_arg(window)
     auto_tree = auto and auto_tree and not tree.on
     adapter = at_size(load_model(model, device=device, precision=precision, placement=placement), width, height)
     sampling = chosen_sampling(adapter, **sampling_args)
-    for prompt, negative in dict.fromkeys((job.prompt, job.negative) for job in mine):   # before the first image
+    for prompt, negative in dict.fromkeys((j.prompt, j.negative) for j in all_jobs):   # every rank, before its first
         try:
             adapter.prompt_length([prompt], None if negative is None else [negative], sampling.uses_cfg)
         except ValueError as e:

@@ -80,7 +80,7 @@ class Edit:
     images: tuple[Tensor, ...]
 
     def __post_init__(self):
-        if not self.images:
+        if len(self.images) == 0:
             raise ValueError("an Edit needs at least one image; give the text alone to draw from text")
 
 

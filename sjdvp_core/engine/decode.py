@@ -32,8 +32,8 @@ def decode(adapter: ModelAdapter, conditions: Sequence[Any] | Any, settings: Dec
     acceptance_profile; a decode whose passes stray far from the cached cost forgets it, forget_stale_cost);
     the same cost, profile and seed give the same image."""
     if not isinstance(settings, DecodeSettings):
-        raise ValueError(f"settings is a {type(settings).__name__}: give a DecodeSettings (method_settings makes one "
-                         "for a named method)")
+        raise ValueError(f"settings is a {type(settings).__module__}.{type(settings).__name__}: give a "
+                         f"{DecodeSettings.__module__}.DecodeSettings (method_settings makes one for a named method)")
     B = settings.batch_size
     conditions = per_image(conditions, B, "conditions")
     negatives = None if negatives is None else per_image(negatives, B, "negatives")

@@ -20,7 +20,7 @@ import torch
 
 from ..cli.mistakes import run_command
 from ..engine.devices import default_device
-from ..models.loading import PRECISIONS, load_model, resolve_dtype
+from ..models.loading import PRECISIONS, load_model, resolve_dtype, usable_device
 from ..models.registry import detect_family
 
 PROG = "python -m sjdvp_core.check"
@@ -178,8 +178,8 @@ def check(path: str, device: str = "cpu", precision: str = "auto", run_forward: 
     if family != "demo":
         files(rep, path)
     rep.line("loading")
-    dtype = resolve_dtype(precision, torch.device(device))
     try:
+        dtype = resolve_dtype(precision, usable_device(device))
         t = time.perf_counter()
         adapter = load_model(path, device=device, precision=precision, **options)
     except (OSError, ValueError, RuntimeError, ImportError) as e:

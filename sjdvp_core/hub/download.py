@@ -17,6 +17,7 @@ deletes the part and says so. Progress and interrupts reach the caller through
 from __future__ import annotations
 
 import argparse
+import glob
 import hashlib
 import json
 import os
@@ -44,9 +45,14 @@ def on_disk(entry: Entry, roots: list[str]) -> str | None:
     """The entry's full path under the first root that holds it complete, else None."""
     for root in roots:
         path = os.path.join(root, entry.path)
-        if os.path.exists(path) and not incomplete(os.path.join(root, entry.folder)):
+        if _present(path) and not incomplete(os.path.join(root, entry.folder)):
             return path
     return None
+
+
+def _present(path: str) -> bool:
+    """A model file, or a folder with something in it (an empty one is what a failed first try left before)."""
+    return os.path.isfile(path) or (os.path.isdir(path) and bool(os.listdir(path)))
 
 
 @dataclass
@@ -273,7 +279,7 @@ def download(entry: Entry | str, root: str, progress: Progress | None = None, en
         entry = found
     folder = os.path.join(root, entry.folder)
     path = os.path.join(root, entry.path)
-    if os.path.exists(path) and not incomplete(folder):
+    if _present(path) and not incomplete(folder):
         return path
     endpoint = _endpoint(endpoint)
     created = not os.path.isdir(folder)
@@ -283,8 +289,8 @@ def download(entry: Entry | str, root: str, progress: Progress | None = None, en
     try:
         _fetch_all(entry, folder, state, progress or (lambda done, total: None), endpoint, token)
     except DownloadError:
-        if fresh and not state.data["done"]:   # nothing fetched: unmarked, so files the message says to put there load
-            os.remove(state.path)
+        if fresh and not state.data["done"] and not glob.glob(os.path.join(folder, "**", "*.part"), recursive=True):
+            os.remove(state.path)   # nothing fetched: unmarked, so files the message says to put there load
             if created and not os.listdir(folder):   # nor left empty, where a folder model would pass for complete
                 os.rmdir(folder)
         raise

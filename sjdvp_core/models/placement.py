@@ -59,7 +59,11 @@ def device_map(adapter, placement: str, device: torch.device, reserve: int, memo
     if device.type != "cuda":
         raise ValueError(f"placement {placement!r} places a model over CUDA devices; this one is {device}. Load it "
                          "on one device, or give an explicit device map")
-    memory = dict(memory or get_max_memory())
+    if memory is None:     # what is free, and the weights already in CPU memory: the offload keeps them there
+        memory = get_max_memory()
+        memory["cpu"] = memory.get("cpu", 0) + sum(t.nbytes for t in adapter.module.state_dict().values()
+                                                   if t.device.type == "cpu")
+    memory = dict(memory)
     gpus = [k for k in memory if isinstance(k, int)]
     if placement == "offload":
         main = device.index or 0

@@ -38,6 +38,7 @@ from ...engine.adapter import Edit, PixelSettings, TokenLayout
 from ...engine.settings import SamplingSettings
 from ..checkpoint import CheckpointError
 from ..hf_adapter import HFAdapter, SizeChoice, load_pretrained
+from ..optional import MissingPackage
 from ..placement import weights_device
 from . import ENCODER, GRID, PIPELINE, REPO, is_glm_image
 from .dit import GlmImageDiT, Source
@@ -370,7 +371,7 @@ def load_glm_image(folder: str, device="cpu", dtype=torch.float32, width: int | 
     try:
         from transformers import GlmImageForConditionalGeneration
     except ImportError as e:
-        raise ImportError("GLM-Image needs transformers 5.0 or newer: pip install -U transformers") from e
+        raise MissingPackage("GLM-Image needs transformers 5.0 or newer: pip install -U transformers") from e
     if not is_glm_image(folder):
         raise CheckpointError(f"{folder}: no model_index.json naming {PIPELINE}; download every file of {REPO}")
     encoder = os.path.join(folder, ENCODER)

@@ -19,7 +19,7 @@ from torch.nn import functional as F
 
 from ...engine.adapter import PixelSettings
 from ..checkpoint import CheckpointError
-from ..optional import require
+from ..optional import MissingPackage, require
 from ..placement import weights_device
 from . import GRID, REPO
 
@@ -56,7 +56,7 @@ class GlmImageDiT:
         diffusers = require("diffusers", "GLM-Image's pixel stage", "or decode another model")
         GlmImagePipeline = getattr(diffusers, "GlmImagePipeline", None)
         if GlmImagePipeline is None:
-            raise ImportError(f"GLM-Image's pixel stage needs diffusers 0.37 or newer (GlmImagePipeline); this is "
+            raise MissingPackage(f"GLM-Image's pixel stage needs diffusers 0.37 or newer (GlmImagePipeline); this is "
                               f"{diffusers.__version__}: run `pip install -U diffusers` in ComfyUI's Python")
         missing = [p for p in DIT_PARTS if not os.path.isdir(os.path.join(folder, p))]
         if missing:
