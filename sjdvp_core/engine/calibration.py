@@ -14,17 +14,7 @@ import torch
 
 from .adapter import ModelAdapter
 from .auto import MOST_FACTOR, Plan, Profile, candidate_plans, contenders, most_tokens, warmed
-from .cost import (
-    GRID,
-    PassCost,
-    cached,
-    device_name,
-    forget_cached,
-    load_cached,
-    model_fingerprint,
-    model_placement,
-    monotone,
-)
+from .cost import GRID, PassCost, cached, device_name, forget_cached, load_cached, monotone, weights_key
 from .loop import JacobiDecoder, Loop
 from .settings import DecodeSettings
 from .stats import DecodeStats
@@ -149,10 +139,9 @@ CALIBRATION = 6   # how calibrations are measured, or what they measure changed 
 
 def cost_key(adapter: ModelAdapter, settings: DecodeSettings) -> dict:
     """What the pass cost is cached under (the acceptance profile's key starts from it)."""
-    module = adapter.module
-    dtype = next((str(t.dtype) for t in module.parameters()), "none")
-    return {"family": adapter.family, "weights": model_fingerprint(module), "device": device_name(adapter.device),
-            "placement": model_placement(module), "dtype": dtype, "torch": torch.__version__,
+    weights = weights_key(adapter.module)
+    return {"family": adapter.family, "weights": weights["weights"], "device": device_name(adapter.device),
+            "placement": weights["placement"], "dtype": weights["dtype"], "torch": torch.__version__,
             "batch": settings.batch_size, "cfg": settings.sampling.uses_cfg, "method": settings.drafter.name,
             "window": settings.window.size, "length": adapter.layout.length, "compile": settings.compile,
             "calibration": CALIBRATION}

@@ -85,25 +85,20 @@ def device_name(device) -> str:
     return f"{device.type}: {platform.processor() or platform.machine()}, {torch.get_num_threads()} threads"
 
 
-def model_fingerprint(module: torch.nn.Module) -> str:
-    """Which weights these are, cheaply: every parameter's name, shape and dtype, and a few of its values where
-    the module holds them (an offloaded block's are on the meta device between passes, models.placement)."""
-    h = hashlib.sha256()
-    for name, t in _tensors(module):
+def weights_key(module: torch.nn.Module) -> dict:
+    """The weights, for a cache key, in one walk over them: which they are ("weights": every parameter's and
+    buffer's name, shape and dtype, and a few values where the module holds them: an offloaded block's are on the
+    meta device between passes, models.placement), the first parameter's dtype, and where they sit ("placement":
+    the devices holding them, "meta" for offloaded blocks; a pass's cost depends on it, its acceptance does not)."""
+    params = list(module.named_parameters())
+    h, devices = hashlib.sha256(), set()
+    for name, t in params + list(module.named_buffers()):
         h.update(f"{name}{tuple(t.shape)}{t.dtype}".encode())
         if t.numel() and not t.is_meta:
             h.update(t.detach().flatten()[:16].float().cpu().numpy().tobytes())
-    return h.hexdigest()[:16]
-
-
-def model_placement(module: torch.nn.Module) -> str:
-    """Where the weights sit: the devices holding them ("meta" for offloaded blocks). A pass's cost depends on it
-    (a split or offloaded model's passes move activations or weights between devices), its acceptance does not."""
-    return ",".join(sorted({str(t.device) for _, t in _tensors(module)}))
-
-
-def _tensors(module: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
-    return list(module.named_parameters()) + list(module.named_buffers())
+        devices.add(str(t.device))
+    return {"weights": h.hexdigest()[:16], "placement": ",".join(sorted(devices)),
+            "dtype": str(params[0][1].dtype) if params else "none"}
 
 
 def cache_dir() -> str:
@@ -140,10 +135,8 @@ def cached(key: dict, kind, measure, what: str):
 
 def forget_cached(key: dict) -> None:
     """What save_cached stored under key is measured again when next asked for."""
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.remove(cache_path(key))
-    except FileNotFoundError:
-        pass
 
 
 def save_cached(key: dict, value) -> None:
