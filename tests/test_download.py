@@ -15,7 +15,7 @@ from sjdvp_core import DecodeSettings, WindowSettings, decode
 from sjdvp_core.hub import catalogue
 from sjdvp_core.hub.check import check
 from sjdvp_core.hub.download import DownloadError, download, main, on_disk
-from sjdvp_core.models.folders import INCOMPLETE, incomplete
+from sjdvp_core.models.folders import incomplete, marker
 from sjdvp_core.models.loading import load_model
 from sjdvp_core.models.registry import FAMILIES, detect_family, list_models
 from tests.helpers.fake_hub import FakeHub
@@ -58,7 +58,7 @@ def test_download_fetches_verifies_lists_loads_and_decodes(hub, tmp_path):
     seen = []
     path = download(ENTRY, str(tmp_path), lambda done, total: seen.append((done, total)))
     folder = tmp_path / "llamagen-c2i"
-    assert path == str(folder / "c2i_B_256.pt") and not incomplete(str(folder))
+    assert path == str(folder / "c2i_B_256.pt") and not os.path.exists(marker(str(folder), ENTRY.model))
     assert sorted(os.listdir(folder)) == ["c2i_B_256.pt", "vq_ds16_c2i.pt"]      # the allow patterns only
     total = len(hub.repos[C2I]["c2i_B_256.pt"]) + len(hub.repos[C2I]["vq_ds16_c2i.pt"])
     assert seen[-1] == (total, total) and all(a[0] <= b[0] for a, b in zip(seen, seen[1:]))
@@ -84,7 +84,7 @@ def test_download_interrupted_is_not_listed_is_explained_and_resumes(hub, tmp_pa
     with pytest.raises(Stop):
         download(ENTRY, str(tmp_path), stop_midway)
     folder = str(tmp_path / "llamagen-c2i")
-    assert incomplete(folder)
+    assert incomplete(folder, ENTRY.model) and not incomplete(folder)          # the GPT's marker, not the folder's
     assert list_models([str(tmp_path)]) == ["demo"]                             # never taken for a model
     with pytest.raises(ValueError, match="unfinished download of LlamaGen-c2i-B-256.*resume"):
         detect_family(folder)
@@ -94,7 +94,7 @@ def test_download_interrupted_is_not_listed_is_explained_and_resumes(hub, tmp_pa
     assert len(parts) == 1
     kept = os.path.getsize(os.path.join(folder, parts[0]))
     path = download(ENTRY, str(tmp_path))
-    assert not incomplete(folder) and list_models([str(tmp_path)]) == ["demo", "llamagen-c2i"]
+    assert not incomplete(folder, ENTRY.model) and list_models([str(tmp_path)]) == ["demo", "llamagen-c2i"]
     name = parts[0][:-len(".part")]
     assert hub.gets(C2I, name)[-1] == f"bytes={kept}-"                         # resumed where it stopped
     other = "vq_ds16_c2i.pt" if name == "c2i_B_256.pt" else "c2i_B_256.pt"
@@ -143,11 +143,11 @@ def test_download_detects_a_truncated_or_corrupt_file(hub, tmp_path, fault):
     with pytest.raises(DownloadError, match=f"vq_ds16_c2i.pt did not download correctly: {expected}"):
         download(ENTRY, str(tmp_path))
     folder = tmp_path / "llamagen-c2i"
-    assert incomplete(str(folder)) and not (folder / "vq_ds16_c2i.pt").exists()
+    assert incomplete(str(folder), ENTRY.model) and not (folder / "vq_ds16_c2i.pt").exists()
     assert not (folder / "vq_ds16_c2i.pt.part").exists()                       # the bad copy is gone
     del hub.served[(C2I, "vq_ds16_c2i.pt")]
     download(ENTRY, str(tmp_path))                                             # and the next run repairs it
-    assert not incomplete(str(folder)) and len(hub.gets(C2I, "c2i_B_256.pt")) == 1
+    assert not incomplete(str(folder), ENTRY.model) and len(hub.gets(C2I, "c2i_B_256.pt")) == 1
 
 
 def test_download_subfolders_and_pinned_checksums(hub, tmp_path):
@@ -175,7 +175,7 @@ def test_download_gated_missing_offline_and_unreachable_say_what_to_do(hub, tmp_
     with pytest.raises(DownloadError, match=r"FoundationVision/LlamaGen is gated: .*accept its licence.*HF_TOKEN"):
         download(ENTRY, str(tmp_path))
     # nothing was fetched: no marker is left, so files put there by hand (as the messages say) are listed and load
-    assert not incomplete(str(tmp_path / "llamagen-c2i")) and list_models([str(tmp_path)]) == ["demo"]
+    assert not (tmp_path / "llamagen-c2i").exists() and list_models([str(tmp_path)]) == ["demo"]
     hub.gated.clear()
     del hub.repos[C2I]
     with pytest.raises(DownloadError, match="FoundationVision/LlamaGen was not found on http://127.0.0.1.*by hand"):
@@ -247,9 +247,41 @@ def test_download_marker_is_written_first(hub, tmp_path, monkeypatch):
     import sjdvp_core.hub.download as dl
 
     def fail(*a, **k):
-        assert os.path.isfile(tmp_path / "llamagen-c2i" / INCOMPLETE)
+        assert os.path.isfile(marker(str(tmp_path / "llamagen-c2i"), ENTRY.model))
         raise Stop
     monkeypatch.setattr(dl, "plan", fail)
     with pytest.raises(Stop):
         download(ENTRY, str(tmp_path))
     assert list_models([str(tmp_path)]) == ["demo"]
+
+
+def test_download_of_one_gpt_leaves_its_siblings_in_the_shared_folder_loadable(hub, tmp_path, monkeypatch):
+    """LlamaGen's GPTs share a folder and its tokenizer: an unfinished download of one marks that GPT only, and
+    a marker an older sjdvp put on the whole folder is taken over by its entry's next run."""
+    import sjdvp_core.hub.download as dl
+    hub.repos[C2I]["c2i_X_256.pt"] = hub.repos[C2I]["c2i_B_256.pt"] + b"\0" * 5000   # a larger sibling GPT
+    sibling = catalogue.Entry("LlamaGen-c2i-X-256", "llamagen", "llamagen-c2i",
+                              (catalogue.Source(C2I, ("c2i_X_256.pt", "vq_ds16_c2i.pt")),), 1, "MIT",
+                              model="c2i_X_256.pt")
+    path = download(ENTRY, str(tmp_path))
+    folder = str(tmp_path / "llamagen-c2i")
+    monkeypatch.setattr(dl, "CHUNK", 4096)
+
+    def stop(done, total):
+        if done > 4096:
+            raise Stop
+    with pytest.raises(Stop):
+        download(sibling, str(tmp_path), stop)
+    assert incomplete(folder, sibling.model) and not incomplete(folder, ENTRY.model)
+    assert list_models([str(tmp_path)]) == ["demo", os.path.join("llamagen-c2i", "c2i_B_256.pt")]
+    assert on_disk(ENTRY, [str(tmp_path)]) == path and on_disk(sibling, [str(tmp_path)]) is None
+    assert detect_family(path) == "llamagen" and load_model(path).family == "LlamaGen c2i"
+    with pytest.raises(ValueError, match="unfinished download of LlamaGen-c2i-X-256.*resume"):
+        detect_family(folder)                                  # the folder may resolve to the unfinished GPT
+    os.replace(marker(folder, sibling.model), marker(folder))  # as an older sjdvp left it: on the whole folder
+    assert list_models([str(tmp_path)]) == ["demo"] and on_disk(ENTRY, [str(tmp_path)]) is None
+    assert download(sibling, str(tmp_path)).endswith("c2i_X_256.pt")
+    assert not os.listdir(folder) or not [f for f in os.listdir(folder) if f.startswith(".sjdvp-download")]
+    assert len(hub.gets(C2I, "vq_ds16_c2i.pt")) == 1                              # the shared file: fetched once
+    assert list_models([str(tmp_path)]) == ["demo"] + [os.path.join("llamagen-c2i", f)
+                                                      for f in ("c2i_B_256.pt", "c2i_X_256.pt")]

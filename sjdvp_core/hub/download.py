@@ -4,15 +4,15 @@ resumably and verified, with huggingface_hub's client (endpoint, token, errors, 
     python -m sjdvp_core.download --list
     python -m sjdvp_core.download Janus-Pro-1B --dir ComfyUI/models/sjdvp
 
-How a folder is never taken for a complete model: a marker file (models.folders.INCOMPLETE,
-.sjdvp-download.json) is written into the entry's folder before anything else and removed only after every
-file is in place and verified; the registry does not list, and the loader refuses, a folder that carries
-it. How a download resumes: each file is fetched into `<file>.part` with HTTP range requests (kept when the
-run stops: interrupt, lost connection, closed app), files already verified are recorded in the marker and
-skipped, and a dropped connection is resumed a few times within the run. How files are verified: size, then
-the Hub's sha256 (LFS files) or git blob hash (small files), and any MD5 the catalogue pins; a mismatch
-deletes the part and says so. Progress and interrupts reach the caller through
-`progress(done_bytes, total_bytes)`, which may raise to stop (the part files stay for the next run).
+How a folder is never taken for a complete model: a marker file (models.folders.marker: .sjdvp-download.json, or
+.sjdvp-download.<file>.json for an entry whose model is one file in a shared folder) is written into the entry's
+folder before anything else and removed only after every file is in place and verified; the registry does not list,
+and the loader refuses, the model it marks. How a download resumes: each file is fetched into `<file>.part` with
+HTTP range requests (kept when the run stops: interrupt, lost connection, closed app), files already verified are
+recorded in the marker and skipped, and a dropped connection is resumed a few times within the run. How files are
+verified: size, then the Hub's sha256 (LFS files) or git blob hash (small files), and any MD5 the catalogue pins; a
+mismatch deletes the part and says so. Progress and interrupts reach the caller through `progress(done_bytes,
+total_bytes)`, which may raise to stop (the part files stay for the next run).
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..cli.mistakes import run_command
-from ..models.folders import INCOMPLETE, incomplete
+from ..models.folders import incomplete, marked_entry, marker, unfinished_marker
 from .catalogue import ENTRIES, Entry, Source, describe, find, size_text
 
 CHUNK = 1 << 20
@@ -45,7 +45,7 @@ def on_disk(entry: Entry, roots: list[str]) -> str | None:
     """The entry's full path under the first root that holds it complete, else None."""
     for root in roots:
         path = os.path.join(root, entry.path)
-        if _present(path) and not incomplete(os.path.join(root, entry.folder)):
+        if _present(path) and unfinished_marker(path) is None:
             return path
     return None
 
@@ -174,14 +174,23 @@ class _State:
     """The marker file: which entry, and which files are already verified (name -> hash)."""
 
     def __init__(self, folder: str, entry: Entry):
-        self.path = os.path.join(folder, INCOMPLETE)
-        self.data = {"entry": entry.name, "done": {}}
-        try:
-            with open(self.path, encoding="utf-8") as f:
-                self.data["done"] = dict(json.load(f).get("done", {}))
-        except (OSError, ValueError, AttributeError):
-            pass
+        self.path = marker(folder, entry.model)
+        self.data = {"entry": entry.name, "done": self._done(self.path)}
+        older = marker(folder) if entry.model else None    # an older sjdvp marked a shared folder itself
+        adopt = older is not None and marked_entry(older) == entry.name
+        if adopt:
+            self.data["done"] = {**self._done(older), **self.data["done"]}
         self.save()
+        if adopt:
+            os.remove(older)
+
+    @staticmethod
+    def _done(path: str) -> dict:
+        try:
+            with open(path, encoding="utf-8") as f:
+                return dict(json.load(f).get("done", {}))
+        except (OSError, ValueError, AttributeError, TypeError):
+            return {}
 
     def save(self) -> None:
         tmp = self.path + ".tmp"
@@ -279,12 +288,12 @@ def download(entry: Entry | str, root: str, progress: Progress | None = None, en
         entry = found
     folder = os.path.join(root, entry.folder)
     path = os.path.join(root, entry.path)
-    if _present(path) and not incomplete(folder):
+    if _present(path) and unfinished_marker(path) is None:
         return path
     endpoint = _endpoint(endpoint)
     created = not os.path.isdir(folder)
     os.makedirs(folder, exist_ok=True)
-    fresh = not incomplete(folder)
+    fresh = not incomplete(folder, entry.model)
     state = _State(folder, entry)                     # the marker: written before any file
     try:
         _fetch_all(entry, folder, state, progress or (lambda done, total: None), endpoint, token)

@@ -1,38 +1,68 @@
-"""Model folders on disk: the marker an unfinished download leaves in its folder, so that nothing lists
-or loads a model before its last file is in place and verified (sjdvp_core.hub.download writes it)."""
+"""Model folders on disk: the marker an unfinished download leaves, so that nothing lists or loads a model
+before its last file is in place and verified (sjdvp_core.hub.download writes it). A folder model's marker
+lies in its folder; a model file in a folder that several entries share (LlamaGen GPTs beside one tokenizer)
+has a marker of its own there, so that one entry's unfinished download leaves its complete siblings loadable."""
 from __future__ import annotations
 
 import json
 import os
 
-INCOMPLETE = ".sjdvp-download.json"
+_PREFIX, _SUFFIX = ".sjdvp-download", ".json"
+INCOMPLETE = _PREFIX + _SUFFIX
 
 
-def incomplete(folder: str) -> bool:
-    """Whether folder is a download that has not finished (it must not be listed or loaded)."""
-    return os.path.isfile(os.path.join(folder, INCOMPLETE))
+def marker(folder: str, model: str | None = None) -> str:
+    """The marker's path: the folder's own, or that of the model file `model` in it."""
+    return os.path.join(folder, f"{_PREFIX}.{model}{_SUFFIX}" if model else INCOMPLETE)
 
 
-def incomplete_folder(path: str) -> str | None:
-    """The unfinished download folder that path (a folder or a file) is in or under, if any."""
+def file_markers(folder: str) -> list[str]:
+    """The markers of model files' unfinished downloads in folder."""
+    return sorted(os.path.join(folder, n) for n in os.listdir(folder)
+                  if n != INCOMPLETE and n.startswith(_PREFIX) and n.endswith(_SUFFIX))
+
+
+def incomplete(folder: str, model: str | None = None) -> bool:
+    """Whether the folder (or the model file `model` in it) is a download that has not finished."""
+    return os.path.isfile(marker(folder, model))
+
+
+def unfinished_marker(path: str) -> str | None:
+    """The marker of the unfinished download that path (a folder or a model file) is part of, if any: the
+    file's own, any model file's in the folder given (the folder may resolve to it), or a folder's on the way
+    up."""
     path = os.path.abspath(path)
-    folder = path if os.path.isdir(path) else os.path.dirname(path)
+    if os.path.isdir(path):
+        folder = path
+        markers = file_markers(path)
+        if markers:
+            return markers[0]
+    else:
+        folder = os.path.dirname(path)
+        if incomplete(folder, os.path.basename(path)):
+            return marker(folder, os.path.basename(path))
     while True:
         if incomplete(folder):
-            return folder
+            return marker(folder)
         parent = os.path.dirname(folder)
         if parent == folder:
             return None
         folder = parent
 
 
-def incomplete_message(folder: str) -> str:
-    name = os.path.basename(folder)
+def marked_entry(path: str) -> str | None:
+    """The catalogue entry a marker names (None if it is unreadable)."""
     try:
-        with open(os.path.join(folder, INCOMPLETE), encoding="utf-8") as f:
-            name = json.load(f).get("entry", name)
-    except (OSError, ValueError):
-        pass
-    return (f"{folder}: an unfinished download of {name} (the marker {INCOMPLETE} is still there). Choose "
-            f"'{name}' in the loader again, or run `python -m sjdvp_core.download {name}`, to resume it; "
+        with open(path, encoding="utf-8") as f:
+            return json.load(f).get("entry")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def incomplete_message(path: str) -> str:
+    """What to do about the unfinished download whose marker is at path."""
+    folder = os.path.dirname(path)
+    name = marked_entry(path) or os.path.basename(folder)
+    return (f"{folder}: an unfinished download of {name} (the marker {os.path.basename(path)} is still there). "
+            f"Choose '{name}' in the loader again, or run `python -m sjdvp_core.download {name}`, to resume it; "
             "what is already downloaded is kept")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from . import glm_image
-from .folders import incomplete, incomplete_folder, incomplete_message
+from .folders import file_markers, incomplete, incomplete_message, unfinished_marker
 from .llamagen.adapter import gpt_files, is_gpt_file
 
 DEMO = "demo"
@@ -89,7 +89,7 @@ def detect_family(path: str) -> str:
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path}: not found. Put a model folder there ({describe_families()}), "
                                 "or pick 'demo'")
-    unfinished = incomplete_folder(path)
+    unfinished = unfinished_marker(path)
     if unfinished:
         raise ValueError(incomplete_message(unfinished))
     if os.path.isfile(path) and is_gpt_file(os.path.basename(path)):
@@ -187,7 +187,8 @@ def _listed_glm(folder: str) -> bool:
 
 def list_models(roots: list[str]) -> list[str]:
     """'demo', then every model folder or GPT file under the roots (relative names). An unfinished
-    download (sjdvp_core.download's marker in its folder) is not listed, nor anything under it."""
+    download (sjdvp_core.download's marker in its folder, or beside a GPT file) is not listed, nor anything under
+    it."""
     found = [DEMO]
     for root in roots:
         for dirpath, dirs, files in os.walk(root):
@@ -202,8 +203,9 @@ def list_models(roots: list[str]) -> list[str]:
             if rel != "." and "config.json" in files and _listed_hf(dirpath):
                 found.append(rel)
             gpts = sorted(f for f in files if is_gpt_file(f))
-            if len(gpts) == 1:
-                found.append(rel if rel != "." else gpts[0])
+            done = [f for f in gpts if not incomplete(dirpath, f)]     # a GPT whose own download is unfinished
+            if len(gpts) == 1 and rel != "." and not file_markers(dirpath):
+                found.append(rel)                                       # the folder loads its only GPT
             else:
-                found += [os.path.normpath(os.path.join(rel, f)) for f in gpts]
+                found += [os.path.normpath(os.path.join(rel, f)) for f in done]
     return list(dict.fromkeys(found))
