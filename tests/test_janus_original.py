@@ -233,6 +233,9 @@ def test_original_missing_files_shards_and_tensors_are_named(folders, tmp_path):
     del state["gen_head.vision_head.weight"]
     torch.save(state, partial / "pytorch_model.bin")
     cases.append((partial, r"missing: model\.generation_head\.vision_head\.weight"))
+    no_map = variant("no_weight_map", sharded)
+    (no_map / "pytorch_model.bin.index.json").write_text('{"metadata": {}}')
+    cases.append((no_map, r"index\.json: a weights index without its weight_map; download it again"))
     for path, message in cases:
         with pytest.raises(CheckpointError, match=message) as err:
             load_model(str(path))

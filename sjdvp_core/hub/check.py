@@ -20,6 +20,7 @@ import torch
 
 from ..cli.mistakes import run_command
 from ..engine.devices import default_device
+from ..models.checkpoint import index_shards
 from ..models.loading import PRECISIONS, load_model, resolve_dtype, usable_device
 from ..models.registry import detect_family
 
@@ -75,7 +76,7 @@ def files(rep: Report, path: str) -> None:
         size = os.path.getsize(p)
         try:
             detail = _open(p)
-            shards = _shards(p) if name.endswith(".index.json") else []
+            shards = index_shards(p) if name.endswith(".index.json") else []
         except Exception as e:  # whatever the file is, the user needs to know it is not readable
             rep.problem(name, f"{size / GiB:.2f} GiB, cannot be read ({type(e).__name__}: {e}); re-download it")
             continue
@@ -83,12 +84,6 @@ def files(rep: Report, path: str) -> None:
         for shard in shards:
             if not os.path.isfile(os.path.join(os.path.dirname(p), shard)):
                 rep.problem(shard, f"listed in {name} but missing; download it")
-
-
-def _shards(index: str) -> list[str]:
-    """The shard files a weights index names (a KeyError where it has no weight_map: not an index)."""
-    with open(index, encoding="utf-8") as f:
-        return sorted(set(json.load(f)["weight_map"].values()))
 
 
 def _open(path: str) -> str:

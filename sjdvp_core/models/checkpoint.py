@@ -4,6 +4,7 @@ message that says what is wrong and what to do."""
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import pickle
@@ -92,3 +93,22 @@ def load_decoder(build, state: dict[str, Tensor], path: str, expected: str) -> t
                     " ..." if len(extra) > 8 else "")
     load_strict(model, {k: v for k, v in state.items() if k not in extra}, path, expected)
     return model.eval()
+
+
+def index_shards(index: str, repo: str | None = None) -> list[str]:
+    """The shard files a weights index (`*.index.json`) names; a CheckpointError where it names none."""
+    data = read_json(index)
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        where = f"the Hugging Face repository {repo}" if repo else "the model's Hugging Face repository"
+        raise CheckpointError(f"{index}: a weights index without its weight_map; download it again from {where}")
+    return sorted(set(weight_map.values()))
+
+
+def read_json(path: str) -> dict:
+    """A JSON file, or a CheckpointError that says to re-download it."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{path}: cannot be read as JSON ({e}); re-download it") from e

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import inspect
-import json
 import os
 from typing import Callable, Sequence
 
@@ -25,7 +24,7 @@ from transformers import __version__ as TRANSFORMERS_VERSION
 from transformers.cache_utils import Cache
 
 from ..engine.adapter import ModelAdapter, TokenLayout
-from .checkpoint import CheckpointError
+from .checkpoint import CheckpointError, index_shards, read_json
 from .kv_cache import (
     ForwardShape,
     StaticKVCache,
@@ -50,24 +49,12 @@ def check_folder(folder: str, repo: str, files: Sequence[str] = ("config.json", 
     missing = [f for f in files if not os.path.isfile(os.path.join(folder, f))]
     index = os.path.join(folder, INDEX)
     if os.path.isfile(index):
-        weight_map = read_json(index).get("weight_map")
-        if not isinstance(weight_map, dict):
-            raise CheckpointError(f"{index}: a weights index without its weight_map; download it again from the "
-                                  f"Hugging Face repository {repo}")
-        missing += [s for s in sorted(set(weight_map.values())) if not os.path.isfile(os.path.join(folder, s))]
+        missing += [s for s in index_shards(index, repo) if not os.path.isfile(os.path.join(folder, s))]
     elif not os.path.isfile(os.path.join(folder, "model.safetensors")):
         missing.append(f"the weights (model.safetensors, or {INDEX} and its model-*-of-*.safetensors shards)")
     if missing:
         raise CheckpointError(f"{folder}: missing {', '.join(missing)}. Download every file of the Hugging Face "
                               f"repository {repo} into this folder")
-
-
-def read_json(path: str) -> dict:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, ValueError) as e:
-        raise CheckpointError(f"{path}: cannot be read as JSON ({e}); re-download it") from e
 
 
 def load_pretrained(model_class, folder: str, repo: str, dtype: torch.dtype, optional: Sequence[str] = (),

@@ -26,8 +26,8 @@ from torch import Tensor
 
 from ...engine.adapter import TokenLayout
 from ...engine.settings import SamplingSettings
-from ..checkpoint import CheckpointError
-from ..hf_adapter import HFAdapter, SizeChoice, TextTokenizer, load_pretrained, read_json, to_image
+from ..checkpoint import CheckpointError, read_json
+from ..hf_adapter import HFAdapter, SizeChoice, TextTokenizer, load_pretrained, to_image
 from ..placement import weights_device
 
 REPO = "BAAI/Emu3-Gen-hf"

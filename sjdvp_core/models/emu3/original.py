@@ -20,8 +20,8 @@ import re
 import torch
 from torch import Tensor
 
-from ..checkpoint import CheckpointError, read_state_dict
-from ..hf_adapter import INDEX, TextTokenizer, dtype_kwarg, read_json
+from ..checkpoint import CheckpointError, index_shards, read_json, read_state_dict
+from ..hf_adapter import INDEX, TextTokenizer, dtype_kwarg
 from .adapter import BOI, BOS, EOF, EOI, EOL, EOS, PAD, WRAPPER, Emu3Adapter, as_trained, pixel_stats
 
 REPO, VISION_REPO = "BAAI/Emu3-Gen", "BAAI/Emu3-VisionTokenizer"
@@ -94,7 +94,7 @@ def weight_files(folder: str) -> list[str]:
     """The safetensors files the index names (or the single model.safetensors); [] if there are none."""
     index = os.path.join(folder, INDEX)
     if os.path.isfile(index):
-        return sorted(set(read_json(index).get("weight_map", {}).values()))
+        return index_shards(index, REPO)
     return ["model.safetensors"] if os.path.isfile(os.path.join(folder, "model.safetensors")) else []
 
 

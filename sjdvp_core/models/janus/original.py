@@ -17,8 +17,8 @@ from typing import Mapping
 
 import torch
 
-from ..checkpoint import CheckpointError, load_strict, read_state_dict
-from ..hf_adapter import TextTokenizer, dtype_kwarg, read_json
+from ..checkpoint import CheckpointError, index_shards, load_strict, read_json, read_state_dict
+from ..hf_adapter import TextTokenizer, dtype_kwarg
 from .adapter import PAD, JanusAdapter
 
 REPOS = "deepseek-ai/Janus-Pro-1B (or Janus-Pro-7B)"
@@ -73,7 +73,7 @@ def weight_files(folder: str) -> list[str]:
     for single in WEIGHTS:
         index = os.path.join(folder, single + ".index.json")
         if os.path.isfile(index):
-            files = sorted(set(read_json(index)["weight_map"].values()))
+            files = index_shards(index, REPOS)
             break
         if os.path.isfile(os.path.join(folder, single)):
             files = [single]

@@ -37,8 +37,8 @@ from typing import Any
 import torch
 
 from ...engine.settings import SamplingSettings
-from ..checkpoint import CheckpointError
-from ..hf_adapter import TextTokenizer, check_folder, load_pretrained, read_json
+from ..checkpoint import CheckpointError, read_json
+from ..hf_adapter import TextTokenizer, check_folder, load_pretrained
 from ..lumina.adapter import GRID, IMAGE_END, IMAGE_START, ROW_END, LuminaAdapter, expand_qk_norm, resolution_token
 from .movqgan import MoVQGAN, find_movqgan, load_movqgan
 
