@@ -142,3 +142,36 @@ def test_torchrun_two_processes_share_the_jobs_and_a_killed_run_resumes(tmp_path
 
 def open_lines(out, rank) -> list[dict]:
     return [json.loads(line) for line in open(os.path.join(out, f"images.rank{rank}.jsonl"))]
+
+
+FAILING_RANK = """
+import os, sys
+import sjdvp_core.cli.batch as batch
+if os.environ["RANK"] == "1":
+    def fails(*args, **kwargs):
+        raise RuntimeError("the disk is full")
+    batch.decode = fails
+sys.exit(batch.main(sys.argv[1:]))
+"""
+
+
+def test_a_rank_that_fails_does_not_leave_the_others_waiting(tmp_path):
+    """Two ranks as on two hosts (no torchrun agent to stop the rest): rank 1 raises at its first image; rank 0
+    finishes its own, indexes them, and exits saying which rank failed and how to resume (it ended in the
+    end-of-run barrier with gloo's traceback about a crashed peer, and no index)."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = str(tmp_path / "run")
+    args = ["--prompts", prompt_file(tmp_path), "--methods", "ar", "--out", out, "--window", "8"]
+    ranks = [subprocess.Popen([sys.executable, "-c", FAILING_RANK, *args], cwd=ROOT, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              env=dict(env(), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="2",
+                                       RANK=str(r), LOCAL_RANK="0"))
+             for r in (0, 1)]
+    results = [p.communicate(timeout=120) for p in ranks]
+    assert ranks[1].returncode != 0 and "the disk is full" in results[1][1]
+    assert ranks[0].returncode == 1, results[0][1][-2000:]
+    assert "rank 1 of 2 stopped with an error" in results[0][1] and "run the same command again" in results[0][1]
+    assert [r["index"] for r in finished(out)] == [0, 2]                   # rank 0's images, indexed

@@ -186,7 +186,7 @@ def run(prompts: str, seeds: list[str], methods: list[str], out: str, model: str
     for job in mine:     # a kill's half-written PNGs of this rank's jobs
         for tmp in glob.glob(os.path.join(out, f".{job.name}.png.*.tmp.png")):
             os.remove(tmp)
-    written = 0
+    written, error = 0, None
     try:
         if mine:
             written = _decode_jobs(mine, all_jobs, out, rank, world, model, precision, device, window, width,
@@ -198,14 +198,39 @@ def run(prompts: str, seeds: list[str], methods: list[str], out: str, model: str
             print(f"{PROG}: interrupted; {out}/images.jsonl: {merge(out, all_jobs)} of {len(all_jobs)} images. "
                   "Run the same command again to resume", file=sys.stderr)
         raise
-    if distributed:
-        dist.barrier()
+    except Exception as e:
+        if not distributed:
+            raise
+        error = e
+    failed = _failed_ranks(error is not None, rank, world, device) if distributed else []
     if rank == 0:
         lines = merge(out, all_jobs)
-        print(f"{out}/images.jsonl: {lines} of {len(all_jobs)} images")
+        print(f"{out}/images.jsonl: {lines} of {len(all_jobs)} images", file=sys.stderr if failed else sys.stdout)
     if distributed:
         dist.destroy_process_group()
+    if error is not None:
+        raise error
+    if failed:
+        raise OtherRankFailed(f"rank {', '.join(map(str, failed))} of {world} stopped with an error (its message is in "
+                              "its output); this rank finished its images. Mend the cause and run the same command "
+                              "again: only what is missing is decoded")
     return written
+
+
+class OtherRankFailed(Exception):
+    """Another process of a torchrun batch raised: this one finished its share, but the run is not complete."""
+
+
+def _failed_ranks(failed: bool, rank: int, world: int, device: str) -> list[int]:
+    """Every rank says whether it failed, in one all-reduce that replaces the end-of-run barrier: a rank that
+    raised still takes part, so the others index their images and name it, rather than end in the collective
+    with a lost peer (gloo's error; NCCL may wait until its timeout) where torchrun's agent does not stop them
+    (ranks on other hosts)."""
+    import torch.distributed as dist
+    flags = torch.zeros(world, device=device if dist.get_backend() == "nccl" else "cpu")
+    flags[rank] = float(failed)
+    dist.all_reduce(flags)
+    return [r for r in range(world) if flags[r]]
 
 
 def _decode_jobs(mine: list[Job], all_jobs: list[Job], out: str, rank: int, world: int, model: str, precision: str,
@@ -277,3 +302,6 @@ def main(argv=None) -> int:
         return run_command(PROG, lambda: run(**vars(args)) and 0)
     except KeyboardInterrupt:
         return 130
+    except OtherRankFailed as e:
+        print(f"{PROG}: {e}", file=sys.stderr)
+        return 1
