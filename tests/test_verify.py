@@ -21,6 +21,7 @@ def test_latent_neighbours_are_nearest_first_and_cached():
     codebook = torch.tensor([[0.0], [1.0], [3.0], [10.0]])
     nb = latent_neighbours(codebook, 2)
     assert nb.tolist() == [[1, 2], [0, 2], [1, 0], [2, 1]]
+    assert nb.dtype == torch.int16                 # a quarter of int64: the table is kept with the model
     model = torch.nn.Linear(1, 1)                  # the weights the table lives with
     cached = model_neighbours(model, codebook, 2)
     assert torch.equal(cached, nb)
