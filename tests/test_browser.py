@@ -8,7 +8,8 @@ with the frontend it ships (1.32.9) and the newest frontend package (--front-end
   the Speed-up Report node, the speed-up badge on Speculative Decode and Report, and Speculative
   Decode's last preview the finished image; in both renderers;
 - the same run again (every node cached) and in a new page: the report, the badges and the preview come
-  back (ComfyUI replays cached output nodes' UI output).
+  back (ComfyUI replays cached output nodes' UI output);
+- a workflow saved before a widget existed gets the value that keeps its old meaning (web/js/legacy.js).
 
 Screenshots go to .cache/screenshots/. Without Chromium or Playwright these tests skip with what to
 install, except under CI, where they fail."""
@@ -130,6 +131,22 @@ def test_workflow_loads_as_dropped(ui, path):
         assert B.overlaps(boxes) == [], f"overlapping nodes ({'vue' if vue else 'classic'} renderer)"
     fit_and_shoot(page, f"{version}-vue-dropped-{name(path)}")       # family thumbnails: tools/make_thumbnails.py
     use_renderer(page, False)
+    page.keyboard.press("Escape")
+
+
+def test_a_first_release_workflow_keeps_its_verifier_as_saved(ui):
+    """A first-release Verifier: SJD had no widgets, so the frontend saved no widgets_values for it: dropped now,
+    its `coupled` widget (added later, on for new nodes) takes the legacy value, off, as the workflow ran then
+    (the frontend's configure reads a missing widgets_values as [], so web/js/legacy.js counts none saved)."""
+    _, _, page = ui
+    path = os.path.join(REPO, "workflows", "sjdvp_demo_sjd_vp.json")
+    workflow = json.load(open(path))
+    sjd = next(n for n in workflow["nodes"] if n["type"] == "SJDVP_DrafterSJD")
+    del sjd["widgets_values"]
+    drop(page, path, workflow)
+    values = page.evaluate("(id) => Object.fromEntries(app.graph.getNodeById(id).widgets.map((w) => [w.name, "
+                           "w.value]))", sjd["id"])
+    assert values == {"coupled": False}
     page.keyboard.press("Escape")
 
 
