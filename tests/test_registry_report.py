@@ -60,8 +60,11 @@ def test_report_text_and_commit_map():
     assert text.splitlines()[0].startswith("SJD: decoded in ")          # not priced: the time alone leads
     flat = PassCost((1, 64), (1.0, 1.0), "flat")
     priced = report_text(decode(toy, 1, DecodeSettings(window=WindowSettings(8)), cost=flat), "SJD")
-    assert re.match(r"SJD: about \d+\.\d\dx faster than AR on this device, -?\d+\.\d s saved \(estimated\); "
+    assert re.match(r"SJD: about \d+\.\d\dx faster than AR on this device, \d+\.\d s saved \(estimated\); "
                     r"decoded in ", priced)
+    steep = PassCost((1, 64), (1.0, 64.0), "each token a pass's time")       # a window too wide for the device
+    slower = report_text(decode(toy, 1, DecodeSettings(window=WindowSettings(8)), cost=steep), "SJD")
+    assert re.match(r"SJD: about \d+\.\d\dx slower than AR on this device, \d+\.\d s lost \(estimated\); ", slower)
     picture = commit_map(res, cell=2)
     assert picture.shape == (2, 8, 8, 3) and 0 <= float(picture.min()) and float(picture.max()) <= 1
     assert torch.allclose(colour_ramp(torch.tensor([0.0, 1.0])), torch.tensor([[0.27, 0.0, 0.33], [0.99, 0.91, 0.14]]))

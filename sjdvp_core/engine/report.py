@@ -48,6 +48,14 @@ def _estimate(st) -> float | None:
     return st.estimated_speedup() if st.pass_cost is not None and st.scored_per_iter else None
 
 
+def _versus_ar(speedup: float, seconds: float) -> str:
+    """The estimate in words: faster and the seconds saved, or slower (a window too wide for this device's pass
+    cost) and the seconds lost; never "0.8x faster"."""
+    if speedup >= 1:
+        return f"about {speedup:.2f}x faster than AR on this device, {seconds * (speedup - 1):.1f} s saved"
+    return f"about {1 / speedup:.2f}x slower than AR on this device, {seconds * (1 - speedup):.1f} s lost"
+
+
 def report_text(result: DecodeResult, method: str) -> str:
     st = result.stats
     m = st.momentum()
@@ -58,8 +66,8 @@ def report_text(result: DecodeResult, method: str) -> str:
     verified = int(st.slot_verified.sum()) if st.slot_verified is not None else 0
     speedup = _estimate(st)
     time = f"{st.time_total:.2f} s" + (f" ({', '.join(phases)})" if split else "")
-    lines = [f"{method}: about {speedup:.2f}x faster than AR on this device, {st.time_total * (speedup - 1):.1f} s "
-             f"saved (estimated); decoded in {time}" if speedup is not None else f"{method}: decoded in {time}",
+    lines = [f"{method}: {_versus_ar(speedup, st.time_total)} (estimated); decoded in {time}" if speedup is not None
+             else f"{method}: decoded in {time}",
              f"{st.length} tokens per image in {st.forward_passes} forward passes (AR needs {st.ar_passes}): "
              f"{st.step_compression:.2f}x fewer steps",
              f"tokens per pass: mean {st.mean_accepted:.2f}, max {int(per_iter.max())}, {st.tokens_per_forward:.1f} "

@@ -16,8 +16,11 @@ export function badgeText(report) {
   const estimate = report.estimated_speedup;
   if (typeof estimate === "number" && Number.isFinite(estimate)) {
     const saved = report.estimated_seconds_saved;
-    const seconds = typeof saved === "number" && Number.isFinite(saved) ? `, ${saved.toFixed(1)} s saved` : "";
-    parts.push(`~${estimate.toFixed(2)}× faster (est.${seconds})`);
+    const faster = estimate >= 1;          // slower (a window too wide for the device): said so, never "0.80× faster"
+    const seconds = typeof saved === "number" && Number.isFinite(saved)
+      ? `, ${Math.abs(saved).toFixed(1)} s ${faster ? "saved" : "lost"}` : "";
+    const ratio = faster ? estimate : 1 / estimate;
+    parts.push(`~${ratio.toFixed(2)}× ${faster ? "faster" : "slower"} (est.${seconds})`);
   }
   parts.push(`${figure.toFixed(2)}× fewer passes`);
   if (typeof report.tokens_per_pass === "number") parts.push(`${report.tokens_per_pass.toFixed(1)} tok/pass`);
