@@ -172,6 +172,31 @@ def test_detected_listed_and_loaded_with_its_pixel_stage_apart(folder, tmp_path)
     assert weight_need(load_model(folder), "fp32", "fp32") == tokens_only
 
 
+def test_a_release_without_the_vq_decoder_convolution_loads(folder, tmp_path):
+    """The VQ's post_quant_conv is built by transformers and run by nothing here (the DiT draws the pixels): a release
+    that leaves it out loads and decodes the same tokens; any other missing tensor is still refused by name."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from sjdvp_core.models.checkpoint import CheckpointError
+    from sjdvp_core.models.loading import load_model
+
+    def without(name: str, prefix: str) -> str:
+        copy = tmp_path / name
+        shutil.copytree(folder, copy)
+        path = copy / "vision_language_encoder" / "model.safetensors"
+        tensors = load_file(str(path))
+        save_file({k: v for k, v in tensors.items() if not k.startswith(prefix)}, str(path), metadata={"format": "pt"})
+        return str(copy)
+    settings = method_settings("sjd", 8, GREEDY)
+    lean = load_model(without("no_post_quant_conv", "model.vqmodel.post_quant_conv."), width=64, height=96)
+    full = load_model(folder, width=64, height=96)
+    assert torch.equal(decode(lean, PROMPTS[:1], settings).codes, decode(full, PROMPTS[:1], settings).codes)
+    with pytest.raises(CheckpointError, match=r"the weights lack 2 tensors .*model\.vqmodel\.quant_conv\.bias"):
+        load_model(without("no_quant_conv", "model.vqmodel.quant_conv."))
+
+
 # --- editing: source images in the prompt, only the image grid written -----------------------------------------
 SOURCE = torch.rand(64, 64, 3, generator=torch.Generator().manual_seed(0))      # an IMAGE as ComfyUI holds one
 WIDE = torch.rand(32, 48, 3, generator=torch.Generator().manual_seed(1))

@@ -46,6 +46,9 @@ from .dit import GlmImageDiT, Source
 log = logging.getLogger(__name__)
 
 PROCESSOR = "processor"
+# the VQ's decoder-side convolution: transformers builds it, nothing runs it (the DiT draws the pixels), so a release
+# without it loads (transformers itself would only warn)
+UNUSED_VQ = "model.vqmodel.post_quant_conv."
 DEFAULT_SIZE = 1024
 
 
@@ -376,6 +379,7 @@ def load_glm_image(folder: str, device="cpu", dtype=torch.float32, width: int | 
         raise CheckpointError(f"{folder}: no model_index.json naming {PIPELINE}; download every file of {REPO}")
     encoder = os.path.join(folder, ENCODER)
     processor = load_processor(os.path.join(folder, PROCESSOR))
-    model = load_pretrained(GlmImageForConditionalGeneration, encoder, REPO, dtype, files=("config.json",))
+    model = load_pretrained(GlmImageForConditionalGeneration, encoder, REPO, dtype, files=("config.json",),
+                            optional=(UNUSED_VQ,))
     return GlmImageAdapter(model, processor, generation_sampling(encoder), GlmImageDiT(folder, device, dtype),
                            width or DEFAULT_SIZE, height or DEFAULT_SIZE, device)
