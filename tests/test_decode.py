@@ -134,6 +134,10 @@ def test_logits_that_overflowed_say_which_precision_to_load():
             return layout, torch.full_like(logits, float("nan"))
     with pytest.raises(ValueError, match="logits are NaN.*load it in bf16 or fp32"):
         decode(Overflowing(height=2, width=2), 0, settings(4, DRAFTERS["sjd"]))
+    # finite logits that a tiny temperature scales past float's range: the same flat image, refused too
+    cold = DecodeSettings(window=WindowSettings(4), sampling=SamplingSettings(temperature=1e-40))
+    with pytest.raises(ValueError, match="temperature=1e-40 with cfg_scale=1 scales the logits past float's range"):
+        decode(ToyGridAdapter(height=2, width=2), 0, cold)
 
 
 def test_relaxed_verifier_without_codebook_says_what_to_do():

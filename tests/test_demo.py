@@ -28,6 +28,17 @@ def test_prompts_parse_in_any_order_and_bad_ones_say_what_to_write():
         scenes.prompt_to_class("a cat")
 
 
+def test_class_conditions_are_whole_numbers_or_names(demo):
+    """A class index is an integer (Python's, numpy's or a 0-d tensor's), never None, a bool or 3.7 (taken as 3)."""
+    import numpy as np
+    assert demo.class_id(5) == demo.class_id(np.int64(5)) == demo.class_id(torch.tensor(5)) == 5
+    for bad in (None, True, 3.7, "a cat"):
+        with pytest.raises(ValueError, match="give a class index|one shape"):
+            demo.class_id(bad)
+    with pytest.raises(ValueError, match="out of range 0..95"):
+        demo.class_id(96)
+
+
 def test_a_bad_prompt_is_told_before_the_first_automatic_run_measures_anything(demo, tmp_path, monkeypatch):
     """An artist's first prompt for the demo is often one it cannot draw: the error comes before the automatic
     window's calibration (tens of seconds here), and nothing is cached."""

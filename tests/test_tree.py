@@ -157,3 +157,21 @@ def test_tree_settings_are_checked():
                       (dict(branch=-1), "tree_branch"), (dict(guesses=1), "tree_guesses")):
         with pytest.raises(ValueError, match=name):
             TreeSettings(**bad)
+
+
+def test_a_rescued_slot_counts_as_a_rejected_draft():
+    """Where a draft is rejected and an alternative passes in its place, the drafts' acceptance (the report's
+    "drafts accepted", the momentum statistic) counts the draft as rejected; the rescue is counted apart. So the
+    drafts accepted plus the rescues are the slots committed before each pass's own token: every committed token
+    but one per pass (the last pass, ending at the image's end, may commit no token of its own)."""
+    toy = ToyGridAdapter(height=8, width=8)
+    rescues = 0
+    for seed in range(3):
+        settings = DecodeSettings(window=WindowSettings(8, init="random", tree=TreeSettings(width=4)), seed=seed,
+                                  sampling=toy.default_sampling)
+        st = decode(toy, 1, settings).stats
+        rescued = st.tree_guess_accepted + st.tree_draw_accepted
+        committed = sum(int(c.sum()) for c in st.committed_per_iter)
+        assert int(st.slot_accepted.sum()) + rescued - (committed - (st.forward_passes - 1)) in (0, 1), seed
+        rescues += rescued
+    assert rescues > 3                 # the case is exercised

@@ -142,3 +142,18 @@ def test_auto_scores_stay_finite_when_rows_sit_at_different_positions():
         st = decode(toy, [0, 1], DecodeSettings(window=WindowSettings(128), drafter=DrafterSettings(vp=VPSettings()),
                                                 batch_size=2, seed=seed)).stats
         assert all(math.isfinite(r) for r in st.vp_auto["vp_auto_rates"].values()), st.vp_auto
+
+
+def test_auto_without_a_carried_draft_says_it_drafted_plainly():
+    """At a window of 2 no draft is looked at twice, so VP has no history to act on: the report says so rather
+    than "settled on +0" with every rate at 0%; from a window of 3 drafts are carried and judged."""
+    from sjdvp_core import DecodeSettings, DrafterSettings, WindowSettings, decode
+    from sjdvp_core.engine.report import report_text
+    from sjdvp_core.models.toy import ToyGridAdapter
+    toy = ToyGridAdapter(8, 8)
+    for w, judged in ((2, False), (3, True)):
+        res = decode(toy, 1, DecodeSettings(window=WindowSettings(w), drafter=DrafterSettings(vp=VPSettings()),
+                                            sampling=toy.default_sampling))
+        assert bool(res.stats.vp_auto["vp_auto_judged"]) == judged
+        assert ("VP auto settled on strength" in report_text(res, "SJD-VP")) == judged
+        assert ("VP auto drafted plainly" in report_text(res, "SJD-VP")) != judged

@@ -101,7 +101,13 @@ class JacobiDecoder:
         B, W, dev, L = self.B, self.W, self.device, self.local.length
         canvas = torch.zeros(B, L + W + 1, dtype=torch.long, device=dev)
         at_zero = torch.zeros(B, 1, dtype=torch.long, device=dev)
-        canvas[:, 0] = sample(self.targets(first_logits[:, None], at_zero)[:, 0], self.gen)
+        first_p = self.targets(first_logits[:, None], at_zero)[:, 0]
+        if bool(first_p.isnan().any()):   # finite logits, scaled past float's range: the same flat image
+            s = self.s.sampling
+            raise ValueError(f"temperature={s.temperature:g} with cfg_scale={s.cfg_scale:g} scales the logits past "
+                             "float's range: raise the temperature (or lower the cfg); for the most likely token "
+                             "every time, use greedy sampling")
+        canvas[:, 0] = sample(first_p, self.gen)
         n = torch.ones(B, dtype=torch.long, device=dev)
         first = self.plan if self.chooser is None else self.chooser.choice
         window = self.drafter.start(n, canvas, self.gen, first.window - 1)

@@ -91,7 +91,10 @@ def report_text(result: DecodeResult, method: str) -> str:
     if st.vp_gain is not None:
         lines.append(f"verification prediction: fused drafts expected to pass {st.vp_gain:.2f}x as often "
                      "as plain ones")
-    if st.vp_auto is not None:
+    if st.vp_auto is not None and not st.vp_auto["vp_auto_judged"]:
+        lines.append("VP auto drafted plainly: no draft was carried to a second look, so there was nothing to "
+                     "choose a strength by (a window of 3 or more carries drafts)")
+    elif st.vp_auto is not None:
         rates = ", ".join(f"{float(c):+g}: {r:.1%}" for c, r in st.vp_auto["vp_auto_rates"].items())
         lines.append(f"VP auto settled on strength {st.vp_auto['vp_auto_strength']:+g} "
                      f"(drafts each would have had pass: {rates})")

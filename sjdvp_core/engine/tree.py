@@ -161,7 +161,7 @@ def tree_inputs(committed: Tensor, drafts: Tensor, cand: Candidates, shape: Tree
 class TreeOutcome:
     k: Tensor          # [B] draft slots accepted along the path (an accepted alternative counts as its slot's)
     next: Tensor       # [B] the token after them
-    accepted: Tensor   # [B, d] each slot's outcome on the path taken
+    accepted: Tensor   # [B, d] each slot's draft accepted on the path taken (not one an alternative replaced)
     tried: Tensor      # [B] the draft at a branching slot was rejected: alternatives were tried
     took: Tensor       # [B] an alternative was accepted
     level: Tensor      # [B] its slot
@@ -204,7 +204,9 @@ def verify_tree(drafts: Tensor, q: Tensor, p: Tensor, cand: Candidates, shape: T
     k = torch.where(took, level + 1 + k_b, k)
     nxt = torch.where(took, nxt_b, torch.where(at_level, rest, nxt))
     slot = torch.arange(d, device=dev)
-    accepted = torch.where(took[:, None], slot < k[:, None], accepted)
+    # the draft at the branching slot was rejected (an alternative passed in its place); the chain's drafts past
+    # it were verified against the alternative's block
+    accepted = torch.where(took[:, None], (slot < k[:, None]) & (slot != level[:, None]), accepted)
     # the target of each slot on the path: the main chain's, and past an accepted alternative its block's
     step = torch.arange(w, device=dev)[None] - level[:, None] - 1
     in_block = took[:, None] & (step >= 0) & (step < shape.length[level][:, None])

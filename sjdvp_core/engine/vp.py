@@ -117,5 +117,5 @@ class AutoStrength:
 
     def summary(self) -> dict:
         rates = (self.score / self.count.clamp_min(1)).tolist()
-        return {"vp_auto_strength": self.strengths[int(self.best)],
+        return {"vp_auto_strength": self.strengths[int(self.best)], "vp_auto_judged": int(self.count),
                 "vp_auto_rates": {str(c): round(r, 4) for c, r in zip(self.strengths, rates)}}

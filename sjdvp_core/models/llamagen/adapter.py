@@ -10,6 +10,7 @@ comes from the file name, the safetensors metadata or the caller.
 from __future__ import annotations
 
 import json
+import operator
 import os
 import re
 from functools import lru_cache
@@ -217,9 +218,15 @@ class LlamaGenAdapter(ModelAdapter):
                 return names.index(key)
             else:
                 raise ValueError(f"unknown class {condition!r}: give a class index 0..{n - 1} or a class name")
-        if not (0 <= int(condition) < n):
+        try:
+            index = None if isinstance(condition, bool) else operator.index(condition)   # 3.7 is not class 3
+        except TypeError:
+            index = None
+        if index is None:
+            raise ValueError(f"class {condition!r}: give a class index 0..{n - 1} or a class name")
+        if not 0 <= index < n:
             raise ValueError(f"class {condition} is out of range 0..{n - 1}")
-        return int(condition)
+        return index
 
     def _class_ids(self, conditions: Sequence[Any], negatives) -> list[int] | None:
         """A class-to-image model's class ids for the conditions (None: a text-to-image model), or the error
