@@ -78,8 +78,10 @@ class SpeculativeDecode(io.ComfyNode):
                 io.Float.Input("top_p", default=DEMO_SAMPLING.top_p, min=0.01, max=1.0, step=0.01,
                                tooltip="Nucleus sampling mass; 1 keeps all."),
                 io.Int.Input("seed", default=RUN.seed, min=0, max=0xFFFFFFFFFFFFFFFF, control_after_generate=True,
-                             tooltip="Same seed, settings and device give the same image. Seeds from 2^63 up "
-                                     "are used modulo 2^63 (the seed 2^63 + n gives the image of n)."),
+                             tooltip="Same seed, settings and device give the same image (the automatic window: "
+                                     "until it measures the device again and picks another window; a Jacobi Window "
+                                     "node's fixed window always). Seeds from 2^63 up are used modulo 2^63 (the seed "
+                                     "2^63 + n gives the image of n)."),
                 io.Int.Input("batch_size", default=RUN.batch_size, min=1, max=64,
                              tooltip="Images decoded together; each accepts its own number of tokens."),
                 WINDOW.Input("window", optional=True,
