@@ -333,3 +333,17 @@ def test_only_the_cached_cost_is_forgotten_and_only_past_the_drift(tmp_path, mon
     roofline_cost = PassCost((1, 8), (0.5, 0.6), "roofline: somewhere")
     assert not forget_stale_cost(toy, settings, roofline_cost, stats(10.0, roofline_cost))
     assert load_cached(key, PassCost) == cost
+
+
+def test_the_memory_estimate_holds_the_largest_tree_auto_may_pick():
+    """With a tree of the user's and the automatic tree, auto weighs TREES beside it (candidate_plans): the memory
+    estimate sizes the scratch for the largest of them all, not the user's alone."""
+    from sjdvp_core.engine.budget import widest_tree
+    from sjdvp_core.engine.tree import scratch_nodes
+    small = TreeSettings(width=2)
+    both = DecodeSettings(window=WindowSettings(32, auto=True, auto_tree=True, tree=small))
+    biggest = max(scratch_nodes(32, t) for t in auto.TREES)
+    assert scratch_nodes(32, widest_tree(both)) == biggest > scratch_nodes(32, small)
+    assert widest_tree(replace(both, window=replace(both.window, auto_tree=False))) == small
+    plans = auto.candidate_plans(PassCost((1, 64), (1.0, 1.0), "flat"), 32, small, auto_tree=True)
+    assert max(scratch_nodes(p.window, p.tree) for p in plans) == biggest       # what auto may really pick

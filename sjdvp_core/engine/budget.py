@@ -12,9 +12,10 @@ from .tree import scratch_nodes
 
 
 def widest_tree(settings: DecodeSettings):
-    """The draft tree a decode may use at most: the user's, or with an automatic tree the largest auto weighs."""
+    """The draft tree a decode may use at most: the user's, and with an automatic tree the largest auto weighs
+    beside it (candidate_plans offers TREES with the user's tree too)."""
     w = settings.window
-    return largest_tree([Plan(w.size, t) for t in TREES]) if w.auto and w.auto_tree and not w.tree.on else w.tree
+    return largest_tree([Plan(w.size, t) for t in (w.tree, *(TREES if w.auto and w.auto_tree else ()))])
 
 
 def state_bytes(settings: DecodeSettings, layout: TokenLayout) -> int:
