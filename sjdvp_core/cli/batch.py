@@ -24,6 +24,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch
 
@@ -35,6 +36,9 @@ from .generate import chosen_sampling, decoding_arguments, enlargement, save_png
 from .mistakes import run_command
 
 PROG = "python -m sjdvp_core.batch"
+# how long the ranks' one exchange at the end may wait: for the slowest rank's share, or a failed rank for the
+# others' (the collectives' defaults, 10 minutes on NCCL and 30 on gloo, end a run whose ranks finish further apart)
+RUN_TIMEOUT = timedelta(days=7)
 
 
 @dataclass(frozen=True)
@@ -177,9 +181,9 @@ def run(prompts: str, seeds: list[str], methods: list[str], out: str, model: str
     claim(out, made_by, bool(records(out)))
     done = finished(out, all_jobs)
     distributed = world > 1
-    if distributed:
+    if distributed:   # one small exchange at the end (_failed_ranks), where every rank waits for the slowest
         import torch.distributed as dist
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+        dist.init_process_group("gloo", timeout=RUN_TIMEOUT)
     if device is None or (distributed and device.startswith("cuda")):
         device = f"cuda:{local}" if torch.cuda.is_available() else "cpu"
     mine = [j for j in all_jobs if j.index % world == rank and j.name + ".png" not in done]
@@ -202,7 +206,7 @@ def run(prompts: str, seeds: list[str], methods: list[str], out: str, model: str
         if not distributed:
             raise
         error = e
-    failed = _failed_ranks(error is not None, rank, world, device) if distributed else []
+    failed = _failed_ranks(error is not None, rank, world) if distributed else []
     if rank == 0:
         lines = merge(out, all_jobs)
         print(f"{out}/images.jsonl: {lines} of {len(all_jobs)} images", file=sys.stderr if failed else sys.stdout)
@@ -221,13 +225,13 @@ class OtherRankFailed(Exception):
     """Another process of a torchrun batch raised: this one finished its share, but the run is not complete."""
 
 
-def _failed_ranks(failed: bool, rank: int, world: int, device: str) -> list[int]:
-    """Every rank says whether it failed, in one all-reduce that replaces the end-of-run barrier: a rank that
-    raised still takes part, so the others index their images and name it, rather than end in the collective
-    with a lost peer (gloo's error; NCCL may wait until its timeout) where torchrun's agent does not stop them
-    (ranks on other hosts)."""
+def _failed_ranks(failed: bool, rank: int, world: int) -> list[int]:
+    """Every rank says whether it failed, in one all-reduce (gloo, on the CPU: no GPU is held spinning while a rank
+    waits) that replaces the end-of-run barrier: a rank that raised still takes part, so the others finish, index
+    their images and name it, rather than end in a collective with a lost peer or be stopped by torchrun's agent
+    when the failed process exits."""
     import torch.distributed as dist
-    flags = torch.zeros(world, device=device if dist.get_backend() == "nccl" else "cpu")
+    flags = torch.zeros(world)
     flags[rank] = float(failed)
     dist.all_reduce(flags)
     return [r for r in range(world) if flags[r]]
