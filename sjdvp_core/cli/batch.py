@@ -37,7 +37,7 @@ from .mistakes import run_command
 
 PROG = "python -m sjdvp_core.batch"
 # how long the ranks' one exchange at the end may wait: for the slowest rank's share, or a failed rank for the
-# others' (the collectives' defaults, 10 minutes on NCCL and 30 on gloo, end a run whose ranks finish further apart)
+# others' (the collectives' defaults, 30 minutes on gloo and 10 on NCCL, end a run whose ranks finish further apart)
 RUN_TIMEOUT = timedelta(days=7)
 
 
@@ -226,10 +226,9 @@ class OtherRankFailed(Exception):
 
 
 def _failed_ranks(failed: bool, rank: int, world: int) -> list[int]:
-    """Every rank says whether it failed, in one all-reduce (gloo, on the CPU: no GPU is held spinning while a rank
-    waits) that replaces the end-of-run barrier: a rank that raised still takes part, so the others finish, index
-    their images and name it, rather than end in a collective with a lost peer or be stopped by torchrun's agent
-    when the failed process exits."""
+    """Every rank says whether it failed, in one all-reduce (gloo, on the CPU) that replaces the end-of-run
+    barrier: a rank that raised still takes part, so the others finish, index their images and name it, rather
+    than end in a collective with a lost peer or be stopped by torchrun's agent when the failed process exits."""
     import torch.distributed as dist
     flags = torch.zeros(world)
     flags[rank] = float(failed)
