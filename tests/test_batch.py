@@ -175,3 +175,17 @@ def test_a_rank_that_fails_does_not_leave_the_others_waiting(tmp_path):
     assert ranks[0].returncode == 1, results[0][1][-2000:]
     assert "rank 1 of 2 stopped with an error" in results[0][1] and "run the same command again" in results[0][1]
     assert [r["index"] for r in finished(out)] == [0, 2]                   # rank 0's images, indexed
+
+
+def test_under_torchrun_a_failed_rank_lets_the_others_finish(tmp_path):
+    """torchrun's agent stops every process once one exits with an error (so rank 0 was killed mid-run, with no
+    index): the failed rank waits at the end exchange instead, and rank 0 finishes and indexes its images."""
+    script = tmp_path / "failing.py"
+    script.write_text(FAILING_RANK)
+    out = str(tmp_path / "run")
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                           str(script), "--prompts", prompt_file(tmp_path), "--methods", "ar", "--out", out,
+                           "--window", "8"], env=env(), cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0 and "the disk is full" in done.stderr
+    assert "rank 1 of 2 stopped with an error" in done.stderr, done.stderr[-3000:]
+    assert [r["index"] for r in finished(out)] == [0, 2]
