@@ -45,7 +45,7 @@ def tiny_config(tok, attn_resolutions=()):
     return Emu3Config(
         vocabulary_map=tok.get_vocab(),
         text_config=dict(vocab_size=tok.get_vocab_size(), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=160,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
                          pad_token_id=tok.token_to_id(PAD), bos_token_id=tok.token_to_id(BOS),
                          eos_token_id=tok.token_to_id(EOS)),
         vq_config=dict(codebook_size=CODES, embed_dim=4, latent_channels=4, base_channels=32,

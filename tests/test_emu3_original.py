@@ -274,6 +274,20 @@ def test_original_missing_files_say_what_to_download(folders, tmp_path):
                                               r".*BAAI/Emu3-VisionTokenizer$"):
         load_model(str(partial_vq), **SIZE)
 
+    # JSON, but not the model's: a field of the wrong type, a config that is a list (was a traceback from inside
+    # transformers' config classes)
+    wrong_type = _variant(original, tmp_path, "wrong_type")
+    config = json.loads((wrong_type / "config.json").read_text())
+    (wrong_type / "config.json").write_text(json.dumps({**config, "num_hidden_layers": "two"}))
+    with pytest.raises(CheckpointError, match=r"the config\.json files: cannot be read as the model's configuration "
+                                              r".*download the config\.json of BAAI/Emu3-Gen"):
+        load_model(str(wrong_type), **SIZE)
+    a_list = _variant(original, tmp_path, "a_list")
+    (a_list / "vision_tokenizer" / "config.json").write_text("[]")
+    with pytest.raises(CheckpointError, match=r"vision_tokenizer/config\.json: cannot be read as the model's "
+                                              r"configuration .*BAAI/Emu3-VisionTokenizer"):
+        load_model(str(a_list), **SIZE)
+
 
 def test_a_vision_tokenizer_beside_the_model_under_any_name_is_found_and_named(folders, tmp_path):
     """People download with --local-dir and name folders as they like: the one sibling whose config is an

@@ -9,6 +9,7 @@ upstream equivalence) in its test file."""
 from __future__ import annotations
 
 import io
+import json
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -24,7 +25,13 @@ from sjdvp_core.hub.check import check
 from sjdvp_core.models.checkpoint import CheckpointError
 from sjdvp_core.models.loading import load_model
 from sjdvp_core.models.registry import detect_family
-from tests.helpers.tiny_hf import assert_greedy_sjd_equals_ar, hf_broken_folders, variant, without_a_tensor
+from tests.helpers.tiny_hf import (
+    assert_greedy_sjd_equals_ar,
+    hf_broken_folders,
+    variant,
+    widened,
+    without_a_tensor,
+)
 from tests.helpers.tree_check import assert_tree_matches_chains
 
 PROMPTS = ["a red fox in the snow", "a blue sky"]
@@ -98,6 +105,9 @@ def _glm_image_broken(folder: str, tmp_path) -> list[tuple[str, str]]:
     return [(copy("no_vae", drop=["vae"]), "missing the folders vae"),
             (copy("bad_encoder", write={encoder: "not a safetensors file"}), "cannot be loaded"),
             (without_a_tensor(copy("partial_encoder"), encoder), "the weights lack 1 tensors"),
+            (copy("another_models_config", write={"vision_language_encoder/config.json": json.dumps(widened(json.load(
+                open(os.path.join(folder, "vision_language_encoder", "config.json")))))}),
+             r"is stored as .* needs .*\(config\.json and the weights are of different models\)"),
             (copy("bad_dit", write={"transformer/diffusion_pytorch_model.safetensors": "not a safetensors file"}),
              "DiT, VAE or glyph encoder cannot be loaded"),
             (copy("no_tokenizer", drop=["tokenizer.json"]), "cannot be read as GLM-Image's processor"),
@@ -174,6 +184,18 @@ def test_family_automatic_window_is_exact(family, tmp_path, monkeypatch):
                                                                auto_tree=adapter.trees))
     assert torch.equal(res.tokens, ar.tokens) and res.stats.pass_cost.source.startswith("measured on")
     assert res.stats.forward_passes <= ar.stats.forward_passes
+
+
+def test_family_refuses_a_prompt_past_its_positions(family):
+    """A prompt that leaves the image no room within the positions the model was trained on is refused by name
+    before anything decodes (transformers runs past them without a word)."""
+    spec, _, adapter = family
+    if not getattr(adapter, "sequential_positions", False):
+        pytest.skip(f"{spec.name}: prompts are class names, or positions follow the image's grids")
+    too_long = " ".join(["fox"] * adapter.text_config.max_position_embeddings)
+    with pytest.raises(ValueError, match=r"the prompt is \d+ tokens; .*has room for \d+\. Shorten it"):
+        decode(adapter, too_long, method_settings("sjd", 4, adapter.default_sampling))
+    assert adapter.prompt_length([spec.prompts[0]], None, spec.cfg > 1) > 0         # a prompt that fits still does
 
 
 def test_family_tree_forward_equals_its_chains(family):

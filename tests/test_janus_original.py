@@ -233,6 +233,11 @@ def test_original_missing_files_shards_and_tensors_are_named(folders, tmp_path):
     del state["gen_head.vision_head.weight"]
     torch.save(state, partial / "pytorch_model.bin")
     cases.append((partial, r"missing: model\.generation_head\.vision_head\.weight"))
+    wrong_type = variant("wrong_type", single)
+    config = json.loads((wrong_type / "config.json").read_text())
+    config["language_config"]["hidden_size"] = "x"
+    (wrong_type / "config.json").write_text(json.dumps(config))
+    cases.append((wrong_type, r"config\.json: cannot be read as the model's configuration"))
     no_map = variant("no_weight_map", sharded)
     (no_map / "pytorch_model.bin.index.json").write_text('{"metadata": {}}')
     cases.append((no_map, r"index\.json: a weights index without its weight_map; download it again"))

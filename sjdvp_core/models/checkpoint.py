@@ -4,6 +4,7 @@ message that says what is wrong and what to do."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -112,3 +113,16 @@ def read_json(path: str) -> dict:
             return json.load(f)
     except (OSError, ValueError) as e:
         raise CheckpointError(f"{path}: cannot be read as JSON ({e}); re-download it") from e
+
+
+@contextlib.contextmanager
+def config_errors(what: str, repo: str):
+    """A config.json that is JSON but not the model's (a field of the wrong type, a section that is a list) as a
+    CheckpointError that names it, not a traceback from inside the configuration classes."""
+    try:
+        yield
+    except CheckpointError:
+        raise
+    except Exception as e:  # whatever the configuration classes raise on a value they cannot take
+        raise CheckpointError(f"{what}: cannot be read as the model's configuration ({type(e).__name__}: "
+                              f"{' '.join(str(e).split())}); download the config.json of {repo} again") from e

@@ -75,11 +75,14 @@ def load_pretrained(model_class, folder: str, repo: str, dtype: torch.dtype, opt
     if quantised:       # transformers reads stored 4-bit weights with both
         for package in ("bitsandbytes", "accelerate"):
             require(package, f"{folder} (weights stored {quantised})", "or use the float release of " + repo)
+    # a mismatch is named below by key and shapes (a 7B config.json beside 1B weights), not by transformers' report,
+    # which quiet_transformers hides; stored 4-bit tensors are packed: their shapes are transformers' to check
+    name_mismatches = reshape is not None or not quantised
     try:
         with quiet_transformers():   # its load report would call parts we skip or reshape "newly initialized"
             model, info = model_class.from_pretrained(folder, local_files_only=True, attn_implementation="sdpa",
                                                       output_loading_info=True,
-                                                      ignore_mismatched_sizes=reshape is not None,
+                                                      ignore_mismatched_sizes=name_mismatches,
                                                       **({"config": config} if config is not None else {}),
                                                       **dtype_kwarg(dtype))
     except Exception as e:  # corrupt or truncated files, a config of another version, ...
@@ -91,13 +94,14 @@ def load_pretrained(model_class, folder: str, repo: str, dtype: torch.dtype, opt
                               f"({', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}); "
                               f"download the complete {repo}")
     params = model.state_dict()
-    mismatched = [m[0] if isinstance(m, tuple) else m for m in info.get("mismatched_keys") or []]  # 5.x: (key, shapes)
+    mismatched = {m[0]: m[1] for m in info.get("mismatched_keys") or []}   # (key, stored shape, the model's shape)
     for key in sorted(k for k in mismatched if not k.startswith(tuple(optional))):
-        stored, shape = read_tensor(folder, key), params[key].shape
-        fixed = reshape(key, stored, shape)
+        shape = params[key].shape
+        fixed = None if reshape is None else reshape(key, read_tensor(folder, key), shape)
         if fixed is None or fixed.shape != shape:
-            raise CheckpointError(f"{folder}: {key} is stored as {tuple(stored.shape)}, {model_class.__name__} "
-                                  f"needs {tuple(shape)}; download the complete {repo}")
+            raise CheckpointError(f"{folder}: {key} is stored as {tuple(mismatched[key])}, {model_class.__name__} "
+                                  f"needs {tuple(shape)} (config.json and the weights are of different models); "
+                                  f"download the complete {repo}")
         with torch.no_grad():
             params[key].copy_(fixed)
     if quantised:
@@ -210,6 +214,7 @@ class HFAdapter(ModelAdapter):
     then uncond rows), how generated tokens are embedded and how hidden states become logits."""
     family = "transformers"
     trees = True
+    sequential_positions = True   # generated tokens' positions follow the prompt's one by one (GLM-Image's: its grids)
 
     def __init__(self, model: torch.nn.Module, lm: torch.nn.Module, text_config, layout: TokenLayout,
                  pad_id: int, device="cpu"):
@@ -250,7 +255,8 @@ class HFAdapter(ModelAdapter):
 
     # --- the adapter interface ---------------------------------------------------------------------
     def start(self, conditions, negatives, cfg: bool, scratch: int = 0):
-        ids, valid = (t.to(self.device) for t in left_pad(self.prompt_ids(conditions, negatives, cfg), self.pad_id))
+        rows = self._with_room(self.prompt_ids(conditions, negatives, cfg))
+        ids, valid = (t.to(self.device) for t in left_pad(rows, self.pad_id))
         R, P = ids.shape
         S = P + self.layout.length + scratch
         positions, self.prompt_len = self.prompt_positions(ids, valid, conditions)
@@ -303,7 +309,18 @@ class HFAdapter(ModelAdapter):
         return list(self.lm.layers)
 
     def prompt_length(self, conditions, negatives, cfg: bool) -> int | None:
-        return None if conditions is None else max(len(p) for p in self.prompt_ids(conditions, negatives, cfg))
+        return None if conditions is None else max(map(len, self._with_room(self.prompt_ids(conditions, negatives,
+                                                                                               cfg))))
+
+    def _with_room(self, rows: list[list[int]]) -> list[list[int]]:
+        """rows, or the ValueError that says the longest prompt (negative prompts included) leaves the image no room
+        within the positions the model was trained on (transformers would run past them without a word)."""
+        limit, image = getattr(self.text_config, "max_position_embeddings", None), self.layout.length
+        longest = max(map(len, rows))
+        if self.sequential_positions and limit and longest + image > limit:
+            raise ValueError(f"the prompt is {longest} tokens; with this image size ({image} image tokens) "
+                             f"{self.family} has room for {limit - image}. Shorten it (or make the image smaller)")
+        return rows
 
     def forward_bytes(self, rows: int, tokens: int, scratch: int = 0, prompt: int | None = None,
                       itemsize: int | None = None, scored: int | None = None) -> int:

@@ -127,7 +127,18 @@ def hf_broken_folders(folder: str, tmp_path) -> list[tuple[str, str]]:
     if os.path.isfile(os.path.join(folder, "model.safetensors.index.json")):
         cases.append((copy("no_shard", drop=[weights[-1]]), f"missing {weights[-1]}"))
     cases.append((without_a_tensor(copy("partial_weights"), weights[0]), "the weights lack 1 tensors"))
+    with open(os.path.join(folder, "config.json")) as f:
+        other = json.dumps(widened(json.load(f)))
+    cases.append((copy("another_models_config", write={"config.json": other}),
+                  r"is stored as .* needs .*\(config\.json and the weights are of different models\)"))
     return cases
+
+
+def widened(config):
+    """A config.json's sections with every intermediate_size doubled: another model's config beside these weights."""
+    if isinstance(config, dict):
+        return {k: v * 2 if k == "intermediate_size" else widened(v) for k, v in config.items()}
+    return config
 
 
 def without_a_tensor(folder: str, shard: str) -> str:

@@ -20,7 +20,7 @@ import re
 import torch
 from torch import Tensor
 
-from ..checkpoint import CheckpointError, index_shards, read_json, read_state_dict
+from ..checkpoint import CheckpointError, config_errors, index_shards, read_json, read_state_dict
 from ..hf_adapter import INDEX, TextTokenizer, dtype_kwarg
 from .adapter import BOI, BOS, EOF, EOI, EOL, EOS, PAD, WRAPPER, Emu3Adapter, as_trained, pixel_stats
 
@@ -67,11 +67,15 @@ def load_original(folder: str, device="cpu", dtype=torch.float32, **options) -> 
     trained at)."""
     check_files(folder)
     vision = vision_folder(folder)
-    lm, vq = original_config(folder), vision_config(vision)
+    with config_errors(os.path.join(folder, "config.json"), REPO):
+        lm = original_config(folder)
+    with config_errors(os.path.join(vision, "config.json"), VISION_REPO):
+        vq = vision_config(vision)
     tokenizer = OriginalTokenizer(folder)
     check_token_ids(lm, tokenizer, folder)
-    model = build_model(hf_config(lm, vq, tokenizer, folder, vision), lm_state(folder, dtype) | vq_state(vision),
-                        folder, vision, dtype)
+    with config_errors(f"{folder} and {vision}: the config.json files", f"{REPO} and {VISION_REPO}"):
+        config = hf_config(lm, vq, tokenizer, folder, vision)
+    model = build_model(config, lm_state(folder, dtype) | vq_state(vision), folder, vision, dtype)
     options.setdefault("image_area", lm["image_area"])
     return Emu3Adapter(model, tokenizer, device=device, vision_folder=vision, **pixel_stats(vision), **options)
 

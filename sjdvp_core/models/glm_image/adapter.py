@@ -65,6 +65,7 @@ class GlmImageAdapter(SizeChoice, HFAdapter):
     family = "GLM-Image"
     pixels_apart = True
     takes_images = True
+    sequential_positions = False   # 3-D positions: an image grid's tokens take its rows' and columns' positions
     SOURCES_KEPT = 16    # edits whose source tokens are kept for the DiT (it runs after the token stage may be gone)
 
     def __init__(self, model, processor, sampling: SamplingSettings, dit, width: int = DEFAULT_SIZE,

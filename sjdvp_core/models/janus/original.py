@@ -17,7 +17,7 @@ from typing import Mapping
 
 import torch
 
-from ..checkpoint import CheckpointError, index_shards, load_strict, read_json, read_state_dict
+from ..checkpoint import CheckpointError, config_errors, index_shards, load_strict, read_json, read_state_dict
 from ..hf_adapter import TextTokenizer, dtype_kwarg
 from .adapter import PAD, JanusAdapter
 
@@ -58,7 +58,9 @@ def load_original(folder: str, device="cpu", dtype: torch.dtype = torch.float32)
         state.update(read_state_dict(path, f"a weight file of {REPOS}")[0])
     tokens = {"bos_token_id": tokenizer.id(BOS), "eos_token_id": tokenizer.id(EOS), "pad_token_id": tokenizer.id(PAD)}
     shapes = {k: t.shape for k, t in state.items()}
-    config = janus_config(read_json(os.path.join(folder, "config.json")), shapes, tokens)
+    path = os.path.join(folder, "config.json")
+    with config_errors(path, REPOS):
+        config = janus_config(read_json(path), shapes, tokens)
     model = _empty_model(config, dtype)
     mapped = {name: t.to(dtype) for k, t in state.items() if (name := hf_name(k)) is not None}
     load_strict(model, mapped, folder, f"Janus-Pro as released; download every file of {REPOS}")

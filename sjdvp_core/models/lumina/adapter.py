@@ -125,10 +125,6 @@ class LuminaAdapter(SizeChoice, HFAdapter):
             raise ValueError(f"{self.family}'s guidance branch sees only the image, never text (as upstream); "
                              "leave the negative prompt empty")
         rows = [self._encode(c) for c in conditions]
-        limit = self.text_config.max_position_embeddings - self.layout.length
-        if max(map(len, rows)) > limit:
-            raise ValueError(f"the prompt is {max(map(len, rows))} tokens; with a {self.width}x{self.height} image "
-                             f"{self.family} has room for {limit}. Shorten it")
         return rows + [list(self.image_prefix)] * (len(conditions) if cfg else 0)
 
     def _encode(self, prompt) -> list[int]:
