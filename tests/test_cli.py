@@ -40,8 +40,8 @@ def test_cli_a_wrong_size_is_one_line_and_exit_2(lumina2, tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["--width", "48", "--height", "32"], "Lumina-mGPT 2.0 generates multiples of 32 px"),
-    (["--model", "demo", "--width", "64", "--height", "64"], "generates at one size (16x16 tokens); set width "
-                                                              "and height to 0"),
+    (["--model", "demo", "--width", "128", "--height", "128"], "generates at one size (64x64 px); set width "
+                                                                "and height to 0"),
     (["--model", "{tmp}"], "no model family recognised here"),
     (["--window", "wide"], "give 'auto', 'auto:N' or a number N"),
     (["--repeats", "0"], "time each method at least once"),

@@ -39,6 +39,15 @@ def test_class_conditions_are_whole_numbers_or_names(demo):
         demo.class_id(96)
 
 
+def test_its_own_size_asked_for_by_name_is_taken(demo):
+    """A one-size family takes width and height equal to its size (an artist typing 64 x 64), refuses others naming
+    it in pixels."""
+    from sjdvp_core.engine.adapter import at_size
+    assert at_size(demo, 64, 64) is demo
+    with pytest.raises(ValueError, match=r"generates at one size \(64x64 px\); set width and height to 0"):
+        at_size(demo, 128, 128)
+
+
 def test_a_bad_prompt_is_told_before_the_first_automatic_run_measures_anything(demo, tmp_path, monkeypatch):
     """An artist's first prompt for the demo is often one it cannot draw: the error comes before the automatic
     window's calibration (tens of seconds here), and nothing is cached."""

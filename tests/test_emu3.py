@@ -97,6 +97,14 @@ def test_sizes_follow_the_processor_and_unsupported_ones_say_why(folder):
         token_grid("1:1", 1024 * 1024, 8, 9216)
     with pytest.raises(ValueError, match="720x720"):
         load_model(folder)                                              # 720x720 at f2 overflows the tiny model
+    with pytest.raises(ValueError, match="image_area=-5: give a positive number of pixels"):
+        token_grid("1:1", -5, 8, 9216)
+    from sjdvp_core.engine.adapter import at_size
+    small = load_model(folder, image_area=128, ratio="2:1")
+    with pytest.raises(ValueError, match=r"-16x8 px: give a positive width and height"):
+        at_size(small, -16, 8)                                          # (was: "ratio='-16:8'", an option not given)
+    with pytest.raises(ValueError, match=r"1000000x1 px is under one 2x2 token on a side"):
+        at_size(small, 10 ** 6, 1)
 
 
 def test_prompt_and_negative_prompt(adapter):

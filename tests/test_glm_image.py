@@ -76,6 +76,9 @@ def test_sizes_guidance_and_sampling(folder, adapter, tmp_path, caplog):
     with pytest.raises(ValueError, match="multiples of 32 px .* the nearest is 96x64"):
         adapter.with_size(100, 70)
     assert adapter.with_size(128, 64).layout.grid.shape == (2, 4)
+    for wide, tall in ((8224, 32), (32, 8224)):      # past about 256:1 the small first grid has no row or column
+        with pytest.raises(ValueError, match="too far from square for GLM-Image"):
+            adapter.with_size(wide, tall)
     with pytest.raises(ValueError, match="no classifier-free guidance"):
         decode(adapter, PROMPTS[:1], method_settings("sjd", 4, SamplingSettings(cfg_scale=3.0)))
     with pytest.raises(ValueError, match="no negative prompt"):

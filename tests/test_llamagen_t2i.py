@@ -73,6 +73,8 @@ def test_t2i_greedy_sjd_equals_ar_and_padding_is_masked(t5_folder, tmp_path):
     assert torch.equal(ar, sjd)
     with pytest.raises(ValueError, match="no negative prompt"):    # its guidance branch is the learned empty caption
         decode(ad, prompts, DecodeSettings(window=WindowSettings(8), **kw), negatives="blurry")
+    with pytest.raises(ValueError, match="needs a text prompt, got None"):    # T5 would caption it "none"
+        decode(ad, [prompts[0], None], DecodeSettings(window=WindowSettings(8), **kw))
     assert_tree_matches_chains(ad, prompts, True)        # the tree mask keeps the caption padding masked
     # what sits in the masked padding does not matter
     feats, mask = ad.text_encoder(prompts)

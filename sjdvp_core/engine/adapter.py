@@ -112,6 +112,7 @@ class ModelAdapter:
     trees: bool = False      # forward_tree and adopt are implemented (draft trees can be scored)
     example_condition: Any = "a red fox in the snow"   # what the check command's test forward uses
     precision: str = ""      # how the weights were loaded where a loader chose it (auto: its reasons)
+    patch: int = 0           # pixels per image code (its side), where the family knows it
 
     def start(self, conditions: Sequence[Any], negatives: Sequence[Any] | None,
               cfg: bool, scratch: int = 0) -> tuple[TokenLayout, Tensor]:
@@ -143,7 +144,10 @@ class ModelAdapter:
         """The same model generating at width x height pixels (a new adapter sharing the weights), for
         families whose size is a choice; the others generate at one size."""
         h, w = self.layout.grid.shape
-        raise ValueError(f"{self.family} generates at one size ({w}x{h} tokens); set width and height to 0")
+        if self.patch and (width, height) == (w * self.patch, h * self.patch):
+            return self                                   # its own size, asked for by name
+        own = f"{w * self.patch}x{h * self.patch} px" if self.patch else f"{w}x{h} tokens"
+        raise ValueError(f"{self.family} generates at one size ({own}); set width and height to 0")
 
     def finish(self) -> None:
         """The decode ended (or was aborted): free per-run state such as KV caches."""

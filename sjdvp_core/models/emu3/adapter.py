@@ -44,21 +44,25 @@ PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\
            r"""|\s*[\r\n]+|\s+(?!\S)|\s+""")
 
 
-def token_grid(ratio: str, image_area: int, factor: int, max_positions: int) -> tuple[int, int]:
+def token_grid(ratio: str, image_area: int, factor: int, max_positions: int, asked: str = "") -> tuple[int, int]:
     """(h, w) in tokens for an aspect ratio "W:H" and an area in pixels, as Emu3's processor rounds them;
-    a ValueError says why a size is not supported."""
+    a ValueError says why a size is not supported (naming `asked`, what the user gave, where not these two)."""
+    asked = asked or f"image_area={image_area} at ratio {ratio}"
     parts = ratio.split(":")
     if len(parts) != 2 or not all(p.strip().isdigit() and int(p) > 0 for p in parts):
         raise ValueError(f"ratio={ratio!r}: give the aspect ratio as 'W:H' with positive integers, e.g. '1:1', '16:9'")
+    if not isinstance(image_area, (int, float)) or not image_area > 0:
+        raise ValueError(f"image_area={image_area!r}: give a positive number of pixels; Emu3 was trained at "
+                         f"{IMAGE_AREA} (720x720)")
     rw, rh = (int(p) for p in parts)
     scale = (image_area / (rw * rh)) ** 0.5
     h, w = round(rh * scale / factor), round(rw * scale / factor)
     if h < 1 or w < 1:
-        raise ValueError(f"image_area={image_area} at ratio {ratio} is under one {factor}x{factor} token; "
-                         f"Emu3 was trained at {IMAGE_AREA} pixels (720x720)")
+        raise ValueError(f"{asked} is under one {factor}x{factor} token on a side; Emu3 was trained at {IMAGE_AREA} "
+                         "pixels (720x720)")
     if h * (w + 1) + 3 >= max_positions:
-        raise ValueError(f"image_area={image_area} at ratio {ratio} needs {h}x{w} tokens, more than Emu3's "
-                         f"{max_positions} positions; use at most {IMAGE_AREA} pixels (720x720), the trained area")
+        raise ValueError(f"{asked} needs {h}x{w} tokens, more than Emu3's {max_positions} positions; use at most "
+                         f"{IMAGE_AREA} pixels (720x720), the trained area")
     return h, w
 
 
@@ -88,16 +92,18 @@ class Emu3Adapter(SizeChoice, HFAdapter):
         self.tokenizer, self.quality_suffix = tokenizer, quality_suffix
         self.pixel_mean, self.pixel_std = pixel_mean, pixel_std
 
-    def _grid(self, ratio: str, image_area: int) -> TokenLayout:
+    def _grid(self, ratio: str, image_area: int, asked: str = "") -> TokenLayout:
         """Set the token grid (and the prompt's size string) for an aspect ratio and pixel area."""
-        self.height, self.width = token_grid(ratio, image_area, self.factor, self.max_positions)
+        self.height, self.width = token_grid(ratio, image_area, self.factor, self.max_positions, asked)
         self.image_prefix = f"{BOI}{self.height}*{self.width}{WRAPPER}"
         return TokenLayout.raster(self.visual, self.height, self.width, row_end=self.ids[EOL],
                                   suffix=[self.ids[EOF], self.ids[EOI], self.ids[EOS]])
 
     def size_to(self, width: int, height: int) -> TokenLayout:
         """About width x height pixels: Emu3 takes any aspect ratio, rounded to its 8 px tokens."""
-        return self._grid(f"{width}:{height}", width * height)
+        if width <= 0 or height <= 0:
+            raise ValueError(f"{width}x{height} px: give a positive width and height (0 for both: the default size)")
+        return self._grid(f"{width}:{height}", width * height, f"{width}x{height} px")
 
     @property
     def default_sampling(self) -> SamplingSettings:

@@ -93,9 +93,12 @@ class GlmImageAdapter(SizeChoice, HFAdapter):
             near = f"{max(GRID, round(width / GRID) * GRID)}x{max(GRID, round(height / GRID) * GRID)}"
             raise ValueError(f"{width}x{height} px: GLM-Image generates multiples of {GRID} px (one token per "
                              f"{GRID} x {GRID} px); the nearest is {near}")
-        self.width, self.height = width, height
         grids = self.processor(text=[""], target_h=height, target_w=width)["image_grid_thw"].tolist()
         (_, H, W), (_, h, w) = grids                         # the image grid, then the prior grid
+        if not (h and w):
+            raise ValueError(f"{width}x{height} px: too far from square for GLM-Image, its small first grid (about "
+                             f"16 x 16 codes) would be {h} x {w}; bring the sides closer together")
+        self.width, self.height = width, height
         self.layouts = {False: (self._layout((h, w), (H, W)), _rope_table([(h, w), (H, W)])),
                         True: (self._layout((H, W)), _rope_table([(H, W)]))}
         self.layout, self.rope = self.layouts[False]

@@ -32,6 +32,7 @@ def chat_prompt(prompt: str) -> str:
 
 class JanusAdapter(HFAdapter):
     family = "Janus-Pro"
+    patch = 16        # the VQ's: 24 x 24 codes are the 384 px image
 
     def __init__(self, model, tokenizer: TextTokenizer, device="cpu"):
         vq = model.config.vq_config
@@ -70,7 +71,7 @@ class JanusAdapter(HFAdapter):
         return self.layout.image_tokens.numel()
 
     def facts(self):
-        size = self.layout.grid.shape[0] * 16
+        size = self.layout.grid.shape[0] * self.patch
         return [("BOS, pad, <begin_of_image>", str(self.token_names([self.bos, self.pad_id, self.boi])), True),
                 ("image size", f"{size} px (Janus-Pro generates 384 x 384)", size == 384)]
 

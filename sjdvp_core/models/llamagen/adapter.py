@@ -165,6 +165,7 @@ class LlamaGenAdapter(ModelAdapter):
         self.gpt = gpt.to(device, dtype)
         self.gpt.rope = self.gpt.rope.float()
         self.vq = vq.to(device, torch.float32)
+        self.patch = vq.config.downsample
         parts = {"gpt": self.gpt, "vq": self.vq} | ({"text": text_encoder.model} if text_encoder is not None else {})
         self.module = torch.nn.ModuleDict(parts)    # all weights (T5's too), for memory managers
         self.image_decoder = self.vq
@@ -237,6 +238,9 @@ class LlamaGenAdapter(ModelAdapter):
         if self.config.model_type != "c2i":
             if self.text_encoder is None:
                 raise ValueError("this LlamaGen text-to-image model needs its FLAN-T5-XL text encoder folder")
+            for prompt in conditions:      # T5 would caption None as "none", 3 as "3"
+                if not isinstance(prompt, str):
+                    raise ValueError(f"{self.family} needs a text prompt, got {prompt!r}")
             return None
         return [self.class_id(x) for x in conditions]
 
