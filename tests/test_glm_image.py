@@ -280,6 +280,10 @@ def test_edit_dit_draws_from_the_sources(folder, adapter):
     with pytest.raises(ValueError, match="at least one image"):
         Edit("make it snow", ())
     assert len(Edit("make it snow", torch.stack([SOURCE, SOURCE])).images) == 2      # a batch tensor is images too
+    with pytest.raises(ValueError, match=r"an Edit's images are RGB \[H, W, 3\] tensors .*got \(64, 64, 1\)"):
+        Edit("make it snow", (SOURCE[..., :1],))
+    with pytest.raises(ValueError, match=r"cannot take the reference images \(4x4 px\): .*use larger images"):
+        decode(adapter, [Edit("make it snow", (SOURCE[:4, :4],))], method_settings("sjd", 4, adapter.default_sampling))
 
 
 def test_the_catalogue_entry_downloads_the_release_folder(folder, tmp_path, monkeypatch):

@@ -82,6 +82,10 @@ class Edit:
     def __post_init__(self):
         if len(self.images) == 0:
             raise ValueError("an Edit needs at least one image; give the text alone to draw from text")
+        for image in self.images:
+            if not isinstance(image, Tensor) or image.dim() != 3 or image.shape[-1] != 3:
+                raise ValueError(f"an Edit's images are RGB [H, W, 3] tensors (ComfyUI's IMAGE), got "
+                                 f"{tuple(image.shape) if isinstance(image, Tensor) else type(image).__name__}")
 
 
 @dataclass(frozen=True)

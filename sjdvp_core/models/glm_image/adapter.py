@@ -145,8 +145,15 @@ class GlmImageAdapter(SizeChoice, HFAdapter):
         images = [{"type": "image", "image": _pil(image)} for image in condition.images] if edit else []
         messages = [{"role": "user", "content": [*images, {"type": "text", "text": text}]}]
         size = {"target_h": self.height, "target_w": self.width}
-        out = self.processor.apply_chat_template(messages, tokenize=True, return_dict=True, return_tensors="pt",
-                                                 **({"processor_kwargs": size} if self.split_kwargs else size))
+        try:
+            out = self.processor.apply_chat_template(messages, tokenize=True, return_dict=True, return_tensors="pt",
+                                                     **({"processor_kwargs": size} if self.split_kwargs else size))
+        except ValueError as e:
+            if not edit:
+                raise
+            shapes = ", ".join(f"{i.shape[1]}x{i.shape[0]}" for i in condition.images)
+            raise ValueError(f"GLM-Image's processor cannot take the reference images ({shapes} px): "
+                             f"{' '.join(str(e).split())}; use larger images") from e
         ids = out["input_ids"][0].tolist()
         if ids[-1] != self.image_start:
             raise CheckpointError(f"the processor's prompt ends with id {ids[-1]}, not the image start "
