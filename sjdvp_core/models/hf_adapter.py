@@ -94,12 +94,15 @@ def load_pretrained(model_class, folder: str, repo: str, dtype: torch.dtype, opt
                               f"({', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}); "
                               f"download the complete {repo}")
     params = model.state_dict()
-    mismatched = {m[0]: m[1] for m in info.get("mismatched_keys") or []}   # (key, stored shape, the model's shape)
+    mismatched = {}   # key -> the stored shape: transformers 5 lists (key, stored shape, the model's), 4.x the key
+    for m in info.get("mismatched_keys") or []:
+        key, stored = (m[0], tuple(m[1])) if isinstance(m, tuple) else (m, "another shape")
+        mismatched[key] = stored
     for key in sorted(k for k in mismatched if not k.startswith(tuple(optional))):
         shape = params[key].shape
         fixed = None if reshape is None else reshape(key, read_tensor(folder, key), shape)
         if fixed is None or fixed.shape != shape:
-            raise CheckpointError(f"{folder}: {key} is stored as {tuple(mismatched[key])}, {model_class.__name__} "
+            raise CheckpointError(f"{folder}: {key} is stored as {mismatched[key]}, {model_class.__name__} "
                                   f"needs {tuple(shape)} (config.json and the weights are of different models); "
                                   f"download the complete {repo}")
         with torch.no_grad():
