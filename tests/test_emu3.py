@@ -187,5 +187,5 @@ def test_with_size_changes_the_grid_and_the_size_string(adapter):
     square = adapter.with_size(12, 12)                   # 144 px at f2 -> 6 x 6 tokens
     assert square.layout.grid.shape == (6, 6) and adapter.layout.grid.shape == (4, 8)
     assert "6*6" in square.image_prefix and square.module is adapter.module
-    with pytest.raises(ValueError, match="'W:H'"):
+    with pytest.raises(ValueError, match="0x12 px: give a positive width and height"):
         adapter.with_size(0, 12)
