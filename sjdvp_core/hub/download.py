@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..cli.mistakes import run_command
-from ..models.folders import incomplete, marked_entry, marker, unfinished_marker
+from ..models.folders import incomplete, marker, read_marker, unfinished_marker
 from .catalogue import ENTRIES, Entry, Source, describe, find, size_text
 
 CHUNK = 1 << 20
@@ -175,22 +175,14 @@ class _State:
 
     def __init__(self, folder: str, entry: Entry):
         self.path = marker(folder, entry.model)
-        self.data = {"entry": entry.name, "done": self._done(self.path)}
-        older = marker(folder) if entry.model else None    # an older sjdvp marked a shared folder itself
-        adopt = older is not None and marked_entry(older) == entry.name
+        self.data = {"entry": entry.name, "done": _done(read_marker(self.path))}
+        older = read_marker(marker(folder)) if entry.model else {}   # an older sjdvp marked a shared folder itself
+        adopt = older.get("entry") == entry.name
         if adopt:
-            self.data["done"] = {**self._done(older), **self.data["done"]}
+            self.data["done"] = {**_done(older), **self.data["done"]}
         self.save()
         if adopt:
-            os.remove(older)
-
-    @staticmethod
-    def _done(path: str) -> dict:
-        try:
-            with open(path, encoding="utf-8") as f:
-                return dict(json.load(f).get("done", {}))
-        except (OSError, ValueError, AttributeError, TypeError):
-            return {}
+            os.remove(marker(folder))
 
     def save(self) -> None:
         tmp = self.path + ".tmp"
@@ -204,6 +196,12 @@ class _State:
     def mark(self, item: Planned) -> None:
         self.data["done"][item.local] = item.sha256 or item.git_sha1
         self.save()
+
+
+def _done(record: dict) -> dict:
+    """A marker record's verified files (name -> hash), {} where it holds none readable."""
+    done = record.get("done")
+    return dict(done) if isinstance(done, dict) else {}
 
 
 def _fetch(item: Planned, dest: str, endpoint: str, token, report: Callable[[int], None]) -> None:

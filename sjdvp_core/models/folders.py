@@ -50,13 +50,19 @@ def unfinished_marker(path: str) -> str | None:
         folder = parent
 
 
-def marked_entry(path: str) -> str | None:
-    """The catalogue entry a marker names (None if it is unreadable)."""
+def read_marker(path: str) -> dict:
+    """A marker's record ({"entry": name, "done": {file: hash}}); {} where it is missing or unreadable."""
     try:
         with open(path, encoding="utf-8") as f:
-            return json.load(f).get("entry")
-    except (OSError, ValueError, AttributeError):
-        return None
+            data = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def marked_entry(path: str) -> str | None:
+    """The catalogue entry a marker names (None if it is unreadable)."""
+    return read_marker(path).get("entry")
 
 
 def incomplete_message(path: str) -> str:

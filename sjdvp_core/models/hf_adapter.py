@@ -312,8 +312,9 @@ class HFAdapter(ModelAdapter):
         return list(self.lm.layers)
 
     def prompt_length(self, conditions, negatives, cfg: bool) -> int | None:
-        return None if conditions is None else max(map(len, self._with_room(self.prompt_ids(conditions, negatives,
-                                                                                               cfg))))
+        if conditions is None:
+            return None
+        return max(map(len, self._with_room(self.prompt_ids(conditions, negatives, cfg))))
 
     def _with_room(self, rows: list[list[int]]) -> list[list[int]]:
         """rows, or the ValueError that says the longest prompt (negative prompts included) leaves the image no room
