@@ -117,3 +117,19 @@ def test_the_encoder_sees_cleaned_captions_in_the_gpts_precision(t5_folder, tmp_
     assert ad.text_encoder.model.dtype == torch.bfloat16 and ad.gpt.output.weight.dtype == torch.bfloat16
     feats, _ = ad.text_encoder(["a red fox"])
     assert feats.dtype == torch.float32                   # the GPT's prefix casts them back to its own dtype
+
+
+def test_t5_encoder_names_what_it_does_not_read(t5_folder, caplog):
+    """Upstream's cleaning deletes Chinese characters and truncation cuts a long caption, both silently: a
+    warning names what the model will not see; the features are what they were."""
+    enc = T5CaptionEncoder(t5_folder, max_length=8)
+    with caplog.at_level("WARNING"):
+        feats, mask = enc(["a red fox", "红色 a red fox"])
+    assert "deletes Chinese characters (红色)" in caplog.text and "'a red fox'" in caplog.text
+    assert torch.equal(feats[0], feats[1]) and "T5 tokens" not in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        feats, mask = enc(["a red fox in the snow blue sky a fox", "a red fox in the snow blue"])   # 7 words fit
+    assert "read the first 7 T5 tokens of a prompt; this one has 10" in caplog.text
+    assert "'sky a fox'" in caplog.text and caplog.text.count("not read") == 1
+    assert torch.equal(feats[0], feats[1]) and mask.all()

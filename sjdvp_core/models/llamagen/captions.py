@@ -123,3 +123,9 @@ def clean_once(caption: str) -> str:
 def clean_caption(caption: str) -> str:
     """A prompt as LlamaGen's text-to-image models saw their captions (upstream cleans twice)."""
     return clean_once(clean_once(caption))
+
+
+def cjk_characters(caption: str) -> str:
+    """The Chinese characters the cleaning deletes from this caption (upstream deletes them without a word; the
+    models' captions were English)."""
+    return "".join(re.findall("[" + "".join(_CJK_BLOCKS) + "]", str(caption)))

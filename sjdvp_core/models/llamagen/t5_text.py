@@ -5,13 +5,16 @@ padding zeroed and masked), as LlamaGen's t2i models saw them in training. The e
 GPT's precision (bf16 on GPUs, as upstream samples)."""
 from __future__ import annotations
 
+import logging
 import os
 
 import torch
 from torch import Tensor
 
 from ..placement import weights_device
-from .captions import clean_caption
+from .captions import cjk_characters, clean_caption
+
+log = logging.getLogger(__name__)
 
 T5_FILES = "config.json, model weights (*.safetensors or pytorch_model*.bin) and tokenizer files"
 
@@ -37,10 +40,27 @@ class T5CaptionEncoder:
     @torch.no_grad()
     def __call__(self, prompts: list[str]) -> tuple[Tensor, Tensor]:
         """prompts -> (features [B, T, D] left-padded with zeros, mask [B, T] bool)."""
-        tok = self.tokenizer([clean_caption(p) for p in prompts], max_length=self.max_length, padding="max_length",
+        tok = self.tokenizer(self.captions(prompts), max_length=self.max_length, padding="max_length",
                              truncation=True, return_tensors="pt").to(self.device)
         feats = self.model(input_ids=tok.input_ids, attention_mask=tok.attention_mask).last_hidden_state
         return left_pad(feats.float(), tok.attention_mask.bool())
+
+    def captions(self, prompts: list[str]) -> list[str]:
+        """The prompts cleaned as upstream cleans them; what the encoder will not read is named in a warning
+        (upstream drops it silently): Chinese characters the cleaning deletes, and the words past max_length
+        tokens, which truncation cuts."""
+        captions = [clean_caption(p) for p in prompts]
+        for prompt, caption in zip(prompts, captions):
+            if cjk := cjk_characters(prompt):
+                log.warning("sjdvp: LlamaGen's text-to-image models were trained on English captions, and their "
+                            "caption cleaning deletes Chinese characters (%s); the prompt reads %r", cjk, caption)
+            ids = self.tokenizer(caption, verbose=False).input_ids      # the words, then </s>
+            if len(ids) > self.max_length:
+                cut = self.tokenizer.decode(ids[self.max_length - 1:], skip_special_tokens=True)
+                log.warning("sjdvp: LlamaGen's text-to-image models read the first %d T5 tokens of a prompt; this one "
+                            "has %d, so the end is not read: %r. Shorten the prompt to use all of it.",
+                            self.max_length - 1, len(ids) - 1, cut)
+        return captions
 
 
 def left_pad(features: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
