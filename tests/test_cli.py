@@ -49,12 +49,52 @@ def test_cli_a_wrong_size_is_one_line_and_exit_2(lumina2, tmp_path):
     (["--device", "gpu"], "device='gpu' is not a device"),
     (["--device", "cuda:9"], "cuda device(s); give cpu or another device"),
     (["--out", "{tmp}/a-file/out"], "a-file"),
-], ids=["size", "fixed-size-family", "folder", "window", "repeats", "no-path", "device", "no-cuda", "out"])
+    (["--out", "{tmp}/a-file"], "a-file: that is a file; give a folder"),
+    (["--trained-size", "512"], "a Lumina-mGPT 2.0 folder takes only width, height; got trained"),
+], ids=["size", "fixed-size-family", "folder", "window", "repeats", "no-path", "device", "no-cuda", "out", "out-file",
+        "option"])
 def test_cli_generate_mistakes(lumina2, tmp_path, capsys, args, message):
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]
     (tmp_path / "a-file").write_text("a file where --out wants a folder")
     assert generate(["--model", lumina2, "--methods", "ar", "--out", str(tmp_path / "out"), *args]) == 2
     assert message in one_line(capsys, "python -m sjdvp_core")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--window", "500"], "window"), (["--top-p", "2"], "top_p"), (["--tree-width", "99"], "width"),
+    (["--seed", "-1"], "seed"), (["--out", "{tmp}/a-file"], "that is a file"),
+], ids=["window", "top-p", "tree", "seed", "out"])
+def test_cli_mistakes_are_said_before_the_model_loads(tmp_path, capsys, monkeypatch, args, message):
+    """A 7B model takes minutes to load: a setting out of range is said before it starts."""
+    import sjdvp_core.cli.generate as cli
+
+    def loading(*a, **k):
+        raise AssertionError("the model began loading")
+    monkeypatch.setattr(cli, "load_model", loading)
+    (tmp_path / "a-file").write_text("")
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    assert generate(["--methods", "ar", "sjd-vp", "--out", str(tmp_path / "out"), *args]) == 2
+    assert message in one_line(capsys, "python -m sjdvp_core")
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("a red circle on grass\n")
+    assert batch(["--prompts", str(prompts), "--out", str(tmp_path / "runs"), *args]) == 2
+    assert message in one_line(capsys, "python -m sjdvp_core.batch")
+
+
+def test_cli_trained_size_reaches_the_loader(tmp_path):
+    """check takes --trained-size for a Lumina-mGPT folder whose name does not say it; so do the decoding commands."""
+    from tests.helpers.tiny_lumina import write_lumina
+    folder = write_lumina(str(tmp_path / "MyLumina"))       # "trained" at 64 px; the name does not say
+    assert generate(["--model", folder, "--trained-size", "64", "--methods", "ar", "--repeats", "1",
+                     "--out", str(tmp_path / "out")]) == 0
+
+
+def test_cli_ctrl_c_is_one_line_and_exit_130(capsys):
+    def stopped():
+        raise KeyboardInterrupt
+    assert run_command("prog", stopped) == 130
+    err = capsys.readouterr().err
+    assert err.strip() == "prog: interrupted" and "Traceback" not in err
 
 
 def test_cli_writes_images_at_the_models_own_size(lumina2, tmp_path):
@@ -67,8 +107,9 @@ def test_cli_writes_images_at_the_models_own_size(lumina2, tmp_path):
     for method in ("ar", "sjd-vp"):
         png = Image.open(out / f"{method}_seed0.png")
         assert png.size == (64, 32) and "Comment" not in png.info
-    assert generate(["--methods", "ar", "--repeats", "1", "--out", str(out)]) == 0
-    demo = Image.open(out / "ar_seed0.png")
+    assert generate(["--methods", "ar", "--repeats", "1", "--out", str(out)]) == 0   # the first run's is kept
+    assert Image.open(out / "ar_seed0.png").size == (64, 32)
+    demo = Image.open(out / "ar_seed0_2.png")
     assert demo.size == (256, 256) and demo.info["Comment"] == "generated at 64x64 px, enlarged 4x (nearest)"
 
 
@@ -84,6 +125,12 @@ def test_cli_batch_mistakes(tmp_path, capsys):
     (tmp_path / "p.txt").write_text("a red circle on grass\n")
     assert batch(["--prompts", str(tmp_path / "p.txt"), "--seeds", "x", "--out", str(tmp_path)]) == 2
     one_line(capsys, "python -m sjdvp_core.batch")
+    (tmp_path / "p.json").write_text('{"prompt": "a red circle on grass"}\n')      # drawn as that text before
+    assert batch(["--prompts", str(tmp_path / "p.json"), "--out", str(tmp_path)]) == 2
+    assert "give a .jsonl file" in one_line(capsys, "python -m sjdvp_core.batch")
+    (tmp_path / "p.JSONL").write_text('{"prompt": ""}\n')
+    assert batch(["--prompts", str(tmp_path / "p.JSONL"), "--out", str(tmp_path / "runs")]) == 2
+    assert one_line(capsys, "python -m sjdvp_core.batch").count("prompt ''") == 1     # read as JSONL, named once
 
 
 def test_cli_check_and_download_mistakes(tmp_path, capsys):

@@ -93,6 +93,10 @@ def test_download_interrupted_is_not_listed_is_explained_and_resumes(hub, tmp_pa
     parts = [f for f in os.listdir(folder) if f.endswith(".part")]
     assert len(parts) == 1
     kept = os.path.getsize(os.path.join(folder, parts[0]))
+    with pytest.raises(DownloadError, match=f"cannot reach .* What was downloaded so far is kept in {folder}; "
+                                            r"download it again \(choose the model again in ComfyUI, or run the "
+                                            r"same command\) to resume"):
+        download(ENTRY, str(tmp_path), endpoint="http://127.0.0.1:1")
     path = download(ENTRY, str(tmp_path))
     assert not incomplete(folder, ENTRY.model) and list_models([str(tmp_path)]) == ["demo", "llamagen-c2i"]
     name = parts[0][:-len(".part")]
@@ -186,8 +190,9 @@ def test_download_gated_missing_offline_and_unreachable_say_what_to_do(hub, tmp_
         download(ENTRY, str(tmp_path))
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     nobody = "http://127.0.0.1:1"                                              # nothing listens there
-    with pytest.raises(DownloadError, match=f"cannot reach {nobody} .*resumes"):
-        download(ENTRY, str(tmp_path), endpoint=nobody)
+    with pytest.raises(DownloadError, match=f"cannot reach {nobody} .*by hand") as failed:
+        download(ENTRY, str(tmp_path / "models"), endpoint=nobody)
+    assert "kept" not in str(failed.value) and not (tmp_path / "models").exists()     # nothing was: nothing left
     janus = catalogue.BY_NAME["Janus-Pro-1B"]                 # a folder model: a failed first try leaves no folder,
     for _ in range(2):                                      # which would pass for the complete model next time
         with pytest.raises(DownloadError, match="was not found"):
@@ -208,6 +213,9 @@ def test_download_cli_lists_and_fetches(hub, tmp_path, capsys):
     assert all(e.name in listing for e in catalogue.ENTRIES) and "GAIR/Anole-7b-v0.1 -> " not in listing
     assert main(["LlamaGen-c2i-B-256", "--dir", str(tmp_path)]) == 0
     assert "complete and verified" in capsys.readouterr().out
+    assert main(["LlamaGen-c2i-B-256", "--dir", str(tmp_path)]) == 0       # in place: not fetched, nor verified again
+    assert "already there (downloaded before, or put there by hand), so not fetched or verified" in \
+        capsys.readouterr().out
     assert main(["No-Such-Model", "--dir", str(tmp_path)]) == 2          # a mistake, as argparse's own
     assert capsys.readouterr().err.startswith("python -m sjdvp_core.download: error: no catalogue entry "
                                               "'No-Such-Model'; entries: LlamaGen-c2i-B-256")

@@ -28,12 +28,12 @@ from datetime import timedelta
 
 import torch
 
-from ..engine.adapter import PixelSettings, at_size
+from ..engine.adapter import PixelSettings
 from ..engine.decode import decode
-from ..engine.settings import METHODS, TreeSettings, WindowSettings, method_settings
-from ..models.loading import load_model
-from .generate import chosen_sampling, decoding_arguments, enlargement, save_png, window_arg
-from .mistakes import run_command
+from ..engine.devices import default_device
+from ..engine.settings import METHODS, TreeSettings, WindowSettings
+from .generate import Decoding, chosen_sampling, decoding_arguments, enlargement, load, save_png
+from .mistakes import output_folder, run_command
 
 PROG = "python -m sjdvp_core.batch"
 # how long the ranks' one exchange at the end may wait: for the slowest rank's share, or a failed rank for the
@@ -58,13 +58,17 @@ def read_prompts(path: str) -> list[tuple[str, str | None]]:
     """(prompt, negative) pairs from a text or JSONL file; a ValueError names the line that is wrong."""
     if not os.path.isfile(path):
         raise ValueError(f"--prompts {path}: no such file; give a text file (one prompt per line) or a .jsonl file")
+    kind = os.path.splitext(path)[1].lower()
+    if kind == ".json":     # read as text, each line of it would be drawn as a prompt
+        raise ValueError(f"--prompts {path}: give a .jsonl file (one JSON object per line, with a \"prompt\") or a "
+                         "text file (one prompt per line), not a .json file")
     out = []
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
             line = line.strip()
             if not line or line.startswith("#"):
                 continue
-            if path.endswith(".jsonl"):
+            if kind == ".jsonl":
                 try:
                     item = json.loads(line)
                     prompt, negative = item["prompt"], item.get("negative")
@@ -167,17 +171,22 @@ def run(prompts: str, seeds: list[str], methods: list[str], out: str, model: str
         window: str = "auto", cfg=None, top_k=None, top_p=None, temperature=None, device: str | None = None,
         width: int = 0, height: int = 0, tree_width: int = 1, tree_depth: int = 1, tree_branch: int = 0,
         coupled: bool = True, placement: str | None = None, auto_tree: bool = True, compile: bool = False,
-        init: str = WindowSettings.init) -> int:
+        init: str = WindowSettings.init, trained_size: int | None = None) -> int:
     """Decode this rank's share of the jobs not done yet; -> images this rank wrote. placement: as load_model's
     (each rank places its own copy, e.g. "offload" onto its GPU)."""
     rank, world, local = ranks()
-    all_jobs = jobs(read_prompts(prompts), parse_seeds(seeds), methods)
-    os.makedirs(out, exist_ok=True)
+    seed_list = parse_seeds(seeds)
+    all_jobs = jobs(read_prompts(prompts), seed_list, methods)
+    how = Decoding(window, TreeSettings(width=tree_width, depth=tree_depth, branch=tree_branch), coupled, auto_tree,
+                   compile, init)
+    sampling_args = dict(cfg=cfg, top_k=top_k, top_p=top_p, temperature=temperature)
+    how.check(methods, {min(seed_list), max(seed_list)}, sampling_args)
+    output_folder(out, "--out")
     listed = json.dumps([(j.prompt, j.negative, j.seed, j.method) for j in all_jobs]).encode()
     made_by = dict(model=os.path.realpath(model) if os.path.exists(model) else model, precision=precision,
                    window=window, cfg=cfg, top_k=top_k, top_p=top_p, temperature=temperature, width=width,
                    height=height, tree=(tree_width, tree_depth, tree_branch), coupled=coupled, auto_tree=auto_tree,
-                   compile=compile, init=init, jobs=hashlib.sha256(listed).hexdigest())
+                   compile=compile, init=init, trained_size=trained_size, jobs=hashlib.sha256(listed).hexdigest())
     claim(out, made_by, bool(records(out)))
     done = finished(out, all_jobs)
     distributed = world > 1
@@ -185,7 +194,7 @@ def run(prompts: str, seeds: list[str], methods: list[str], out: str, model: str
         import torch.distributed as dist
         dist.init_process_group("gloo", timeout=RUN_TIMEOUT)
     if device is None or (distributed and device.startswith("cuda")):
-        device = f"cuda:{local}" if torch.cuda.is_available() else "cpu"
+        device = f"cuda:{local}" if torch.cuda.is_available() else default_device()
     mine = [j for j in all_jobs if j.index % world == rank and j.name + ".png" not in done]
     for job in mine:     # a kill's half-written PNGs of this rank's jobs
         for tmp in glob.glob(os.path.join(out, f".{job.name}.png.*.tmp.png")):
@@ -193,14 +202,13 @@ def run(prompts: str, seeds: list[str], methods: list[str], out: str, model: str
     written, error = 0, None
     try:
         if mine:
-            written = _decode_jobs(mine, all_jobs, out, rank, world, model, precision, device, window, width,
-                                   height, dict(cfg=cfg, top_k=top_k, top_p=top_p, temperature=temperature),
-                                   TreeSettings(width=tree_width, depth=tree_depth, branch=tree_branch), coupled,
-                                   placement, auto_tree, compile, init)
+            model_args = dict(model=model, device=device, precision=precision, placement=placement, width=width,
+                              height=height, trained_size=trained_size)
+            written = _decode_jobs(mine, all_jobs, out, rank, world, model_args, sampling_args, how)
     except KeyboardInterrupt:
         if rank == 0:     # what was finished is indexed, and the same command resumes
-            print(f"{PROG}: interrupted; {out}/images.jsonl: {merge(out, all_jobs)} of {len(all_jobs)} images. "
-                  "Run the same command again to resume", file=sys.stderr)
+            raise KeyboardInterrupt(f"{out}/images.jsonl: {merge(out, all_jobs)} of {len(all_jobs)} images. Run the "
+                                    "same command again to resume") from None
         raise
     except Exception as e:
         if not distributed:
@@ -236,25 +244,25 @@ def _failed_ranks(failed: bool, rank: int, world: int) -> list[int]:
     return [r for r in range(world) if flags[r]]
 
 
-def _decode_jobs(mine: list[Job], all_jobs: list[Job], out: str, rank: int, world: int, model: str, precision: str,
-                 device: str, window: str, width: int, height: int, sampling_args: dict, tree: TreeSettings,
-                 coupled: bool, placement: str | None, auto_tree: bool, compile: bool, init: str) -> int:
+def _decode_jobs(mine: list[Job], all_jobs: list[Job], out: str, rank: int, world: int, model_args: dict,
+                 sampling_args: dict, how: Decoding) -> int:
+    """model_args: generate.load's."""
     from tqdm import tqdm
-    size, auto = window_arg(window)
-    auto_tree = auto and auto_tree and not tree.on
-    adapter = at_size(load_model(model, device=device, precision=precision, placement=placement), width, height)
-    sampling = chosen_sampling(adapter, **sampling_args)
+    model = model_args["model"]
+    adapter = load(**model_args)
+    sampling = chosen_sampling(adapter.default_sampling, **sampling_args)
     for prompt, negative in dict.fromkeys((j.prompt, j.negative) for j in all_jobs):   # every rank, before its first
         try:
             adapter.prompt_length([prompt], None if negative is None else [negative], sampling.uses_cfg)
         except ValueError as e:
+            if repr(prompt) in str(e):
+                raise
             raise ValueError(f"prompt {prompt!r}: {e}") from e
     log = os.path.join(out, f"images.rank{rank}.jsonl")
     _end_cut_line(log)
     bar = tqdm(mine, desc=f"rank {rank}/{world}", position=rank, unit="image", dynamic_ncols=True)
     for job in bar:
-        settings = method_settings(job.method, size, sampling, job.seed, coupled=coupled, auto=auto,
-                                   auto_tree=auto_tree, tree=tree, compile=compile, init=init)
+        settings = how.settings(job.method, sampling, job.seed)
         t = time.perf_counter()
         result = decode(adapter, job.prompt, settings, negatives=job.negative)
         seconds = time.perf_counter() - t
@@ -265,10 +273,10 @@ def _decode_jobs(mine: list[Job], all_jobs: list[Job], out: str, rank: int, worl
         os.replace(tmp, os.path.join(out, image))
         st = result.stats
         record = dict(image=image, index=job.index, prompt=job.prompt, negative=job.negative, seed=job.seed,
-                      method=job.method, model=model, precision=adapter.precision or precision,
+                      method=job.method, model=model, precision=adapter.precision or model_args["precision"],
                       settings=dict(window=settings.window.size, window_auto=settings.window.auto,
                                     tree_auto=settings.window.auto_tree, init=settings.window.init,
-                                    tree=dataclasses.asdict(settings.window.tree), coupled=coupled,
+                                    tree=dataclasses.asdict(settings.window.tree), coupled=how.coupled,
                                     sampling=dataclasses.asdict(sampling)),
                       stats=dict(tokens=st.length, forward_passes=st.forward_passes, ar_passes=st.ar_passes,
                                  step_compression=st.step_compression, tokens_per_pass=st.mean_accepted,
@@ -303,8 +311,10 @@ def main(argv=None) -> int:
     args = parser().parse_args(argv)
     try:
         return run_command(PROG, lambda: run(**vars(args)) and 0)
-    except KeyboardInterrupt:
-        return 130
     except OtherRankFailed as e:
         print(f"{PROG}: {e}", file=sys.stderr)
         return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -11,6 +11,7 @@ import functools
 import os
 import sys
 import time
+from dataclasses import dataclass
 
 import torch
 
@@ -32,7 +33,7 @@ from ..engine.settings import (
 from ..models.loading import PRECISIONS, load_model
 from ..models.placement import PLACEMENTS
 from ..timing import interleaved
-from .mistakes import run_command
+from .mistakes import output_folder, run_command
 
 PROG = "python -m sjdvp_core"
 
@@ -66,6 +67,45 @@ def window_arg(text: str) -> tuple[int, bool]:
     return int(most), text.startswith("auto:")
 
 
+@dataclass(frozen=True)
+class Decoding:
+    """How the command lines decode (decoding_arguments), the same for every method, prompt and seed."""
+    window: int | str = "auto"
+    tree: TreeSettings = TreeSettings()
+    coupled: bool = DrafterSettings().coupled
+    auto_tree: bool = True
+    compile: bool = False
+    init: str = WindowSettings.init
+
+    @property
+    def size(self) -> tuple[int, bool]:
+        """(the window's tokens, or the most an automatic one may take; whether it is automatic)."""
+        return window_arg(self.window) if isinstance(self.window, str) else (self.window, False)
+
+    def settings(self, method: str, sampling: SamplingSettings, seed: int) -> DecodeSettings:
+        size, auto = self.size
+        return method_settings(method, size, sampling, seed, coupled=self.coupled, auto=auto,
+                               auto_tree=auto and self.auto_tree and not self.tree.on, tree=self.tree,
+                               compile=self.compile, init=self.init)
+
+    def check(self, methods, seeds, sampling_given: dict) -> None:
+        """Every method's settings built with the sampling values given, before the model loads: a window, tree,
+        seed or sampling value out of range is said at once, not after minutes of loading (the model's own
+        defaults fill in the values not given, once it has loaded)."""
+        sampling = chosen_sampling(SamplingSettings(), **sampling_given)
+        for method in methods:
+            for seed in seeds:
+                self.settings(method, sampling, seed)
+
+
+def load(model: str, device: str, precision: str, placement: str | None, width: int, height: int,
+         trained_size: int | None = None):
+    """The command lines' model, at the size asked for."""
+    options = {"trained": trained_size} if trained_size else {}
+    return at_size(load_model(model, device=device, precision=precision, placement=placement, **options),
+                   width, height)
+
+
 def main(prompt: str, methods=("ar", "sjd-vp"), model: str = "demo", window: int | str = "auto",
          seed: int = DecodeSettings().seed,
          cfg: float | None = None, top_k: int | None = None, top_p: float | None = None,
@@ -74,19 +114,19 @@ def main(prompt: str, methods=("ar", "sjd-vp"), model: str = "demo", window: int
          tree_width: int = TreeSettings().width, tree_depth: int = TreeSettings().depth,
          tree_branch: int = TreeSettings().branch, precision: str = "auto", placement: str | None = None,
          auto_tree: bool = True, compile: bool = False, repeats: int = 3,
-         init: str = WindowSettings.init) -> list[dict]:
-    if repeats < 1:   # before the model loads
+         init: str = WindowSettings.init, trained_size: int | None = None) -> list[dict]:
+    if repeats < 1:   # before the model loads, as every other mistake
         raise ValueError(f"repeats={repeats}: time each method at least once")
-    size, auto = window_arg(window) if isinstance(window, str) else (window, False)
-    adapter = at_size(load_model(model, device=device, precision=precision, placement=placement), width, height)
-    sampling = chosen_sampling(adapter, cfg, top_k, top_p, temperature)
-    os.makedirs(out, exist_ok=True)
+    how = Decoding(window, TreeSettings(width=tree_width, depth=tree_depth, branch=tree_branch), coupled, auto_tree,
+                   compile, init)
+    given = dict(cfg=cfg, top_k=top_k, top_p=top_p, temperature=temperature)
+    how.check(methods, [seed], given)
+    output_folder(out, "--out")
+    adapter = load(model, device, precision, placement, width, height, trained_size)
+    sampling = chosen_sampling(adapter.default_sampling, **given)
     rows, chosen = [], {}
     for name in methods:   # calibrations and warm-ups first: the timed decodes below run in a warm process
-        settings = method_settings(name, size, sampling, seed, coupled=coupled, auto=auto,
-                                   auto_tree=auto and auto_tree and tree_width == 1,
-                                   tree=TreeSettings(width=tree_width, depth=tree_depth, branch=tree_branch),
-                                   compile=compile, init=init)
+        settings = how.settings(name, sampling, seed)
         t = time.perf_counter()
         auto_window = settings.window.auto and settings.window.size > 1
         with Measuring(name) as shown:
@@ -102,13 +142,14 @@ def main(prompt: str, methods=("ar", "sjd-vp"), model: str = "demo", window: int
     for name, t in timed.items():
         result, decode_s = t.result, t.median   # the same tokens each time
         image = adapter.decode_image(result.codes, PixelSettings((prompt,), seed=seed))[0]
-        path = os.path.join(out, f"{name}_seed{seed}.png")
+        path = unused_path(out, f"{name}_seed{seed}")
         save_png(image, path, enlargement(model))
         st = result.stats
         rows.append(dict(method=name, nfe=st.forward_passes, accepted=st.mean_accepted, scored=st.tokens_per_forward,
                          acceptance=st.acceptance_rate, seconds=decode_s, path=path, stats=st))
     base = rows[0]
     tree = f"  draft tree {tree_width}x{tree_depth}" if tree_width > 1 else ""
+    size, auto = how.size
     shown = f"auto (at most {size})" if auto else size
     print(f'prompt: "{prompt}"  seed {seed}  window {shown}{tree}  {"coupled" if coupled else "independent"} drafts  '
           f'{sampling}  ({adapter.layout.length} tokens)')
@@ -122,6 +163,16 @@ def main(prompt: str, methods=("ar", "sjd-vp"), model: str = "demo", window: int
     print(f"speed-up: wall-clock against the first method, {timed}, after a warm-up (calibration not included); "
           "tokens/pass: committed, scored/pass: fed to the model")
     return rows
+
+
+def unused_path(folder: str, stem: str) -> str:
+    """<folder>/<stem>.png, or <stem>_2.png, _3, ... where an earlier run left one: a run never replaces the
+    images of another (another prompt, say, with the same method and seed)."""
+    path, n = os.path.join(folder, f"{stem}.png"), 1
+    while os.path.exists(path):
+        n += 1
+        path = os.path.join(folder, f"{stem}_{n}.png")
+    return path
 
 
 class Measuring:
@@ -147,10 +198,10 @@ class Measuring:
             self.stream.flush()
 
 
-def chosen_sampling(adapter, cfg=None, top_k=None, top_p=None, temperature=None) -> SamplingSettings:
+def chosen_sampling(defaults: SamplingSettings, cfg=None, top_k=None, top_p=None, temperature=None) -> SamplingSettings:
     """The model's sampling defaults with what the command line gave instead."""
     given = dict(cfg_scale=cfg, top_k=top_k, top_p=top_p, temperature=temperature)
-    return dataclasses.replace(adapter.default_sampling, **{k: v for k, v in given.items() if v is not None})
+    return dataclasses.replace(defaults, **{k: v for k, v in given.items() if v is not None})
 
 
 def command(argv=None) -> int:
@@ -165,8 +216,10 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--prompt", default="a red circle on grass", help="what to draw (demo: colour, shape, background)")
     ap.add_argument("--methods", nargs="+", default=["ar", "sjd-vp"], choices=list(METHODS),
                     help="decoding methods, the first is the baseline of the speed-up columns")
-    ap.add_argument("--seed", type=int, default=DecodeSettings().seed)
-    ap.add_argument("--out", default="out", help="folder for the PNGs")
+    ap.add_argument("--seed", type=int, default=DecodeSettings().seed,
+                    help="the seed of the decode's randomness")
+    ap.add_argument("--out", default="out", help="folder for the PNGs (<method>_seed<seed>.png; an image already "
+                                                 "there is kept, and the new one numbered)")
     ap.add_argument("--repeats", type=int, default=3,
                     help="timed decodes per method, the methods taking turns; the report gives the median (a "
                          "decode's time drifts from run to run with the machine's load)")
@@ -193,7 +246,7 @@ def decoding_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--device", default=default_device(),
                     help=f"where to decode (default: the GPU when there is one; here {default_device()})")
     ap.add_argument("--width", type=int, default=KEEP_SIZE,
-                    help="image width in pixels (Lumina-mGPT, Emu3); 0: default")
+                    help="image width in pixels (Lumina-mGPT 1.0 and 2.0, Emu3, GLM-Image); 0: default")
     ap.add_argument("--height", type=int, default=KEEP_SIZE, help="image height in pixels; 0: default")
     ap.add_argument("--tree-width", dest="tree_width", type=int, default=TreeSettings().width,
                     help="draft tree: candidates at each of the first undecided slots (1 = a chain)")
@@ -211,5 +264,12 @@ def decoding_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--init", default=WindowSettings.init, choices=DRAFT_INITS,
                     help="how fresh drafts start: a copy of the known cell above (default), to the left, or random "
                          "image tokens (exact, all of them)")
+    ap.add_argument("--trained-size", dest="trained_size", type=int,
+                    help="Lumina-mGPT 1.0: the size it was trained at (512, 768, 1024), where the folder's name "
+                         "does not say")
     ap.add_argument("--no-coupling", dest="coupled", action="store_false",
                     help="draw each draft with fresh randomness (classic SJD) instead of coupled drafting")
+
+
+if __name__ == "__main__":
+    sys.exit(command())

@@ -38,7 +38,15 @@ PROG = "python -m sjdvp_core.download"
 
 
 class DownloadError(RuntimeError):
-    """A download that cannot go on, with what to do about it."""
+    """A download that cannot go on, with what to do about it; resumable: trying again later may finish it (the
+    message then says where the part already fetched is kept, if any is)."""
+
+    def __init__(self, message: str, resumable: bool = False):
+        super().__init__(message)
+        self.resumable = resumable
+
+
+AGAIN = "download it again (choose the model again in ComfyUI, or run the same command)"
 
 
 def on_disk(entry: Entry, roots: list[str]) -> str | None:
@@ -74,12 +82,11 @@ def _endpoint(endpoint: str | None) -> str:
 def _explain(error: Exception, repo: str, endpoint: str, folder: str) -> DownloadError:
     """huggingface_hub's and httpx's errors -> what the user can do."""
     from huggingface_hub import errors
-    kept = f" What was downloaded so far is kept in {folder}; choosing the model again resumes."
     if isinstance(error, errors.GatedRepoError):
         return DownloadError(
             f"{repo} is gated: open https://huggingface.co/{repo} while logged in and accept its licence, then "
             "create a read token at https://huggingface.co/settings/tokens and set it as HF_TOKEN (or run "
-            "`hf auth login`) before starting ComfyUI." + kept)
+            "`hf auth login`) before starting ComfyUI or the command.", resumable=True)
     if isinstance(error, errors.RepositoryNotFoundError):
         return DownloadError(f"{repo} was not found on {endpoint} (renamed, deleted, private, or your HF_TOKEN "
                              f"cannot see it). Put its files in {folder} by hand as the pack's docs/models.md says.")
@@ -91,10 +98,10 @@ def _explain(error: Exception, repo: str, endpoint: str, folder: str) -> Downloa
         return DownloadError(f"offline mode is on (HF_HUB_OFFLINE=1), so {repo} cannot be downloaded: unset it, "
                              f"or put the files in {folder} by hand (the pack's docs/models.md).")
     if isinstance(error, errors.HfHubHTTPError):
-        return DownloadError(f"{endpoint} refused {repo}: {str(error).strip().splitlines()[0]}." + kept)
+        return DownloadError(f"{endpoint} refused {repo}: {str(error).strip().splitlines()[0]}.", resumable=True)
     return DownloadError(f"cannot reach {endpoint} for {repo} ({type(error).__name__}: {error}). Check the "
-                         "connection or proxy (HF_ENDPOINT names a mirror), or put the files in the folder by hand "
-                         "(the pack's docs/models.md)." + kept)
+                         f"connection or proxy (HF_ENDPOINT names a mirror), or put the files in {folder} by hand "
+                         "(the pack's docs/models.md).", resumable=True)
 
 
 def _httpx():
@@ -249,7 +256,7 @@ def _fetch(item: Planned, dest: str, endpoint: str, token, report: Callable[[int
     if problem:
         os.remove(part)
         raise DownloadError(f"{item.source.repo}/{item.remote} did not download correctly: {problem}. The bad copy "
-                            "was deleted; choose the model again to download it afresh.")
+                            f"was deleted; {AGAIN} to fetch it afresh.")
     os.replace(part, dest)
 
 
@@ -272,8 +279,8 @@ def check_space(entry: Entry, folder: str, items: list[Planned]) -> None:
         raise DownloadError(f"{entry.name} needs {size_text(need)} ({need:,} bytes) more in {folder}, but only "
                             f"{size_text(free)} ({free:,} bytes) is free on that disk. Free some space, or point "
                             "models/sjdvp at a larger disk "
-                            "(extra_model_paths.yaml in ComfyUI, --dir on the command line), then choose the model "
-                            "again: what is already downloaded is kept.")
+                            f"(extra_model_paths.yaml in ComfyUI, --dir on the command line), then {AGAIN}: what "
+                            "is already downloaded is kept.")
 
 
 def download(entry: Entry | str, root: str, progress: Progress | None = None, endpoint: str | None = None,
@@ -289,17 +296,21 @@ def download(entry: Entry | str, root: str, progress: Progress | None = None, en
     if _present(path) and unfinished_marker(path) is None:
         return path
     endpoint = _endpoint(endpoint)
-    created = not os.path.isdir(folder)
+    created = [d for d in (folder, root) if not os.path.isdir(d)]
     os.makedirs(folder, exist_ok=True)
     fresh = not incomplete(folder, entry.model)
     state = _State(folder, entry)                     # the marker: written before any file
     try:
         _fetch_all(entry, folder, state, progress or (lambda done, total: None), endpoint, token)
-    except DownloadError:
+    except DownloadError as e:
         if fresh and not state.data["done"] and not glob.glob(os.path.join(folder, "**", "*.part"), recursive=True):
             os.remove(state.path)   # nothing fetched: unmarked, so files the message says to put there load
-            if created and not os.listdir(folder):   # nor left empty, where a folder model would pass for complete
-                os.rmdir(folder)
+            for made in created:    # nor left empty, where a folder model would pass for complete
+                if not os.listdir(made):
+                    os.rmdir(made)
+            raise
+        if e.resumable:
+            raise DownloadError(f"{e} What was downloaded so far is kept in {folder}; {AGAIN} to resume.") from e
         raise
     if not os.path.exists(path):
         raise DownloadError(f"{entry.name}: downloaded, but {path} is not among its files; update sjdvp")
@@ -349,8 +360,9 @@ class _TextBar:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog=PROG, description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog=PROG, description="Download a model of the catalogue (--list) from the Hugging "
+                                 "Face Hub into a models folder, every file verified (size, hash). An interrupted "
+                                 "or failed download resumes when run again.")
     ap.add_argument("name", nargs="?", help="a catalogue entry (see --list)")
     ap.add_argument("--dir", default=os.path.join("models", "sjdvp"),
                     help="the models/sjdvp folder to download into (default: ./models/sjdvp)")
@@ -364,6 +376,8 @@ def main(argv=None) -> int:
 
 def fetch(name: str, folder: str) -> int:
     """Download with a progress line; a failed download is its message and exit status 1."""
+    entry = find(name)
+    there = entry is not None and on_disk(entry, [folder]) is not None
     try:
         path = download(name, folder, _TextBar())
     except KeyboardInterrupt:
@@ -372,7 +386,11 @@ def fetch(name: str, folder: str) -> int:
     except DownloadError as e:
         print(f"\n{e}", file=sys.stderr)
         return 1
-    print(f"\n{path}: complete and verified")
+    if there:     # download() returns a model in place at once: it has no listing to verify it against offline
+        print(f"{path}: already there (downloaded before, or put there by hand), so not fetched or verified again; "
+              f"`python -m sjdvp_core.check {path}` says whether it runs")
+    else:
+        print(f"\n{path}: complete and verified")
     return 0
 
 

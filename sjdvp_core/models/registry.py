@@ -9,6 +9,7 @@ import importlib
 import json
 import logging
 import os
+import re
 from dataclasses import dataclass
 
 import torch
@@ -25,7 +26,7 @@ log = logging.getLogger(__name__)
 class Family:
     """One model family: what its folder holds (for messages), the config.json model_types that mark
     its transformers-style folders, its loader ("family.module:function" under sjdvp_core.models, imported
-    only when used: transformers is heavy), whether it takes load options, and the module that maps
+    only when used: transformers is heavy), the load options it takes, and the module that maps
     the original release where the loader takes the converted one (its is_original(folder) tells them
     apart, its load_original loads it). Its module (the loader's) holds the family's sampling defaults
     (SAMPLING) and its adapter, whose facts() the check command prints. How a model is loaded around its
@@ -33,8 +34,13 @@ class Family:
     holds: str
     loader: str
     model_types: tuple[str, ...] = ()
-    options: bool = False
+    options: tuple[str, ...] = ()
     original: str = ""
+
+    @property
+    def kind(self) -> str:
+        """What holds, in short: "a Janus-Pro folder", "a LlamaGen GPT file"."""
+        return re.match(r"an? .+? (?:folder|file)\b", self.holds).group()
 
     @property
     def module(self):
@@ -67,16 +73,20 @@ FAMILIES = {
                    "BAAI/Emu3-VisionTokenizer in its vision_tokenizer/ folder or in a folder beside it, any "
                    "name) or in transformers format (all files of BAAI/Emu3-Gen-hf: config.json, "
                    "tokenizer.json, model.safetensors.index.json and its model-*.safetensors shards)",
-                   "emu3.adapter:load_converted", ("emu3", "Emu3"), options=True, original="emu3.original"),
+                   "emu3.adapter:load_converted", ("emu3", "Emu3"),
+                   options=("ratio", "image_area", "quality_suffix"), original="emu3.original"),
     "lumina": Family("a Lumina-mGPT 1.0 folder (all files of Alpha-VLLM/Lumina-mGPT-7B-512, -768 or -1024: "
                      "config.json, tokenizer.json, *.safetensors) with Meta's Chameleon vqgan.yaml and vqgan.ckpt in "
-                     "its tokenizer/ folder", "lumina.adapter:load_lumina", ("chameleon",), options=True),
+                     "its tokenizer/ folder", "lumina.adapter:load_lumina", ("chameleon",),
+                     options=("width", "height", "trained")),
     "lumina2": Family("a Lumina-mGPT 2.0 folder (all files of Alpha-VLLM/Lumina-mGPT-2.0: config.json, tokenizer.json, "
                       "tokenizer_config.json, *.safetensors) with movqgan_270M.ckpt of ai-forever/MoVQGAN in its "
-                      "movqgan/ folder", "lumina2.adapter:load_lumina2", ("chameleon",), options=True),
+                      "movqgan/ folder", "lumina2.adapter:load_lumina2", ("chameleon",),
+                      options=("width", "height")),
     "glm_image": Family(f"a GLM-Image folder (all files of {glm_image.REPO}: model_index.json and the folders "
                         f"{glm_image.ENCODER}/, processor/, transformer/, vae/, text_encoder/, tokenizer/, "
-                        "scheduler/; the pixels need diffusers)", "glm_image.adapter:load_glm_image", options=True),
+                        "scheduler/; the pixels need diffusers)", "glm_image.adapter:load_glm_image",
+                        options=("width", "height")),
 }
 LUMINA_ARCHITECTURE = "ChameleonXLLMXForConditionalGeneration"   # Lumina's own class; Chameleon/Anole use others
 IMAGE_START = "<racm3:break>"       # Lumina's image start token, in both releases' vocabularies
@@ -164,8 +174,10 @@ def load_family(path: str, device: torch.device, dtype: torch.dtype, options: di
         # by name, as every family is (the demo package sits above models and imports from it)
         return importlib.import_module("..demo", __package__).load_demo(device, dtype)
     family = FAMILIES[name]
-    if options and not family.options:
-        raise ValueError(f"{name} models take no options, got {sorted(options)}")
+    unknown = sorted(set(options) - set(family.options))
+    if unknown:      # before the weights load: a loader would take minutes to reach the TypeError
+        takes = f"takes only {', '.join(family.options)}" if family.options else "takes no options"
+        raise ValueError(f"{path}: {family.kind} {takes}; got {', '.join(unknown)}")
     return family.load(path, device, dtype, **options)
 
 
