@@ -107,19 +107,21 @@ def load(name: str, precision: str, device: str) -> LoadedModel:
 
 
 def _patcher(module: torch.nn.Module, load_device: torch.device) -> comfy.model_patcher.ModelPatcher:
+    """ComfyUI's handle on module, which moves it between devices. The module goes in a ModuleDict: ComfyUI's
+    patcher sets .device on the model it moves, which a transformers model (a generator, or Janus's and Emu3's
+    VQ decoders) refuses."""
     size = sum(t.numel() * t.element_size() for t in module.state_dict().values())
-    return comfy.model_patcher.ModelPatcher(module, load_device=load_device, offload_device=mm.unet_offload_device(),
-                                            size=size)
+    return comfy.model_patcher.ModelPatcher(torch.nn.ModuleDict({"model": module}), load_device=load_device,
+                                            offload_device=mm.unet_offload_device(), size=size)
 
 
 def without(module: torch.nn.Module, part: torch.nn.Module) -> torch.nn.Module:
     """The weights of module other than part's: its largest submodules that do not contain part (a
-    ModuleDict of them, which moves those weights and nothing of part's). A module apart from part comes whole,
-    in a ModuleDict too: ComfyUI's patcher sets .device on its model, which a transformers model refuses."""
+    ModuleDict of them, which moves those weights and nothing of part's); a module apart from part, whole."""
     if module is part:
         return torch.nn.ModuleDict()
     if not any(m is part for m in module.modules()):
-        return torch.nn.ModuleDict({"model": module})
+        return module
     kept = torch.nn.ModuleDict()
     for name, child in module.named_children():
         rest = without(child, part)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import pathlib
 import shutil
 import urllib.request
 
@@ -107,6 +108,32 @@ def test_lumina2_workflow_runs_the_tiny_model(server, object_info):
         report = next(v for k, v in history["outputs"].items() if prompt[k]["class_type"] == "SJDVP_Report")
         figures = report["sjdvp_report"][0]
         assert 4 * 8 <= figures["ar_passes"] <= 4 * 9 + 1 and figures["step_compression"] >= 1
+    finally:
+        shutil.rmtree(folder)
+
+
+def test_janus_workflow_runs_the_tiny_model(server, object_info):
+    """The Janus-Pro workflow as shipped, a tiny transformers-format Janus-Pro in its entry's folder: ComfyUI's
+    patcher sets .device on the modules it moves, which a transformers model (Janus's VQ decoder) refuses; every
+    decode failed before the pack handed it a wrapper."""
+    from sjdvp_core.hub.catalogue import BY_NAME
+    from tests.test_janus import write_converted
+    workflow = load(os.path.join(REPO, "workflows", "sjdvp_janus_pro.json"))
+    prompt = to_api(workflow, object_info)
+    folder = os.path.join(server.models, BY_NAME["Janus-Pro-7B"].folder)
+    os.makedirs(folder)
+    write_converted(pathlib.Path(folder))
+    try:
+        history, messages = server.run(prompt, workflow)
+        errors = [m["data"] for m in messages if m["type"] == "execution_error"]
+        assert history["status"]["status_str"] == "success", [e.get("exception_message") for e in errors]
+        report = next(v for k, v in history["outputs"].items() if prompt[k]["class_type"] == "SJDVP_Report")
+        assert report["sjdvp_report"][0]["ar_passes"] == 16                   # 32 px, 8 px a token
+        # a second run: the patchers move the weights off the device and back
+        decode = next(k for k, v in prompt.items() if v["class_type"] == "SJDVP_SpeculativeDecode")
+        prompt[decode]["inputs"]["seed"] = 1
+        history, _ = server.run(prompt, workflow)
+        assert history["status"]["status_str"] == "success"
     finally:
         shutil.rmtree(folder)
 
