@@ -195,7 +195,7 @@ class DecodeImage(io.ComfyNode):
         runtime.prepare_decoder(tokens.model)
         pixels = PixelSettings(tokens.prompts, steps, guidance, tokens.seed, runtime.BarProgress(every=0))
         with torch.inference_mode():
-            images = tokens.model.adapter.decode_image(tokens.result.codes, pixels)
+            images = runtime.pixels(tokens.model.adapter, tokens.result.codes, pixels)
         return io.NodeOutput(images.float().cpu().contiguous())
 
 

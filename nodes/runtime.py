@@ -77,6 +77,11 @@ class LoadedModel:
     decoder_patcher: comfy.model_patcher.ModelPatcher   # the VQ decoder
     placed: bool = False                                # by a device map (PLACED): never moved by ComfyUI
 
+    def get_ram_usage(self) -> int:
+        """The weights' bytes, as ComfyUI's CLIP and VAE say theirs: its cache under RAM pressure (--cache-ram)
+        weighs what an output holds by it, and would otherwise drop images before a model of gigabytes."""
+        return self.patcher.get_ram_usage() + self.decoder_patcher.get_ram_usage()
+
 
 # the Load Model node's device options that place a model with a device map -> load_model's placement
 PLACED = {"split over GPUs": "split", "offload to CPU": "offload"}
@@ -93,6 +98,10 @@ def load(name: str, precision: str, device: str) -> LoadedModel:
         raise ValueError(f"precision={precision!r}: choose one of {list(PRECISIONS)}")
     load_device = torch.device("cpu") if device == "cpu" else mm.get_torch_device()
     if device in PLACED:       # accelerate puts it on the GPU(s) now; ComfyUI gets patchers it never loads
+        gpus = [torch.device("cuda", i) for i in range(torch.cuda.device_count())] if PLACED[device] == "split" \
+            else [load_device]
+        for gpu in gpus:       # the device map follows the memory free now: ComfyUI's models make room first
+            mm.free_memory(1e30, gpu)
         adapter = load_model(model_path(name), device=load_device, precision=precision,
                              compute=_compute(load_device), placement=PLACED[device])
         return LoadedModel(name, adapter, _patcher(adapter.module, load_device),
@@ -185,8 +194,8 @@ class Progress:
         preview = None
         now = time.monotonic()
         if done >= total or now - self.last >= self.preview_every:
-            self.last = now
             preview = ("JPEG", self._preview(partial, keep=done >= total), 512)
+            self.last = time.monotonic()    # from the preview's end: its own time is not the decode's
         self.pbar.update_absolute(done, total, preview)
 
     def _preview(self, partial: torch.Tensor, keep: bool = False):
@@ -241,6 +250,20 @@ def oom_message(error: Exception, window: int, tree_width: int = 1) -> Exception
     return OOM(f"out of memory while decoding ({error}). Try a smaller Jacobi window (now {window}){tree}, a lower "
                "precision in the loader (bf16 / fp16, int8, or nf4, the smallest), a smaller batch, or free other "
                "models")
+
+
+def pixels(adapter: ModelAdapter, codes: torch.Tensor, settings) -> torch.Tensor:
+    """adapter.decode_image, and where a VQ decoder runs out of memory on the whole batch, one image at a time, as
+    ComfyUI's VAE decode splits its batch (the same images to float rounding: a VQ decoder draws each alone). A pixel model apart (a
+    DiT) draws its batch's noise together, so it says what to change instead."""
+    try:
+        return adapter.decode_image(codes, settings)
+    except OOM as e:
+        if adapter.pixels_apart or len(codes) == 1:
+            raise OOM(f"out of memory while turning tokens into pixels ({e}). Decode fewer images at once (batch "
+                      "size), a smaller image, or free other models") from e
+    mm.soft_empty_cache()
+    return torch.cat([adapter.decode_image(c[None], settings) for c in codes])
 
 
 OOM = mm.OOM_EXCEPTION

@@ -165,9 +165,29 @@ def test_out_of_memory_says_what_to_change(pack, demo, monkeypatch):
         run(pack, demo, drafter=sjd, window=window)
 
 
+def test_pixels_out_of_memory_decode_one_image_at_a_time(pack, demo, monkeypatch):
+    """As ComfyUI's VAE decode: a batch the card cannot turn into pixels at once is decoded image by image, and the
+    images are the same; one image that does not fit says what to change."""
+    oom, decode_image = pack["mm"].OOM_EXCEPTION, demo.adapter.decode_image
+    tokens, single = run(pack, demo, batch_size=2).values[0], run(pack, demo).values[0]
+    whole = pack["decode"].DecodeImage.execute(tokens).values[0]
+
+    def small_card(codes, pixels=None):
+        if len(codes) > 1:
+            raise oom("CUDA out of memory")
+        return decode_image(codes, pixels)
+    monkeypatch.setattr(demo.adapter, "decode_image", small_card)
+    torch.testing.assert_close(pack["decode"].DecodeImage.execute(tokens).values[0], whole)   # to float rounding
+    monkeypatch.setattr(demo.adapter, "decode_image", lambda codes, pixels=None: small_card(codes.repeat(2, 1, 1)))
+    with pytest.raises(oom, match="out of memory while turning tokens into pixels .* fewer images at once"):
+        pack["decode"].DecodeImage.execute(single)
+
+
 def test_decoding_pixels_loads_only_the_image_decoder(pack, demo):
     gen, dec = demo.patcher.model, demo.decoder_patcher.model
     assert dec["model"] is demo.adapter.vq            # wrapped: ComfyUI sets .device on what it moves
+    weights = sum(t.numel() * t.element_size() for t in demo.adapter.module.state_dict().values())
+    assert demo.get_ram_usage() == weights          # what ComfyUI's RAM-pressure cache weighs the output by
     generator_params = {id(p) for p in gen.parameters()}
     assert generator_params == {id(p) for p in demo.adapter.gpt.parameters()}
     assert not generator_params & {id(p) for p in dec.parameters()}
@@ -359,8 +379,10 @@ def test_placed_models_are_kept_out_of_comfyuis_memory_manager(pack, tmp_path):
     runtime, mm = pack["runtime"], pack["mm"]
     loader = importlib.import_module(f"{stubs.PACKAGE}.nodes.model_nodes").LoadModel
     assert widgets(loader)["device"].options == ["auto", "cpu", "split over GPUs", "offload to CPU"]
+    mm.frees.clear()
     with pytest.raises(ValueError, match="CUDA devices"):
         runtime.load("demo", "auto", "offload to CPU")
+    assert mm.frees == [(1e30, mm.get_torch_device())]     # what ComfyUI holds is freed before the device map
     with pytest.raises(ValueError, match="device='cuda:1': choose one of"):
         runtime.load("demo", "auto", "cuda:1")
     placement = importlib.import_module(f"{stubs.PACKAGE}.sjdvp_core.models.placement")

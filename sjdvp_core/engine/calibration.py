@@ -144,13 +144,16 @@ def cost_key(adapter: ModelAdapter, settings: DecodeSettings) -> dict:
             "placement": weights["placement"], "dtype": weights["dtype"], "torch": torch.__version__,
             "batch": settings.batch_size, "cfg": settings.sampling.uses_cfg, "method": settings.drafter.name,
             "window": settings.window.size, "length": adapter.layout.length, "compile": settings.compile,
-            "calibration": CALIBRATION}
+            "calibration": CALIBRATION} | ({} if settings.window.auto else {"grid": "fixed"})
 
 
 def pass_cost(adapter: ModelAdapter, settings: DecodeSettings, progress: MeasureFn | None = None) -> PassCost:
     """measure_cost, cached on disk per (weights, device, placement, dtype, torch version, rows, method, window,
-    compile)."""
-    return cached(cost_key(adapter, settings), PassCost, lambda: measure_cost(adapter, settings, progress=progress),
+    compile). A fixed window's is t(1) and t(W) alone, all its report prices it by (a third of the measuring at
+    W = 16); an automatic window's, the grid up to W, which it chooses by."""
+    grid = GRID if settings.window.auto else (1,)
+    return cached(cost_key(adapter, settings), PassCost,
+                  lambda: measure_cost(adapter, settings, grid, progress=progress),
                   f"the pass cost of {settings.drafter.name}")
 
 

@@ -65,6 +65,9 @@ class MemoryManager(types.ModuleType):
     def load_models_gpu(self, patchers, **kwargs):
         self.loads.append((list(patchers), kwargs))
 
+    def soft_empty_cache(self):
+        pass
+
     def free_memory(self, memory_required, device, keep_loaded=()):
         self.frees.append((memory_required, device))
 
@@ -98,6 +101,9 @@ class MemoryManager(types.ModuleType):
 class ModelPatcher:
     def __init__(self, model, load_device, offload_device, size=0):
         self.model, self.load_device, self.offload_device, self.size = model, load_device, offload_device, size
+
+    def get_ram_usage(self):            # ComfyUI's: the size it was given
+        return self.size
 
 
 class ProgressBar:
