@@ -134,9 +134,10 @@ class SpeculativeDecode(io.ComfyNode):
         drafter, window = method_or_nodes(method, drafter, window)
         settings = decode_settings(drafter, window, chosen, seed % 2**63, batch_size, compile)
         negatives = negative_prompt if negative_prompt.strip() else None   # a stray newline is no negative prompt
-        runtime.prepare(model, decode_bytes(adapter, settings, condition, negatives))
+        need = decode_bytes(adapter, settings, condition, negatives)
         progress, measuring = runtime.Progress(adapter), runtime.Measuring()
         try:   # what auto chooses by and the report prices by: measured on a first run (its own bar), then cached
+            runtime.prepare(model, need)     # moving the weights in may run out of memory too: the same message
             cost, profile = (None, None) if drafter is None else calibration(adapter, settings, progress=measuring)
             measuring.finish()
             result = decode(adapter, condition, settings, negatives=negatives, progress=progress,

@@ -254,8 +254,8 @@ def oom_message(error: Exception, window: int, tree_width: int = 1) -> Exception
 
 def pixels(adapter: ModelAdapter, codes: torch.Tensor, settings) -> torch.Tensor:
     """adapter.decode_image, and where a VQ decoder runs out of memory on the whole batch, one image at a time, as
-    ComfyUI's VAE decode splits its batch (the same images to float rounding: a VQ decoder draws each alone). A pixel model apart (a
-    DiT) draws its batch's noise together, so it says what to change instead."""
+    ComfyUI's VAE decode splits its batch (the same images to float rounding: a VQ decoder draws each alone). A
+    pixel model apart (a DiT) draws its batch's noise together, so it says what to change instead."""
     try:
         return adapter.decode_image(codes, settings)
     except OOM as e:

@@ -178,3 +178,17 @@ def test_tokens_scored_per_forward_count_the_window():
     assert ar.tokens_scored == ar.forward_passes - 1 and ar.tokens_per_forward == 1
     sjd = decode(TOY, 0, settings(8, DRAFTERS["sjd"])).stats
     assert 1 < sjd.tokens_per_forward <= 8
+
+
+def test_state_bytes_count_lantern_s_neighbour_table():
+    """LANTERN holds a [codes, k] table of each code's nearest codes, built in chunks: the estimate counts it as
+    built (it was missing: about 2 GB on Emu3's 32768 codes at the widget's largest k)."""
+    from sjdvp_core.engine.budget import state_bytes
+    from sjdvp_core.engine.verify import latent_neighbours, neighbour_bytes
+    s = settings(16, DrafterSettings(verifier="lantern", lantern_k=5))
+    plain = settings(16, DrafterSettings())
+    codes = TOY.layout.image_tokens.numel()
+    assert state_bytes(s, TOY.layout) - state_bytes(plain, TOY.layout) == neighbour_bytes(codes, 5)
+    table = latent_neighbours(torch.randn(codes, 3), 5)
+    assert 2 * table.numel() * table.element_size() < neighbour_bytes(codes, 5)
+    assert neighbour_bytes(32768, 16000) > 2 * 32768 * 16000 * 2 > 2e9          # Emu3, int16, at k = 16000

@@ -163,6 +163,9 @@ def test_out_of_memory_says_what_to_change(pack, demo, monkeypatch):
     # ComfyUI's own error type: its handler unloads every model for the next run
     with pytest.raises(pack["mm"].OOM_EXCEPTION, match=r"out of memory while decoding.*Jacobi window \(now 64\)"):
         run(pack, demo, drafter=sjd, window=window)
+    monkeypatch.setattr(pack["mm"], "load_models_gpu", oom)       # moving the weights in: the same message
+    with pytest.raises(pack["mm"].OOM_EXCEPTION, match=r"out of memory while decoding.*Jacobi window \(now 64\)"):
+        run(pack, demo, drafter=sjd, window=window)
 
 
 def test_pixels_out_of_memory_decode_one_image_at_a_time(pack, demo, monkeypatch):

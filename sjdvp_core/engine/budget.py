@@ -9,6 +9,7 @@ from .adapter import ModelAdapter, TokenLayout
 from .auto import TREES, Plan, largest_tree
 from .settings import AUTO_STRENGTHS, DecodeSettings
 from .tree import scratch_nodes
+from .verify import neighbour_bytes
 
 
 def widest_tree(settings: DecodeSettings):
@@ -22,7 +23,8 @@ def state_bytes(settings: DecodeSettings, layout: TokenLayout) -> int:
     """Memory the loop holds beyond the model's KV cache, for memory managers: the Window's per-slot,
     per-vocabulary-entry tensors (q; coupled drafting's noise in float64; auto's candidates; VP's history, one slot
     wider: pbar and prev in fp32, growth in int16) and a draft tree's (each alternative's q, the targets of the
-    nodes past the chain, fresh noise for the draws), doubled for the temporaries of one iteration."""
+    nodes past the chain, fresh noise for the draws), doubled for the temporaries of one iteration; and LANTERN's
+    neighbour table, as it is built."""
     S, d, tree = max(1, settings.window.size - 1), settings.drafter, widest_tree(settings)
     candidates = len(AUTO_STRENGTHS) if d.vp is not None and d.vp.auto else 0
     per_row = S * (4 * (1 + candidates) + 8 * d.coupled) + (S + 1) * (4 + 4 + 2)
@@ -30,7 +32,9 @@ def state_bytes(settings: DecodeSettings, layout: TokenLayout) -> int:
     if scratch:
         levels = min(tree.depth, S)
         per_row += 4 * (levels * (tree.width - 1) + scratch) + 8 * levels
-    return 2 * settings.batch_size * per_row * (layout.image_tokens.numel() + layout.special_tokens.numel())
+    codes = layout.image_tokens.numel()
+    lantern = neighbour_bytes(codes, d.lantern_k) if d.verifier == "lantern" else 0
+    return 2 * settings.batch_size * per_row * (codes + layout.special_tokens.numel()) + lantern
 
 
 def decode_bytes(adapter: ModelAdapter, settings: DecodeSettings, conditions: Sequence[Any] | Any = None,

@@ -50,6 +50,15 @@ def latent_neighbours(codebook: Tensor, k: int, chunk: int = 1024) -> Tensor:
     return torch.cat(rows)
 
 
+def neighbour_bytes(codes: int, k: int, chunk: int = 1024) -> int:
+    """The most latent_neighbours holds at once for a codebook of this many codes, for memory estimates: the table
+    twice (its chunks, then their concatenation) and one chunk's distances and top-k."""
+    k = min(k, codes - 1)
+    table = codes * k * (2 if codes <= 1 << 15 else 4)
+    chunk = min(chunk, codes)
+    return 2 * table + chunk * codes * 4 + chunk * k * (8 + 4)
+
+
 def model_neighbours(model: torch.nn.Module, codebook: Tensor, k: int) -> Tensor:
     """latent_neighbours, computed once per model (and device) and reused for any smaller k."""
     k = min(k, codebook.shape[0] - 1)
