@@ -164,10 +164,16 @@ def prepare(model: LoadedModel, memory_required: int) -> None:
 
 
 def prepare_decoder(model: LoadedModel) -> None:
-    """Before decoding pixels: only the image decoder needs the device, and ComfyUI may evict the generator to
-    make room for a pixel model apart (a placed model's own decoder is where it was put)."""
-    if not model.placed or model.adapter.pixels_apart:
-        mm.load_models_gpu([model.decoder_patcher], force_full_load=True)
+    """Before decoding pixels: only the image decoder needs the device (a placed model's own decoder is where it
+    was put). A pixel model apart (GLM-Image's DiT and VAE) runs alone on its card: the other models there leave
+    first, the token stage too. ComfyUI would keep them wherever the DiT's weights fit beside them, but its
+    activations and its VAE's at full size are not counted anywhere (e.g. NF4 stages on 16 GB: 8.2 + 4.2 GB)."""
+    if model.placed and not model.adapter.pixels_apart:
+        return
+    if model.adapter.pixels_apart:
+        kept = [m for m in mm.current_loaded_models if m.model is model.decoder_patcher]     # loaded already: stays
+        mm.free_memory(1e30, model.decoder_patcher.load_device, keep_loaded=kept)
+    mm.load_models_gpu([model.decoder_patcher], force_full_load=True)
 
 
 class Progress:

@@ -226,8 +226,8 @@ def glm(pack):
 
 def test_glm_image_decodes_tokens_then_draws_pixels_with_its_dit(pack, glm, monkeypatch):
     """A model whose pixels come from a DiT: decoding tokens loads only the token stage (previews colour the codes),
-    Tokens to Image loads only the DiT (ComfyUI may evict the token stage for it) and draws from the decode's prompt
-    and seed with its steps, one bar update per step; ComfyUI's interrupt stops it between steps."""
+    Tokens to Image loads only the DiT, alone on the card (the token stage leaves first) and draws from the
+    decode's prompt and seed with its steps, one bar update per step; ComfyUI's interrupt stops it between steps."""
     runtime, mm = pack["runtime"], pack["mm"]
     mm.loads.clear()
     out = run(pack, glm, cfg=1.0, width=64, height=96, sampling="model defaults", method="SJD-VP", batch_size=2)
@@ -239,6 +239,7 @@ def test_glm_image_decodes_tokens_then_draws_pixels_with_its_dit(pack, glm, monk
                         or bars[-1])
     image = pack["decode"].DecodeImage.execute(tokens, steps=2, guidance=1.5).values[0]
     assert mm.loads[-1][0] == [glm.decoder_patcher] and image.shape == (2, 96, 64, 3)
+    assert mm.frees[-1] == (1e30, glm.decoder_patcher.load_device)       # alone on the card: the others leave first
     assert [u[0] for u in bars[-1].updates] == [1, 2]
     again = pack["decode"].DecodeImage.execute(tokens, steps=2, guidance=1.5).values[0]
     assert torch.equal(image, again)                                        # the decode's seed seeds the DiT

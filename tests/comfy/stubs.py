@@ -61,6 +61,7 @@ class MemoryManager(types.ModuleType):
         super().__init__("comfy.model_management")
         self.loads: list[tuple[list, dict]] = []
         self.frees: list[tuple[int, object]] = []
+        self.current_loaded_models: list = []
 
     def load_models_gpu(self, patchers, **kwargs):
         self.loads.append((list(patchers), kwargs))
