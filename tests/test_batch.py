@@ -68,6 +68,8 @@ def test_one_process_writes_every_image_once_and_a_rerun_does_nothing(tmp_path):
     assert r["stats"]["forward_passes"] < records[0]["stats"]["forward_passes"]   # SJD-VP beats AR's steps
     assert run(prompt_file(tmp_path, jsonl=True), ["0", "1"], ["ar", "sjd-vp"], out, window="8", device="cpu") == 0
     assert len(finished(out)) == 12
+    assert run(prompt_file(tmp_path, jsonl=True), ["0", "1"], ["ar", "sjd-vp", "ar"], out, window="8",
+               device="cpu") == 0                                          # a method named twice: the same jobs
     # a line cut short by a kill: its image is redone, and the next record does not stick to it
     log = os.path.join(out, "images.rank0.jsonl")
     text = open(log).read().splitlines(keepends=True)

@@ -176,6 +176,7 @@ def run(prompts: str, seeds: list[str], methods: list[str], out: str, model: str
     (each rank places its own copy, e.g. "offload" onto its GPU)."""
     rank, world, local = ranks()
     seed_list = parse_seeds(seeds)
+    methods = list(dict.fromkeys(methods))        # a method named twice is one image per prompt and seed, as generate
     all_jobs = jobs(read_prompts(prompts), seed_list, methods)
     how = Decoding(window, TreeSettings(width=tree_width, depth=tree_depth, branch=tree_branch), coupled, auto_tree,
                    compile, init)
