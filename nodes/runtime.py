@@ -78,9 +78,14 @@ class LoadedModel:
     placed: bool = False                                # by a device map (PLACED): never moved by ComfyUI
 
     def get_ram_usage(self) -> int:
-        """The weights' bytes, as ComfyUI's CLIP and VAE say theirs: its cache under RAM pressure (--cache-ram)
-        weighs what an output holds by it, and would otherwise drop images before a model of gigabytes."""
-        return self.patcher.get_ram_usage() + self.decoder_patcher.get_ram_usage()
+        """The weights' bytes in CPU memory, as ComfyUI's CLIP and VAE say theirs: its cache under RAM pressure
+        (--cache-ram) weighs what an output holds by it, and would otherwise drop images before a model of
+        gigabytes. A placed model's: the blocks its device map offloads to CPU memory."""
+        if not self.placed:
+            return self.patcher.get_ram_usage() + self.decoder_patcher.get_ram_usage()
+        modules = dict(self.adapter.module.named_modules())
+        in_ram = [modules[name] for name, where in self.adapter.device_map.items() if str(where) == "cpu"]
+        return sum(t.numel() * t.element_size() for m in in_ram for t in m.state_dict().values())
 
 
 # the Load Model node's device options that place a model with a device map -> load_model's placement
@@ -98,12 +103,12 @@ def load(name: str, precision: str, device: str) -> LoadedModel:
         raise ValueError(f"precision={precision!r}: choose one of {list(PRECISIONS)}")
     load_device = torch.device("cpu") if device == "cpu" else mm.get_torch_device()
     if device in PLACED:       # accelerate puts it on the GPU(s) now; ComfyUI gets patchers it never loads
-        gpus = [torch.device("cuda", i) for i in range(torch.cuda.device_count())] if PLACED[device] == "split" \
-            else [load_device]
-        for gpu in gpus:       # the device map follows the memory free now: ComfyUI's models make room first
-            mm.free_memory(1e30, gpu)
-        adapter = load_model(model_path(name), device=load_device, precision=precision,
-                             compute=_compute(load_device), placement=PLACED[device])
+        path = model_path(name)
+        gpus = range(torch.cuda.device_count()) if PLACED[device] == "split" else [load_device.index or 0]
+        for gpu in gpus if load_device.type == "cuda" else ():   # the map follows the memory free now
+            mm.free_memory(1e30, torch.device("cuda", gpu))
+        adapter = load_model(path, device=load_device, precision=precision, compute=_compute(load_device),
+                             placement=PLACED[device])
         return LoadedModel(name, adapter, _patcher(adapter.module, load_device),
                            _patcher(adapter.image_decoder, load_device), placed=True)
     budget = None
@@ -170,9 +175,10 @@ def prepare_decoder(model: LoadedModel) -> None:
     activations and its VAE's at full size are not counted anywhere (e.g. NF4 stages on 16 GB: 8.2 + 4.2 GB)."""
     if model.placed and not model.adapter.pixels_apart:
         return
-    if model.adapter.pixels_apart:
+    device = model.decoder_patcher.load_device
+    if model.adapter.pixels_apart and device.type != "cpu":
         kept = [m for m in mm.current_loaded_models if m.model is model.decoder_patcher]     # loaded already: stays
-        mm.free_memory(1e30, model.decoder_patcher.load_device, keep_loaded=kept)
+        mm.free_memory(1e30, device, keep_loaded=kept)
     mm.load_models_gpu([model.decoder_patcher], force_full_load=True)
 
 

@@ -138,7 +138,7 @@ def test_measured_cost_is_cached_per_model_and_device(tmp_path, monkeypatch):
     assert list(tmp_path.rglob("*.json")) and pass_cost(toy, settings) == cost          # read back, not remeasured
     assert load_cached({"not": "a key"}) is None
     fixed = pass_cost(toy, replace(settings, window=replace(settings.window, auto=False)))    # what its report needs
-    assert fixed.tokens == (1, 16) and len(list(tmp_path.rglob("*.json"))) == 2
+    assert fixed.tokens == (1, 8, 16) and len(list(tmp_path.rglob("*.json"))) == 2
 
 
 def test_measuring_stops_past_the_widest_window_auto_allocates():

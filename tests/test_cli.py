@@ -66,11 +66,10 @@ def test_cli_generate_mistakes(lumina2, tmp_path, capsys, args, message):
 ], ids=["window", "top-p", "tree", "seed", "out"])
 def test_cli_mistakes_are_said_before_the_model_loads(tmp_path, capsys, monkeypatch, args, message):
     """A 7B model takes minutes to load: a setting out of range is said before it starts."""
-    import sjdvp_core.cli.generate as cli
-
     def loading(*a, **k):
         raise AssertionError("the model began loading")
-    monkeypatch.setattr(cli, "load_model", loading)
+    for command in ("generate", "batch"):       # wherever a command may call it
+        monkeypatch.setattr(f"sjdvp_core.cli.{command}.load_model", loading, raising=False)
     (tmp_path / "a-file").write_text("")
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]
     assert generate(["--methods", "ar", "sjd-vp", "--out", str(tmp_path / "out"), *args]) == 2

@@ -1,5 +1,7 @@
 """The loop's invariants on the toy model: greedy == AR token for token, W = 1 is AR, determinism,
 independent batch rows, structure tokens where the layout puts them, progress and abort."""
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -180,15 +182,20 @@ def test_tokens_scored_per_forward_count_the_window():
     assert 1 < sjd.tokens_per_forward <= 8
 
 
-def test_state_bytes_count_lantern_s_neighbour_table():
-    """LANTERN holds a [codes, k] table of each code's nearest codes, built in chunks: the estimate counts it as
-    built (it was missing: about 2 GB on Emu3's 32768 codes at the widget's largest k)."""
-    from sjdvp_core.engine.budget import state_bytes
+def test_decode_bytes_count_lantern_s_neighbour_table_until_it_is_built():
+    """LANTERN holds a [codes, k] table of each code's nearest codes, built in chunks on its first decode and kept
+    with the model: the estimate counts it as built (it was missing: about 2 GB on Emu3's 32768 codes at the
+    widget's largest k), and not again once it is held."""
+    from sjdvp_core.engine.budget import decode_bytes
     from sjdvp_core.engine.verify import latent_neighbours, neighbour_bytes
-    s = settings(16, DrafterSettings(verifier="lantern", lantern_k=5))
-    plain = settings(16, DrafterSettings())
-    codes = TOY.layout.image_tokens.numel()
-    assert state_bytes(s, TOY.layout) - state_bytes(plain, TOY.layout) == neighbour_bytes(codes, 5)
+    toy = ToyGridAdapter(height=4, width=4, levels=4)
+    s = settings(8, DrafterSettings(verifier="lantern", lantern_k=5))
+    plain = settings(8, DrafterSettings())
+    codes = toy.layout.image_tokens.numel()
+    assert decode_bytes(toy, s) - decode_bytes(toy, plain) == neighbour_bytes(codes, 5)
+    decode(toy, [0], s)
+    assert decode_bytes(toy, s) == decode_bytes(toy, plain)                 # held with the model now
+    assert decode_bytes(toy, replace(s, drafter=replace(s.drafter, lantern_k=9))) > decode_bytes(toy, s)  # rebuilt
     table = latent_neighbours(torch.randn(codes, 3), 5)
     assert 2 * table.numel() * table.element_size() < neighbour_bytes(codes, 5)
     assert neighbour_bytes(32768, 16000) > 2 * 32768 * 16000 * 2 > 2e9          # Emu3, int16, at k = 16000

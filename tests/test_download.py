@@ -191,7 +191,7 @@ def test_download_gated_missing_offline_and_unreachable_say_what_to_do(hub, tmp_
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     nobody = "http://127.0.0.1:1"                                              # nothing listens there
     with pytest.raises(DownloadError, match=f"cannot reach {nobody} .*by hand") as failed:
-        download(ENTRY, str(tmp_path / "models"), endpoint=nobody)
+        download(ENTRY, str(tmp_path / "models" / "sjdvp"), endpoint=nobody)
     assert "kept" not in str(failed.value) and not (tmp_path / "models").exists()     # nothing was: nothing left
     janus = catalogue.BY_NAME["Janus-Pro-1B"]                 # a folder model: a failed first try leaves no folder,
     for _ in range(2):                                      # which would pass for the complete model next time

@@ -133,3 +133,7 @@ def test_t5_encoder_names_what_it_does_not_read(t5_folder, caplog):
     assert "read the first 7 T5 tokens of a prompt; this one has 10" in caplog.text
     assert "'sky a fox'" in caplog.text and caplog.text.count("not read") == 1
     assert torch.equal(feats[0], feats[1]) and mask.all()
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        enc(["a red fox in the snow blue sky a fox"] * 2)         # said once per prompt, not per image and decode
+    assert not caplog.text

@@ -5,6 +5,7 @@ import importlib
 import inspect
 import math
 import os
+import types
 
 import pytest
 import torch
@@ -239,7 +240,12 @@ def test_glm_image_decodes_tokens_then_draws_pixels_with_its_dit(pack, glm, monk
                         or bars[-1])
     image = pack["decode"].DecodeImage.execute(tokens, steps=2, guidance=1.5).values[0]
     assert mm.loads[-1][0] == [glm.decoder_patcher] and image.shape == (2, 96, 64, 3)
-    assert mm.frees[-1] == (1e30, glm.decoder_patcher.load_device)       # alone on the card: the others leave first
+    on_gpu = runtime.LoadedModel("GLM-Image", glm.adapter, glm.patcher,
+                                 stubs.ModelPatcher(glm.decoder_patcher.model, torch.device("cuda", 0), None))
+    mm.current_loaded_models = [types.SimpleNamespace(model=p) for p in (glm.patcher, on_gpu.decoder_patcher)]
+    runtime.prepare_decoder(on_gpu)                  # on a GPU the DiT runs alone: the others leave first
+    assert mm.frees[-1] == (1e30, torch.device("cuda", 0)) and [m.model for m in mm.kept] == [on_gpu.decoder_patcher]
+    mm.current_loaded_models = []
     assert [u[0] for u in bars[-1].updates] == [1, 2]
     again = pack["decode"].DecodeImage.execute(tokens, steps=2, guidance=1.5).values[0]
     assert torch.equal(image, again)                                        # the decode's seed seeds the DiT
@@ -377,7 +383,7 @@ def test_load_model_validates_only_its_model_itself(pack):
     assert list(inspect.signature(loader.validate_inputs).parameters) == ["model"]
 
 
-def test_placed_models_are_kept_out_of_comfyuis_memory_manager(pack, tmp_path):
+def test_placed_models_are_kept_out_of_comfyuis_memory_manager(pack, tmp_path, monkeypatch):
     """The device options that place a model (appended) need CUDA; a placed model decodes without being
     moved: ComfyUI is asked to free the decode's memory on its device, never to load it."""
     runtime, mm = pack["runtime"], pack["mm"]
@@ -386,7 +392,15 @@ def test_placed_models_are_kept_out_of_comfyuis_memory_manager(pack, tmp_path):
     mm.frees.clear()
     with pytest.raises(ValueError, match="CUDA devices"):
         runtime.load("demo", "auto", "offload to CPU")
-    assert mm.frees == [(1e30, mm.get_torch_device())]     # what ComfyUI holds is freed before the device map
+    assert not mm.frees                                     # no GPU: nothing of ComfyUI's is evicted for nothing
+    with monkeypatch.context() as m:
+        m.setattr(mm, "get_torch_device", lambda: torch.device("cuda", 0))
+        with pytest.raises(FileNotFoundError):              # a missing model neither
+            runtime.load("no-such-model", "auto", "offload to CPU")
+        assert not mm.frees
+        with pytest.raises(ValueError, match="sees 0 cuda device"):
+            runtime.load("demo", "auto", "offload to CPU")
+    assert mm.frees == [(1e30, torch.device("cuda", 0))]    # what ComfyUI holds is freed before the device map
     with pytest.raises(ValueError, match="device='cuda:1': choose one of"):
         runtime.load("demo", "auto", "cuda:1")
     placement = importlib.import_module(f"{stubs.PACKAGE}.sjdvp_core.models.placement")
@@ -394,6 +408,7 @@ def test_placed_models_are_kept_out_of_comfyuis_memory_manager(pack, tmp_path):
     placement.place(demo.adapter, placement.offload_map(demo.adapter, [1], "disk"), torch.device("cpu"),
                     str(tmp_path))
     placed = runtime.LoadedModel("demo", demo.adapter, demo.patcher, demo.decoder_patcher, placed=True)
+    assert 0 < placed.get_ram_usage() < demo.get_ram_usage()          # the block on disk is not in CPU memory
     mm.loads.clear()
     out = run(pack, placed)
     assert out.values[0].result.tokens.shape[1] == placed.adapter.layout.length

@@ -101,7 +101,7 @@ class Decoding:
 def load(model: str, device: str, precision: str, placement: str | None, width: int, height: int,
          trained_size: int | None = None):
     """The command lines' model, at the size asked for."""
-    options = {"trained": trained_size} if trained_size else {}
+    options = {"trained": trained_size} if trained_size is not None else {}
     return at_size(load_model(model, device=device, precision=precision, placement=placement, **options),
                    width, height)
 

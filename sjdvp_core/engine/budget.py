@@ -9,7 +9,7 @@ from .adapter import ModelAdapter, TokenLayout
 from .auto import TREES, Plan, largest_tree
 from .settings import AUTO_STRENGTHS, DecodeSettings
 from .tree import scratch_nodes
-from .verify import neighbour_bytes
+from .verify import neighbour_bytes, neighbours_built
 
 
 def widest_tree(settings: DecodeSettings):
@@ -23,8 +23,7 @@ def state_bytes(settings: DecodeSettings, layout: TokenLayout) -> int:
     """Memory the loop holds beyond the model's KV cache, for memory managers: the Window's per-slot,
     per-vocabulary-entry tensors (q; coupled drafting's noise in float64; auto's candidates; VP's history, one slot
     wider: pbar and prev in fp32, growth in int16) and a draft tree's (each alternative's q, the targets of the
-    nodes past the chain, fresh noise for the draws), doubled for the temporaries of one iteration; and LANTERN's
-    neighbour table, as it is built."""
+    nodes past the chain, fresh noise for the draws), doubled for the temporaries of one iteration."""
     S, d, tree = max(1, settings.window.size - 1), settings.drafter, widest_tree(settings)
     candidates = len(AUTO_STRENGTHS) if d.vp is not None and d.vp.auto else 0
     per_row = S * (4 * (1 + candidates) + 8 * d.coupled) + (S + 1) * (4 + 4 + 2)
@@ -32,17 +31,16 @@ def state_bytes(settings: DecodeSettings, layout: TokenLayout) -> int:
     if scratch:
         levels = min(tree.depth, S)
         per_row += 4 * (levels * (tree.width - 1) + scratch) + 8 * levels
-    codes = layout.image_tokens.numel()
-    lantern = neighbour_bytes(codes, d.lantern_k) if d.verifier == "lantern" else 0
-    return 2 * settings.batch_size * per_row * (codes + layout.special_tokens.numel()) + lantern
+    return 2 * settings.batch_size * per_row * (layout.image_tokens.numel() + layout.special_tokens.numel())
 
 
 def decode_bytes(adapter: ModelAdapter, settings: DecodeSettings, conditions: Sequence[Any] | Any = None,
                  negatives: Sequence[Any] | Any | None = None, itemsize: int | None = None) -> int:
     """Memory a decode with these settings needs beyond the weights: the model's KV cache for its rows
     (CFG doubles them; a draft tree adds scratch entries; the prompt's length where conditions are given),
-    one forward's transients and the loop's own state. What a memory manager is told to keep free.
-    itemsize: of the compute dtype (default: the weights')."""
+    one forward's transients, the loop's own state, and LANTERN's neighbour table as it is built (not once it is:
+    it stays with the model). What a memory manager is told to keep free. itemsize: of the compute dtype
+    (default: the weights')."""
     cfg = settings.sampling.uses_cfg
     rows = settings.batch_size * (2 if cfg else 1)
     scratch = scratch_nodes(settings.window.size, widest_tree(settings))
@@ -52,7 +50,11 @@ def decode_bytes(adapter: ModelAdapter, settings: DecodeSettings, conditions: Se
     window = min(settings.window.size, adapter.layout.length) + scratch    # a window's forward, or the prefill's
     forward = max(adapter.forward_bytes(rows, window, scratch, prompt, itemsize),
                   adapter.forward_bytes(rows, prompt or 0, scratch, prompt, itemsize, scored=1))
-    return adapter.cache_bytes(rows, scratch, prompt, itemsize) + state_bytes(settings, adapter.layout) + forward
+    d = settings.drafter
+    lantern = neighbour_bytes(adapter.layout.image_tokens.numel(), d.lantern_k) \
+        if d.verifier == "lantern" and d.lantern_delta > 0 and not neighbours_built(adapter.module, d.lantern_k) else 0
+    return adapter.cache_bytes(rows, scratch, prompt, itemsize) + state_bytes(settings, adapter.layout) + forward + \
+        lantern
 
 
 def per_image(values, batch: int, name: str) -> list:

@@ -149,9 +149,10 @@ def cost_key(adapter: ModelAdapter, settings: DecodeSettings) -> dict:
 
 def pass_cost(adapter: ModelAdapter, settings: DecodeSettings, progress: MeasureFn | None = None) -> PassCost:
     """measure_cost, cached on disk per (weights, device, placement, dtype, torch version, rows, method, window,
-    compile). A fixed window's is t(1) and t(W) alone, all its report prices it by (a third of the measuring at
-    W = 16); an automatic window's, the grid up to W, which it chooses by."""
-    grid = GRID if settings.window.auto else (1,)
+    compile). A fixed window's is t(1), t(W / 2) and t(W), what its report prices it by (a tree's wider passes
+    from the last segment; half the measuring at W = 16); an automatic window's, the grid up to W, which it
+    chooses by."""
+    grid = GRID if settings.window.auto else (1, max(1, settings.window.size // 2))
     return cached(cost_key(adapter, settings), PassCost,
                   lambda: measure_cost(adapter, settings, grid, progress=progress),
                   f"the pass cost of {settings.drafter.name}")

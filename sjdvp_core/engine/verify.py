@@ -59,6 +59,12 @@ def neighbour_bytes(codes: int, k: int, chunk: int = 1024) -> int:
     return 2 * table + chunk * codes * 4 + chunk * k * (8 + 4)
 
 
+def neighbours_built(model: torch.nn.Module, k: int) -> bool:
+    """Whether model_neighbours holds a table of k or more neighbours for this model already (it is kept with it)."""
+    table = _NEIGHBOURS.get(model)
+    return table is not None and table.shape[1] >= min(k, table.shape[0] - 1)
+
+
 def model_neighbours(model: torch.nn.Module, codebook: Tensor, k: int) -> Tensor:
     """latent_neighbours, computed once per model (and device) and reused for any smaller k."""
     k = min(k, codebook.shape[0] - 1)

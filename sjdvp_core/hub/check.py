@@ -208,7 +208,7 @@ def main(argv=None) -> int:
     ap.add_argument("--trained-size", type=int, help="Lumina-mGPT: the size it was trained at, when the folder's "
                                                      "name does not say (512, 768, 1024)")
     args = ap.parse_args(argv)
-    options = {"trained": args.trained_size} if args.trained_size else {}
+    options = {"trained": args.trained_size} if args.trained_size is not None else {}
 
     def checked() -> int:
         problems = check(args.path, args.device, args.precision, args.run_forward, args.prompt, **options)

@@ -296,7 +296,10 @@ def download(entry: Entry | str, root: str, progress: Progress | None = None, en
     if _present(path) and unfinished_marker(path) is None:
         return path
     endpoint = _endpoint(endpoint)
-    created = [d for d in (folder, root) if not os.path.isdir(d)]
+    created, above = [], os.path.abspath(folder)      # every folder makedirs makes, deepest first
+    while not os.path.isdir(above) and above != os.path.dirname(above):
+        created.append(above)
+        above = os.path.dirname(above)
     os.makedirs(folder, exist_ok=True)
     fresh = not incomplete(folder, entry.model)
     state = _State(folder, entry)                     # the marker: written before any file
@@ -381,7 +384,7 @@ def fetch(name: str, folder: str) -> int:
     try:
         path = download(name, folder, _TextBar())
     except KeyboardInterrupt:
-        print("\ninterrupted; run the same command again to resume", file=sys.stderr)
+        print(f"\n{PROG}: interrupted; run the same command again to resume", file=sys.stderr)
         return 130
     except DownloadError as e:
         print(f"\n{e}", file=sys.stderr)

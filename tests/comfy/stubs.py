@@ -71,6 +71,7 @@ class MemoryManager(types.ModuleType):
 
     def free_memory(self, memory_required, device, keep_loaded=()):
         self.frees.append((memory_required, device))
+        self.kept = list(keep_loaded)
 
     def get_torch_device(self):
         import torch

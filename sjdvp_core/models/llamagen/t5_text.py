@@ -31,6 +31,7 @@ class T5CaptionEncoder:
         self.model = T5EncoderModel.from_pretrained(folder, local_files_only=True, **dtype_kwarg(dtype))
         self.model = self.model.to(device).eval()
         self.max_length = max_length
+        self.told: set[str] = set()     # prompts whose losses were said: once, not per image and decode
 
     @property
     def device(self) -> torch.device:
@@ -51,6 +52,9 @@ class T5CaptionEncoder:
         tokens, which truncation cuts."""
         captions = [clean_caption(p) for p in prompts]
         for prompt, caption in zip(prompts, captions):
+            if prompt in self.told:
+                continue
+            self.told.add(prompt)
             if cjk := cjk_characters(prompt):
                 log.warning("sjdvp: LlamaGen's text-to-image models were trained on English captions, and their "
                             "caption cleaning deletes Chinese characters (%s); the prompt reads %r", cjk, caption)
