@@ -172,7 +172,7 @@ def prepare_decoder(model: LoadedModel) -> None:
     """Before decoding pixels: only the image decoder needs the device (a placed model's own decoder is where it
     was put). A pixel model apart (GLM-Image's DiT and VAE) runs alone on its card: the other models there leave
     first, the token stage too. ComfyUI would keep them wherever the DiT's weights fit beside them, but its
-    activations and its VAE's at full size are not counted anywhere (e.g. NF4 stages on 16 GB: 8.2 + 4.2 GB)."""
+    activations and its VAE's at full size are not counted anywhere (two NF4 stages on a 16 GB card, say)."""
     if model.placed and not model.adapter.pixels_apart:
         return
     device = model.decoder_patcher.load_device
