@@ -206,9 +206,10 @@ class Report(io.ComfyNode):
         return io.Schema(
             node_id="SJDVP_Report", display_name="Speed-up Report", category="sjdvp",
             is_output_node=True,   # as core's Preview as Text: a cached run replays the text and the badge
-            description="How much faster decoding was than plain AR, and a picture of when each image cell "
-                        "was committed: dark early, yellow late; same-coloured runs were accepted together. "
-                        "The picture carries its colour scale and the speed-up; the text shows on the node.",
+            description="How much faster decoding was than plain AR (estimated: this run's passes priced by the "
+                        "device's measured pass cost), and a picture of when each image cell was committed: dark "
+                        "early, yellow late; same-coloured runs were accepted together. The picture carries its "
+                        "colour scale and how many times fewer passes than AR; the text shows on the node.",
             inputs=[TOKENS.Input("tokens", tooltip="From Speculative Decode.")],
             outputs=[io.String.Output(display_name="text"), io.Image.Output(display_name="commit_map")],
         )

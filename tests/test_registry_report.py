@@ -75,7 +75,9 @@ def test_ar_report_leaves_out_what_does_not_apply():
     toy = ToyGridAdapter(height=4, width=4)
     text = report_text(decode(toy, 1, decode_settings(None, None, DecodeSettings().sampling)), "AR")
     assert "nan" not in text and "drafts accepted" not in text and "carried drafts" not in text
-    assert "1.00x fewer steps" in text and "tokens per pass: mean 1.00, max 1" in text
+    assert "fewer steps" not in text and "(AR needs 19)\n" in text and "tokens per pass: mean 1.00, max 1" in text
+    summary = decode(toy, 1, decode_settings(None, None, DecodeSettings().sampling)).stats.summary()
+    assert summary["acceptance_rate"] is None and summary["accept_if_rose"] is None    # no draft: no figure, no NaN
 
 
 def test_command_line_runs_a_llamagen_folder_with_its_defaults(tmp_path, capsys):
@@ -125,6 +127,15 @@ def test_report_data_and_the_commit_figure():
     assert data["forward_passes"] == res.stats.forward_passes
     assert data["ar_passes"] == toy.layout.length - 2          # the forced row end and end of image need no pass
     assert f"{data['step_compression']:.2f}x fewer steps" in report_text(res, "SJD")
+    # a batch's tokens per pass are over its passes, as its step compression (the mean of each image's own rate
+    # read higher than the batch achieved)
+    st = res.stats
+    assert data["tokens_per_pass"] == round((st.ar_passes - 1) / (st.forward_passes - 1), 4)
+    assert int(st.row_forward_passes.min()) < st.forward_passes           # the images did finish apart
+    # the text and the badge's figure say faster or slower alike, however close to 1 the estimate is
+    priced = decode(toy, 1, DecodeSettings(window=WindowSettings(8)), cost=PassCost((1, 64), (1.0, 1.0), "flat"))
+    priced.stats.estimated_speedup = lambda cost=None: 0.99996
+    assert report_data(priced, "SJD")["estimated_speedup"] == 1.0 and "x faster than AR" in report_text(priced, "SJD")
     figure = commit_figure(res, "SJD", min_width=64)
     assert figure.shape[0] == 2 and figure.shape[2] == 64 and figure.shape[1] > 64     # map + legend band
     last = int(res.stats.commit_iter[:, res.layout.grid].max())                      # one colour scale for the batch

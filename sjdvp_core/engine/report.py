@@ -37,15 +37,18 @@ def report_data(result: DecodeResult, method: str) -> dict:
     return {"method": method, "tokens": int(st.length), "forward_passes": int(st.forward_passes),
             "ar_passes": int(st.ar_passes), "step_compression": round(st.step_compression, 4),
             "tokens_per_pass": round(st.mean_accepted, 4), "max_tokens_per_pass": int(per_iter.max()),
-            "acceptance": round(st.acceptance_rate, 4), "seconds": round(st.time_total, 3),
+            "acceptance": round(st.acceptance_rate, 4) if st.drafts_verified else None,
+            "seconds": round(st.time_total, 3),
             "tokens_scored_per_pass": round(st.tokens_per_forward, 2)} | (
         {"estimated_speedup": round(speedup, 4), "estimated_seconds_saved": round(st.time_total * (speedup - 1), 3)}
         if (speedup := _estimate(st)) is not None else {})
 
 
 def _estimate(st) -> float | None:
-    """The wall-clock speed-up over AR on this device (stats.estimated_speedup), where the decode was priced."""
-    return st.estimated_speedup() if st.pass_cost is not None and st.scored_per_iter else None
+    """The wall-clock speed-up over AR on this device (stats.estimated_speedup), where the decode was priced; to 4
+    places, so that the text and the badge (from report_data) say faster or slower alike."""
+    return round(st.estimated_speedup(), 4) if st.pass_cost is not None and st.scored_per_iter else None
+
 
 
 def _versus_ar(speedup: float, seconds: float) -> str:
@@ -63,13 +66,13 @@ def report_text(result: DecodeResult, method: str) -> str:
     phases = [f"forward {st.time_forward:.2f}", f"verify {st.time_verify:.2f}", f"draft {st.time_draft:.2f}"]
     phases += [f"compiled step {st.time_step:.2f}"] if st.time_step else []
     split = st.time_forward + st.time_verify + st.time_draft + st.time_step
-    verified = int(st.slot_verified.sum()) if st.slot_verified is not None else 0
+    verified = st.drafts_verified
     speedup = _estimate(st)
     time = f"{st.time_total:.2f} s" + (f" ({', '.join(phases)})" if split else "")
     lines = [f"{method}: {_versus_ar(speedup, st.time_total)} (estimated); decoded in {time}" if speedup is not None
              else f"{method}: decoded in {time}",
-             f"{st.length} tokens per image in {st.forward_passes} forward passes (AR needs {st.ar_passes}): "
-             f"{st.step_compression:.2f}x fewer steps",
+             f"{st.length} tokens per image in {st.forward_passes} forward passes (AR needs {st.ar_passes})"
+             + (f": {st.step_compression:.2f}x fewer steps" if st.forward_passes < st.ar_passes else ""),
              f"tokens per pass: mean {st.mean_accepted:.2f}, max {int(per_iter.max())}, {st.tokens_per_forward:.1f} "
              "scored" + (f"; drafts accepted {st.acceptance_rate:.1%}" if verified else "")]
     if speedup is not None:
@@ -97,7 +100,7 @@ def report_text(result: DecodeResult, method: str) -> str:
     elif st.vp_auto is not None:
         rates = ", ".join(f"{float(c):+g}: {r:.1%}" for c, r in st.vp_auto["vp_auto_rates"].items())
         lines.append(f"VP auto settled on strength {st.vp_auto['vp_auto_strength']:+g} "
-                     f"(drafts each would have had pass: {rates})")
+                     f"(the drafts that would have passed with each: {rates})")
     return "\n".join(lines)
 
 

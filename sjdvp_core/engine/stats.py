@@ -62,12 +62,19 @@ class DecodeStats:
 
     @property
     def mean_accepted(self) -> float:
-        """Tokens committed per forward pass, per image (prefill excluded)."""
-        return float(((self.ar_passes - 1) / (self.row_forward_passes.float() - 1).clamp_min(1)).mean())
+        """Tokens committed per forward pass, per image (prefill excluded); for a batch over its passes, which run
+        until its slowest image is done (as step_compression: the mean of each image's own rate read higher
+        than the batch achieved)."""
+        return (self.ar_passes - 1) / max(1, self.forward_passes - 1)
+
+    @property
+    def drafts_verified(self) -> int:
+        """Drafts verified: none under AR, whose acceptance is no figure."""
+        return int(self.slot_verified.sum()) if self.slot_verified is not None else 0
 
     @property
     def acceptance_rate(self) -> float:
-        verified = int(self.slot_verified.sum())
+        verified = self.drafts_verified
         return int(self.slot_accepted.sum()) / verified if verified else 0.0
 
     @property
@@ -119,13 +126,13 @@ class DecodeStats:
         out = {"length": self.length, "window": self.window, "forward_passes": self.forward_passes,
                "step_compression": round(self.step_compression, 4),
                "mean_accepted": round(self.mean_accepted, 4),
-               "acceptance_rate": round(self.acceptance_rate, 4),
+               "acceptance_rate": round(self.acceptance_rate, 4) if self.drafts_verified else None,
                "mean_entropy": round(self.mean_entropy, 4),
                "tokens_per_forward": round(self.tokens_per_forward, 4),
                "time_total_s": round(self.time_total, 4), "time_forward_s": round(self.time_forward, 4),
                "time_draft_s": round(self.time_draft, 4), "time_verify_s": round(self.time_verify, 4),
                "time_step_s": round(self.time_step, 4)}
-        out.update({k: round(v, 4) for k, v in self.momentum().items()})
+        out.update({k: round(v, 4) if v == v else None for k, v in self.momentum().items()})   # no NaN in JSON
         if self.tree_tried:
             out.update(tree_tried=self.tree_tried, tree_guess_accepted=self.tree_guess_accepted,
                        tree_draw_accepted=self.tree_draw_accepted)
