@@ -15,6 +15,7 @@ import torch
 from ..sjdvp_core.engine.adapter import ModelAdapter
 from ..sjdvp_core.hub import catalogue
 from ..sjdvp_core.hub.download import download, on_disk
+from ..sjdvp_core.models.folders import unfinished_marker
 from ..sjdvp_core.models.loading import PRECISIONS, load_model
 from ..sjdvp_core.models.registry import DEMO, list_models
 
@@ -36,16 +37,24 @@ def model_path(name: str) -> str:
         return DEMO
     roots = folder_paths.get_folder_paths(FOLDER)
     entry = catalogue.DOWNLOAD.match(name) and catalogue.find(name)
-    if entry:
-        return on_disk(entry, roots) or download(entry, roots[0], BarProgress())
-    for root in roots:
-        path = os.path.join(root, name)
-        if os.path.exists(path):
-            return path
+    if entry:   # into the first root this user can write (a read-only one from extra_model_paths.yaml is passed)
+        writable = next((r for r in roots if _writable(r)), roots[0])
+        return on_disk(entry, roots) or download(entry, writable, BarProgress())
+    found = [p for p in (os.path.join(root, name) for root in roots) if os.path.exists(p)]
+    if found:   # an unfinished download in one root does not hide the whole model in another
+        return next((p for p in found if unfinished_marker(p) is None), found[0])
     offer = next((e for e in catalogue.ENTRIES if name in (e.name, e.folder, e.path)), None)
     hint = f" or choose '{offer.choice}' in the model list to download it," if offer else ""
     raise FileNotFoundError(f"model '{name}' is not in {' or '.join(roots)}: create that folder and put the "
                             f"model's files in it (see the pack's docs/models.md),{hint} or pick 'demo'")
+
+
+def _writable(root: str) -> bool:
+    """Whether a models root can take a download: it exists and this user may write there, or its nearest
+    existing parent does (the download creates it)."""
+    while not os.path.isdir(root) and os.path.dirname(root) != root:
+        root = os.path.dirname(root)
+    return os.access(root, os.W_OK | os.X_OK)
 
 
 class BarProgress:

@@ -62,7 +62,7 @@ def test_download_fetches_verifies_lists_loads_and_decodes(hub, tmp_path):
     assert sorted(os.listdir(folder)) == ["c2i_B_256.pt", "vq_ds16_c2i.pt"]      # the allow patterns only
     total = len(hub.repos[C2I]["c2i_B_256.pt"]) + len(hub.repos[C2I]["vq_ds16_c2i.pt"])
     assert seen[-1] == (total, total) and all(a[0] <= b[0] for a, b in zip(seen, seen[1:]))
-    assert list_models([str(tmp_path)]) == ["demo", "llamagen-c2i"]
+    assert list_models([str(tmp_path)]) == ["demo", os.path.join("llamagen-c2i", "c2i_B_256.pt")]
     assert on_disk(ENTRY, [str(tmp_path)]) == path
     adapter = load_model(path)
     result = decode(adapter, 3, DecodeSettings(window=WindowSettings(16), seed=0))
@@ -86,8 +86,10 @@ def test_download_interrupted_is_not_listed_is_explained_and_resumes(hub, tmp_pa
     folder = str(tmp_path / "llamagen-c2i")
     assert incomplete(folder, ENTRY.model) and not incomplete(folder)          # the GPT's marker, not the folder's
     assert list_models([str(tmp_path)]) == ["demo"]                             # never taken for a model
-    with pytest.raises(ValueError, match="unfinished download of LlamaGen-c2i-B-256.*resume"):
+    with pytest.raises(ValueError, match="unfinished download of LlamaGen-c2i-B-256.*resume") as told:
         detect_family(folder)
+    assert f"sjdvp_core.download LlamaGen-c2i-B-256 --dir {tmp_path}`" in str(told.value)   # not ./models/sjdvp
+    assert f"If you finished it by hand, delete {marker(folder, ENTRY.model)}" in str(told.value)
     out = io.StringIO()
     assert check(folder, run_forward=False, out=out) == 1 and "unfinished download" in out.getvalue()
     parts = [f for f in os.listdir(folder) if f.endswith(".part")]
@@ -98,7 +100,8 @@ def test_download_interrupted_is_not_listed_is_explained_and_resumes(hub, tmp_pa
                                             r"same command\) to resume"):
         download(ENTRY, str(tmp_path), endpoint="http://127.0.0.1:1")
     path = download(ENTRY, str(tmp_path))
-    assert not incomplete(folder, ENTRY.model) and list_models([str(tmp_path)]) == ["demo", "llamagen-c2i"]
+    assert not incomplete(folder, ENTRY.model)
+    assert list_models([str(tmp_path)]) == ["demo", os.path.join("llamagen-c2i", "c2i_B_256.pt")]
     name = parts[0][:-len(".part")]
     assert hub.gets(C2I, name)[-1] == f"bytes={kept}-"                         # resumed where it stopped
     other = "vq_ds16_c2i.pt" if name == "c2i_B_256.pt" else "c2i_B_256.pt"
@@ -193,6 +196,9 @@ def test_download_gated_missing_offline_and_unreachable_say_what_to_do(hub, tmp_
     with pytest.raises(DownloadError, match=f"cannot reach {nobody} .*by hand") as failed:
         download(ENTRY, str(tmp_path / "models" / "sjdvp"), endpoint=nobody)
     assert "kept" not in str(failed.value) and not (tmp_path / "models").exists()     # nothing was: nothing left
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(DownloadError, match="cannot write in .*a-file.*choose a models folder this user can write"):
+        download(ENTRY, str(tmp_path / "a-file"), endpoint=nobody)       # a raw OSError before
     janus = catalogue.BY_NAME["Janus-Pro-1B"]                 # a folder model: a failed first try leaves no folder,
     for _ in range(2):                                      # which would pass for the complete model next time
         with pytest.raises(DownloadError, match="was not found"):
@@ -204,7 +210,7 @@ def test_download_gated_missing_offline_and_unreachable_say_what_to_do(hub, tmp_
     (tmp_path / "llamagen-c2i").mkdir()
     for name, data in tiny_llamagen.items():             # what the messages say: the files, put there by hand
         (tmp_path / "llamagen-c2i" / name).write_bytes(data)
-    assert list_models([str(tmp_path)]) == ["demo", "llamagen-c2i"]
+    assert list_models([str(tmp_path)]) == ["demo", os.path.join("llamagen-c2i", "c2i_B_256.pt")]
 
 
 def test_download_cli_lists_and_fetches(hub, tmp_path, capsys):

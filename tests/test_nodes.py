@@ -319,7 +319,7 @@ def test_download_on_first_run_counts_bytes_and_the_saved_value_keeps_working(pa
     size = sum(len(v) for v in fake_hub.repos["FoundationVision/LlamaGen"].values())
     assert bar.total == size and bar.updates[-1] == (size, size)
     choices = runtime.model_choices()
-    assert "llamagen-c2i" in choices and choice not in choices
+    assert os.path.join("llamagen-c2i", "c2i_B_256.pt") in choices and choice not in choices
     gets = len([r for r in fake_hub.requests if r[0] == "GET"])
     assert runtime.model_path(choice).endswith("c2i_B_256.pt")            # the saved value: found, not fetched
     assert len([r for r in fake_hub.requests if r[0] == "GET"]) == gets
@@ -342,10 +342,30 @@ def test_download_stops_on_interrupt_and_resumes(pack, fake_hub, monkeypatch):
     choice = "LlamaGen-c2i-B-256 (download, ~732 MB)"
     with pytest.raises(Interrupted):
         runtime.model_path(choice)
-    assert "llamagen-c2i" not in runtime.model_choices() and choice in runtime.model_choices()
+    listed = os.path.join("llamagen-c2i", "c2i_B_256.pt")
+    assert listed not in runtime.model_choices() and choice in runtime.model_choices()
     monkeypatch.setattr(mm, "throw_exception_if_processing_interrupted", lambda: None)
     path = runtime.model_path(choice)
-    assert path.endswith("c2i_B_256.pt") and "llamagen-c2i" in runtime.model_choices()
+    assert path.endswith("c2i_B_256.pt") and listed in runtime.model_choices()
+    import shutil
+    shutil.rmtree(os.path.dirname(path))
+
+
+def test_several_model_roots(pack, fake_hub, monkeypatch, tmp_path):
+    """ComfyUI's extra_model_paths.yaml adds roots before models/sjdvp: a download goes into the first one this user
+    can write, and an unfinished download in one root does not hide the complete model in another."""
+    runtime = pack["runtime"]
+    readonly, own = tmp_path / "readonly", runtime.folder_paths.get_folder_paths(runtime.FOLDER)[0]
+    readonly.mkdir()
+    monkeypatch.setattr(runtime.folder_paths, "get_folder_paths", lambda name: [str(readonly), own])
+    monkeypatch.setattr(runtime, "_writable", lambda root: root != str(readonly))
+    path = runtime.model_path("LlamaGen-c2i-B-256 (download, ~732 MB)")
+    assert path == os.path.join(own, "llamagen-c2i", "c2i_B_256.pt") and not os.listdir(readonly)
+    stale = readonly / "llamagen-c2i"                           # an older download there, never finished
+    stale.mkdir()
+    (stale / "c2i_B_256.pt").write_bytes(b"half")
+    (stale / ".sjdvp-download.c2i_B_256.pt.json").write_text("{}")
+    assert runtime.model_path(os.path.join("llamagen-c2i", "c2i_B_256.pt")) == path
     import shutil
     shutil.rmtree(os.path.dirname(path))
 

@@ -23,7 +23,21 @@ def test_family_detection_and_listing(tmp_path):
     torch.save({"model": random_vq().state_dict()}, folder / "vq_ds16_c2i.pt")
     (tmp_path / "empty").mkdir()
     assert detect_family(str(folder)) == "llamagen" and detect_family("demo") == "demo"
-    assert list_models([str(tmp_path)]) == ["demo", "llamagen-c2i"]
+    assert list_models([str(tmp_path)]) == ["demo", os.path.join("llamagen-c2i", "c2i_B_256.pt")]   # by file
+    # another root (ComfyUI's extra_model_paths.yaml) with the same folder name and another GPT, and a link to a
+    # folder elsewhere (a larger disk), with a link back up that must not be walked forever: every model listed,
+    # sorted, each resolving to its own root
+    other = tmp_path / "other"
+    (other / "llamagen-c2i").mkdir(parents=True)
+    torch.save({"model": random_gpt().state_dict()}, other / "llamagen-c2i" / "c2i_L_256.pt")
+    (other / "llamagen-c2i" / "up").symlink_to(other)
+    disk = tmp_path.parent / f"{tmp_path.name}-disk"
+    disk.mkdir()
+    torch.save({"model": random_gpt().state_dict()}, disk / "c2i_B_384.pt")
+    (tmp_path / "linked").symlink_to(disk)
+    listed = list_models([str(other), str(tmp_path)])
+    assert listed == ["demo", os.path.join("linked", "c2i_B_384.pt"), os.path.join("llamagen-c2i", "c2i_B_256.pt"),
+                      os.path.join("llamagen-c2i", "c2i_L_256.pt")]
     with pytest.raises(ValueError, match="no model family recognised.*LlamaGen GPT file"):
         detect_family(str(tmp_path / "empty"))
     with pytest.raises(FileNotFoundError, match="pick 'demo'"):

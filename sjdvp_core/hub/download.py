@@ -300,9 +300,14 @@ def download(entry: Entry | str, root: str, progress: Progress | None = None, en
     while not os.path.isdir(above) and above != os.path.dirname(above):
         created.append(above)
         above = os.path.dirname(above)
-    os.makedirs(folder, exist_ok=True)
     fresh = not incomplete(folder, entry.model)
-    state = _State(folder, entry)                     # the marker: written before any file
+    try:
+        os.makedirs(folder, exist_ok=True)
+        state = _State(folder, entry)                 # the marker: written before any file
+    except OSError as e:      # a read-only or full models folder: said as every other failed download is
+        raise DownloadError(f"cannot write in {folder} ({e.strerror}): choose a models folder this user can write, "
+                            "with room for the model (extra_model_paths.yaml in ComfyUI, --dir on the command "
+                            "line)") from e
     try:
         _fetch_all(entry, folder, state, progress or (lambda done, total: None), endpoint, token)
     except DownloadError as e:

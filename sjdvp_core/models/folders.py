@@ -70,5 +70,6 @@ def incomplete_message(path: str) -> str:
     folder = os.path.dirname(path)
     name = marked_entry(path) or os.path.basename(folder)
     return (f"{folder}: an unfinished download of {name} (the marker {os.path.basename(path)} is still there). "
-            f"Choose '{name}' in the loader again, or run `python -m sjdvp_core.download {name}`, to resume it; "
-            "what is already downloaded is kept")
+            f"Choose '{name}' in the loader again, or run `python -m sjdvp_core.download {name} --dir "
+            f"{os.path.dirname(folder)}`, to resume it; what is already downloaded is kept. If you finished it "
+            f"by hand, delete {path}")

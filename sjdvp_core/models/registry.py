@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from . import glm_image
-from .folders import file_markers, incomplete, incomplete_message, unfinished_marker
+from .folders import incomplete, incomplete_message, unfinished_marker
 from .llamagen.adapter import gpt_files, is_gpt_file
 
 DEMO = "demo"
@@ -198,15 +198,19 @@ def _listed_glm(folder: str) -> bool:
 
 
 def list_models(roots: list[str]) -> list[str]:
-    """'demo', then every model folder or GPT file under the roots (relative names). An unfinished
-    download (sjdvp_core.download's marker in its folder, or beside a GPT file) is not listed, nor anything under
-    it."""
-    found = [DEMO]
+    """'demo', then every model folder or GPT file under the roots (relative names), sorted as ComfyUI sorts its
+    lists. An unfinished download (sjdvp_core.download's marker in its folder, or beside a GPT file) is not listed,
+    nor anything under it. LlamaGen GPTs are listed by file: a folder's name would mean another model once a
+    second GPT joins the first (the catalogue's LlamaGen entries share one folder), and the same folder name in two
+    roots would hide one of them. Folders behind links are followed, as ComfyUI's own lists do."""
+    found, seen = [], set()
     for root in roots:
-        for dirpath, dirs, files in os.walk(root):
-            if incomplete(dirpath):
+        for dirpath, dirs, files in os.walk(root, followlinks=True):
+            real = os.path.realpath(dirpath)
+            if incomplete(dirpath) or real in seen:      # a link back up would walk forever
                 dirs.clear()
                 continue
+            seen.add(real)
             rel = os.path.relpath(dirpath, root)
             if rel != "." and "model_index.json" in files and _listed_glm(dirpath):
                 found.append(rel)
@@ -214,10 +218,6 @@ def list_models(roots: list[str]) -> list[str]:
                 continue
             if rel != "." and "config.json" in files and _listed_hf(dirpath):
                 found.append(rel)
-            gpts = sorted(f for f in files if is_gpt_file(f))
-            done = [f for f in gpts if not incomplete(dirpath, f)]     # a GPT whose own download is unfinished
-            if len(gpts) == 1 and rel != "." and not file_markers(dirpath):
-                found.append(rel)                                       # the folder loads its only GPT
-            else:
-                found += [os.path.normpath(os.path.join(rel, f)) for f in done]
-    return list(dict.fromkeys(found))
+            found += [os.path.normpath(os.path.join(rel, f)) for f in files
+                      if is_gpt_file(f) and not incomplete(dirpath, f)]    # a GPT whose own download is unfinished
+    return [DEMO, *sorted(dict.fromkeys(found), key=str.lower)]
