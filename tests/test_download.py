@@ -157,6 +157,29 @@ def test_download_detects_a_truncated_or_corrupt_file(hub, tmp_path, fault):
     assert not incomplete(str(folder), ENTRY.model) and len(hub.gets(C2I, "c2i_B_256.pt")) == 1
 
 
+def test_download_stops_while_hashing_a_file(hub, tmp_path, monkeypatch):
+    """A file put there by hand into an unfinished download is hashed before it is kept; a stop (ComfyUI's Cancel,
+    through the progress call) lands between blocks, not after the whole file (tens of seconds for a multi-GB one),
+    and leaves the file."""
+    import sjdvp_core.hub.download as dl
+    monkeypatch.setattr(dl, "CHUNK", 64)                     # many blocks in a tiny file
+    folder = tmp_path / "llamagen-c2i"
+    folder.mkdir()
+    data = hub.repos[C2I]["c2i_B_256.pt"]
+    (folder / "c2i_B_256.pt").write_bytes(data)
+    open(marker(str(folder), ENTRY.model), "w").write("{}")      # a download that stopped, finished by hand
+    calls = []
+
+    def stop_while_hashing(done, total):
+        calls.append(done)
+        if len(calls) > 3:
+            raise Stop
+    with pytest.raises(Stop):
+        download(ENTRY, str(tmp_path), stop_while_hashing)
+    assert calls[1:] == [0] * (len(calls) - 1) and len(calls) < len(data) // (64 * 8)     # before the file's end
+    assert (folder / "c2i_B_256.pt").read_bytes() == data
+
+
 def test_download_subfolders_and_pinned_checksums(hub, tmp_path):
     """A second repository into a subfolder with a leading folder kept (as the Chameleon VQGAN lands in
     tokenizer/), and an MD5 pin that catches a file the Hub itself lists consistently."""

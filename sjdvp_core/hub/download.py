@@ -156,14 +156,16 @@ def plan(entry: Entry, endpoint: str | None = None, token: str | bool | None = N
     return out
 
 
-def _hash_ok(path: str, item: Planned) -> str | None:
-    """None if the file is the one the Hub lists (and the catalogue pins), else what differs."""
+def _hash_ok(path: str, item: Planned, still: Callable[[], None] = lambda: None) -> str | None:
+    """None if the file is the one the Hub lists (and the catalogue pins), else what differs. still() is called
+    between blocks and may raise to stop (a multi-GB file takes tens of seconds to hash; ComfyUI's Cancel)."""
     size = os.path.getsize(path)
     if size != item.size:
         return f"{size} bytes where the Hub lists {item.size} (a truncated or overlong download)"
     sha256, md5, sha1 = hashlib.sha256(), hashlib.md5(), hashlib.sha1(f"blob {size}\0".encode())
     with open(path, "rb") as f:
         while block := f.read(CHUNK * 8):
+            still()
             sha256.update(block)
             md5.update(block)
             sha1.update(block)
@@ -252,7 +254,7 @@ def _fetch(item: Planned, dest: str, endpoint: str, token, report: Callable[[int
                 raise
             retries -= 1
             time.sleep(0.5)
-    problem = _hash_ok(part, item)
+    problem = _hash_ok(part, item, lambda: report(item.size))
     if problem:
         os.remove(part)
         raise DownloadError(f"{item.source.repo}/{item.remote} did not download correctly: {problem}. The bad copy "
@@ -341,7 +343,7 @@ def _fetch_all(entry: Entry, folder: str, state: "_State", progress: Progress, e
             progress(finished, total)
             continue
         if os.path.isfile(dest):                      # there before us (copied by hand?): keep it if it is right
-            if _hash_ok(dest, item) is None:
+            if _hash_ok(dest, item, lambda done=finished: progress(done, total)) is None:
                 state.mark(item)
                 finished += item.size
                 progress(finished, total)
