@@ -38,8 +38,8 @@ def model_path(name: str) -> str:
     roots = folder_paths.get_folder_paths(FOLDER)
     entry = catalogue.DOWNLOAD.match(name) and catalogue.find(name)
     if entry:   # into the first root this user can write (a read-only one from extra_model_paths.yaml is passed)
-        writable = next((r for r in roots if _writable(r)), roots[0])
-        return on_disk(entry, roots) or download(entry, writable, BarProgress())
+        return on_disk(entry, roots) or download(entry, next((r for r in roots if _writable(r)), roots[0]),
+                                                 BarProgress())
     found = [p for p in (os.path.join(root, name) for root in roots) if os.path.exists(p)]
     if found:   # an unfinished download in one root does not hide the whole model in another
         return next((p for p in found if unfinished_marker(p) is None), found[0])

@@ -50,7 +50,6 @@ def _estimate(st) -> float | None:
     return round(st.estimated_speedup(), 4) if st.pass_cost is not None and st.scored_per_iter else None
 
 
-
 def _versus_ar(speedup: float, seconds: float) -> str:
     """The estimate in words: faster and the seconds saved, or slower (a window too wide for this device's pass
     cost) and the seconds lost; never "0.8x faster"."""

@@ -2,6 +2,7 @@
 VP's effect and the momentum statistic that says whether VP's premise holds on this model."""
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass, field
 
@@ -132,7 +133,7 @@ class DecodeStats:
                "time_total_s": round(self.time_total, 4), "time_forward_s": round(self.time_forward, 4),
                "time_draft_s": round(self.time_draft, 4), "time_verify_s": round(self.time_verify, 4),
                "time_step_s": round(self.time_step, 4)}
-        out.update({k: round(v, 4) if v == v else None for k, v in self.momentum().items()})   # no NaN in JSON
+        out.update({k: None if math.isnan(v) else round(v, 4) for k, v in self.momentum().items()})   # JSON has no NaN
         if self.tree_tried:
             out.update(tree_tried=self.tree_tried, tree_guess_accepted=self.tree_guess_accepted,
                        tree_draw_accepted=self.tree_draw_accepted)

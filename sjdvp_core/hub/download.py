@@ -389,10 +389,9 @@ def fetch(name: str, folder: str) -> int:
     entry = find(name)
     there = entry is not None and on_disk(entry, [folder]) is not None
     try:
-        path = download(name, folder, _TextBar())
-    except KeyboardInterrupt:
-        print(f"\n{PROG}: interrupted; run the same command again to resume", file=sys.stderr)
-        return 130
+        path = download(entry or name, folder, _TextBar())
+    except KeyboardInterrupt:     # said by run_command, as every command's Ctrl-C
+        raise KeyboardInterrupt("run the same command again to resume") from None
     except DownloadError as e:
         print(f"\n{e}", file=sys.stderr)
         return 1
