@@ -4,11 +4,12 @@
 #               browser on it (Chromium from apt, Playwright from pip), and the linter
 #   make test-fast  the engine, models, nodes (in-process) and lint: no ComfyUI server, no browser, no
 #               many-sample law tests (pytest markers comfyui, browser, statistical)
+#   make test-frontends  the browser tests in each of seven ComfyUI frontends (make test drives three)
 PY ?= python3
 BIN := .venv/bin
 COMFY := .venv-comfy/bin
 
-.PHONY: setup setup-comfy setup-browser demo test test-fast lint bench workflows clean
+.PHONY: setup setup-comfy setup-browser demo test test-fast test-frontends lint bench workflows clean
 
 $(BIN)/.installed: requirements.txt requirements-dev.txt
 	$(PY) -m venv .venv
@@ -46,6 +47,10 @@ test: setup setup-comfy setup-browser lint
 
 test-fast: setup lint
 	$(BIN)/python -m pytest -q -m "not comfyui and not browser and not statistical" tests
+
+# the browser tests in every frontend of the matrix (tests/comfy/browser.py's MATRIX; make test drives three)
+test-frontends: setup setup-comfy setup-browser
+	SJDVP_FRONTENDS=$${SJDVP_FRONTENDS:-all} $(BIN)/python -m pytest -q tests/test_browser.py
 
 lint: setup
 	$(BIN)/ruff check .

@@ -12,4 +12,7 @@ NODES = [LoadModel, JacobiWindow, DrafterSJD, DrafterLANTERN, DrafterGSD, Verifi
 
 class SJDVPExtension(ComfyExtension):
     async def get_node_list(self) -> list[type[io.ComfyNode]]:
+        # here, not in on_load, which ComfyUI 0.3.75 never calls; imported here: it needs ComfyUI's server
+        from . import routes
+        routes.register()
         return NODES

@@ -6,6 +6,7 @@ import os
 import time
 from dataclasses import dataclass
 
+import comfy.cli_args
 import comfy.model_management as mm
 import comfy.model_patcher
 import comfy.utils
@@ -17,7 +18,7 @@ from ..sjdvp_core.hub import catalogue
 from ..sjdvp_core.hub.download import download, on_disk
 from ..sjdvp_core.models.folders import unfinished_marker
 from ..sjdvp_core.models.loading import PRECISIONS, load_model
-from ..sjdvp_core.models.registry import DEMO, list_models
+from ..sjdvp_core.models.registry import DEMO, DIT_FAMILIES, list_models, pixels_source
 
 FOLDER = "sjdvp"
 folder_paths.add_model_folder_path(FOLDER, os.path.join(folder_paths.models_dir, FOLDER))
@@ -27,6 +28,18 @@ def model_choices() -> list[str]:
     """'demo', the models on disk, then the catalogue's releases not on disk yet, with their size."""
     roots = folder_paths.get_folder_paths(FOLDER)
     return list_models(roots) + [e.choice for e in catalogue.ENTRIES if on_disk(e, roots) is None]
+
+
+def pixel_sources() -> dict[str, str]:
+    """{model choice: "dit" or "vq"}: whether its pixels come from a DiT (GLM-Image) or a VQ decoder, which the
+    web extension greys Tokens to Image's DiT widgets by. Releases are keyed by their choice and by their name
+    (a saved workflow's choice may carry another size); on-disk models by their listed name."""
+    roots = folder_paths.get_folder_paths(FOLDER)
+    out = {key: "dit" if e.family in DIT_FAMILIES else "vq" for e in catalogue.ENTRIES for key in (e.choice, e.name)}
+    for name in list_models(roots):
+        paths = [os.path.join(root, name) for root in roots]
+        out[name] = "dit" if name != DEMO and any(pixels_source(p) == "dit" for p in paths) else "vq"
+    return out
 
 
 def model_path(name: str) -> str:
@@ -191,19 +204,28 @@ def prepare_decoder(model: LoadedModel) -> None:
     mm.load_models_gpu([model.decoder_patcher], force_full_load=True)
 
 
+def previews_on() -> bool:
+    """ComfyUI's live-preview setting, read as its samplers read it: the server's --preview-method, which newer
+    servers set for each prompt from the frontend's "Live preview method" ("default" keeps the server's)."""
+    method = comfy.cli_args.args.preview_method
+    return str(getattr(method, "value", method)) != "none"
+
+
 class Progress:
     """Engine progress -> ComfyUI's bar (counted in image tokens, and the interrupt point), with a
     throttled preview of the partly decoded image. The last preview is the finished image, or, when
-    the run is interrupted, the image as far as it got; `final` keeps the finished one ([H, W, 3], 0..1)."""
+    the run is interrupted, the image as far as it got; `final` keeps the finished one ([H, W, 3], 0..1).
+    With ComfyUI's previews off, no partial image is decoded and none is sent (`final` stays None)."""
 
     def __init__(self, adapter, preview_every: float = 1.0):
         self.adapter, self.pbar, self.final = adapter, None, None
         self.preview_every, self.last = preview_every, time.monotonic()
+        self.previews = previews_on()
 
     def __call__(self, done: int, total: int, partial: torch.Tensor) -> None:
         if self.pbar is None:
             self.pbar = comfy.utils.ProgressBar(total)
-        if mm.processing_interrupted():
+        if mm.processing_interrupted() and self.previews:
             # ComfyUI's progress hook raises before it sends a preview: send where decoding stopped
             # with the flag lowered for that one call, then raise as the hook would have.
             mm.interrupt_current_processing(False)
@@ -214,7 +236,7 @@ class Progress:
             mm.throw_exception_if_processing_interrupted()
         preview = None
         now = time.monotonic()
-        if done >= total or now - self.last >= self.preview_every:
+        if self.previews and (done >= total or now - self.last >= self.preview_every):
             preview = ("JPEG", self._preview(partial, keep=done >= total), 512)
             self.last = time.monotonic()    # from the preview's end: its own time is not the decode's
         self.pbar.update_absolute(done, total, preview)

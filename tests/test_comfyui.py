@@ -185,3 +185,6 @@ def test_server_serves_the_extension(server):
     assert b'from "../../../scripts/app.js"' in source
     with urllib.request.urlopen(server.url + "/scripts/app.js") as r:
         assert r.status == 200
+    # what the extension greys Tokens to Image's DiT widgets by: every listed model, GLM-Image's pixels from a DiT
+    pixels = server.get("/sjdvp/pixels")
+    assert pixels["demo"] == "vq" and pixels["GLM-Image"] == "dit" and pixels["Janus-Pro-7B"] == "vq"

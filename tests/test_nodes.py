@@ -257,6 +257,44 @@ def test_glm_image_decodes_tokens_then_draws_pixels_with_its_dit(pack, glm, monk
         pack["decode"].DecodeImage.execute(tokens, steps=2, guidance=1.5)
 
 
+def test_pixel_sources_name_the_models_whose_pixels_a_dit_draws(pack, glm):
+    """What the web extension greys Tokens to Image's steps and guidance by (its /sjdvp/pixels route): GLM-Image's
+    DiT draws its pixels, every other family's VQ decoder; a release by its listed choice and by its name (a saved
+    workflow's choice may carry another size), a model on disk by its listed name."""
+    runtime = pack["runtime"]
+    sources = runtime.pixel_sources()
+    assert sources["demo"] == "vq" and sources["GLM-Image"] == "dit"          # the fixture's folder on disk
+    glm_release = next(e for e in runtime.catalogue.ENTRIES if e.family == "glm_image")
+    janus_release = next(e for e in runtime.catalogue.ENTRIES if e.family == "janus")
+    assert sources[glm_release.choice] == sources[glm_release.name] == "dit"
+    assert sources[janus_release.choice] == sources[janus_release.name] == "vq"
+    assert set(runtime.model_choices()) <= set(sources)
+    assert glm.adapter.pixels_apart and not pack["runtime"].load("demo", "auto", "auto").adapter.pixels_apart
+
+
+def test_previews_off_decode_no_partial_image(pack, demo, monkeypatch):
+    """ComfyUI's live previews off (--preview-method none; on newer servers the frontend's "Live preview method"
+    for the prompt): no partial image is decoded, none is sent, no last preview is shown; on, they are."""
+    runtime = pack["runtime"]
+    sent = {}
+    for method in (stubs.PreviewMethod.AUTO, stubs.PreviewMethod.NONE):
+        monkeypatch.setattr(runtime.comfy.cli_args.args, "preview_method", method)
+        decoded, bars = [], []
+
+        def preview(self, partial, keep=False, decoded=decoded):
+            decoded.append(keep)
+
+        def bar(total, bars=bars):
+            bars.append(stubs.ProgressBar(total))
+            return bars[-1]
+        monkeypatch.setattr(runtime.Progress, "_preview", preview)
+        monkeypatch.setattr(runtime.comfy.utils, "ProgressBar", bar)
+        out = run(pack, demo, drafter=pack["drafting"].DrafterSJD.execute(True).values[0], seed=5)
+        sent[method] = (len(decoded), sum(u[2] for u in bars[0].updates), "images" in out.ui)
+    assert min(sent[stubs.PreviewMethod.AUTO][:2]) >= 1    # at least the finished image
+    assert sent[stubs.PreviewMethod.NONE] == (0, 0, False)
+
+
 def test_reference_images_edit_with_glm_image_and_are_refused_elsewhere(pack, demo, glm):
     """An IMAGE on Speculative Decode: GLM-Image writes only the image grid after the sources, and Tokens to Image
     hands them to the DiT; a family that takes no images says to disconnect them."""

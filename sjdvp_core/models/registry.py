@@ -88,6 +88,7 @@ FAMILIES = {
                         "scheduler/; the pixels need diffusers)", "glm_image.adapter:load_glm_image",
                         options=("width", "height")),
 }
+DIT_FAMILIES = ("glm_image",)      # whose pixels a DiT apart draws (their adapters' pixels_apart), not a VQ decoder
 LUMINA_ARCHITECTURE = "ChameleonXLLMXForConditionalGeneration"   # Lumina's own class; Chameleon/Anole use others
 IMAGE_START = "<racm3:break>"       # Lumina's image start token, in both releases' vocabularies
 
@@ -195,6 +196,16 @@ def _listed_glm(folder: str) -> bool:
         return glm_image.is_glm_image(folder)
     except ValueError:
         return True
+
+
+def pixels_source(path: str) -> str:
+    """"dit" where a model's pixels come from a DiT apart (a GLM-Image folder), else "vq"; read from the folder's
+    index alone, cheap enough for every entry of the model list. An unreadable index reads as "vq": the
+    loader names the problem when the model runs."""
+    try:
+        return "dit" if os.path.isdir(path) and glm_image.is_glm_image(path) else "vq"
+    except ValueError:
+        return "vq"
 
 
 def list_models(roots: list[str]) -> list[str]:

@@ -1,9 +1,11 @@
 """A real browser on a real ComfyUI: Chromium from the distribution's packages driven by Playwright
 (pip), pointed at the system binary (no browser download). Used by tests/test_browser.py.
 
-The frontends: the one ComfyUI 0.3.75 ships (comfyui-frontend-package 1.32.9, in .venv-comfy) and the
-newest package on PyPI, served by the same server with --front-end-root (downloaded at test time into
-.cache/frontends/, never committed)."""
+The frontends: the one ComfyUI 0.3.75 ships (comfyui-frontend-package 1.32.9, in .venv-comfy: the oldest the pack
+supports) and others from PyPI, served by the same server with --front-end-root (downloaded at test time into
+.cache/frontends/, never committed). Every run drives three (the oldest, one of the 1.41-1.52 line whose
+control widgets' `disabled` is a getter only, the newest); SJDVP_FRONTENDS=all (`make test-frontends`) the whole
+matrix, or a comma-separated list of versions."""
 from __future__ import annotations
 
 import importlib.util
@@ -19,6 +21,10 @@ import zipfile
 from tests.comfy.server import REPO
 
 NEWEST_FRONTEND = "1.58.1"          # comfyui-frontend-package, newest on PyPI when this was written
+BUNDLED_FRONTEND = "1.32.9"         # ComfyUI 0.3.75's own (requirements-comfyui.txt): served without --front-end-root
+# one of each minor line a ComfyUI release of the last year shipped, at its last patch
+MATRIX = [BUNDLED_FRONTEND, "1.41.21", "1.44.19", "1.49.6", "1.52.7", "1.55.18", NEWEST_FRONTEND]
+EVERY_RUN = [BUNDLED_FRONTEND, "1.49.6", NEWEST_FRONTEND]
 SCREENSHOTS = os.path.join(REPO, ".cache", "screenshots")
 INSTALL_HINT = ("the browser tests need Chromium and Playwright: as root `apt-get install chromium` "
                 "(make test does this), and `pip install playwright` (requirements-dev.txt); "
@@ -39,6 +45,14 @@ def missing() -> str | None:
     if chromium() is None:
         return "no Chromium found; " + INSTALL_HINT
     return None
+
+
+def frontends() -> list[str]:
+    """The frontend versions this run drives (SJDVP_FRONTENDS: unset, "all", or versions separated by commas)."""
+    asked = os.environ.get("SJDVP_FRONTENDS", "").strip()
+    if not asked:
+        return EVERY_RUN
+    return MATRIX if asked == "all" else [v.strip() for v in asked.split(",") if v.strip()]
 
 
 def frontend_root(version: str = NEWEST_FRONTEND) -> str:

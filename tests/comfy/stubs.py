@@ -5,6 +5,7 @@ namespaces, the memory manager records what it was asked to load, no interrupt i
 relatively)."""
 from __future__ import annotations
 
+import enum
 import importlib.util
 import os
 import sys
@@ -100,6 +101,11 @@ class MemoryManager(types.ModuleType):
         pass
 
 
+class PreviewMethod(enum.Enum):     # ComfyUI's LatentPreviewMethod, the values the pack reads
+    NONE = "none"
+    AUTO = "auto"
+
+
 class ModelPatcher:
     def __init__(self, model, load_device, offload_device, size=0):
         self.model, self.load_device, self.offload_device, self.size = model, load_device, offload_device, size
@@ -116,8 +122,8 @@ class ProgressBar:
         self.updates.append((value, total, preview is not None))
 
 
-STUBBED = ("comfy", "comfy.model_management", "comfy.model_patcher", "comfy.utils", "folder_paths", "comfy_api",
-           "comfy_api.latest", "comfy_api.latest.io", "comfy_api.latest.ui")
+STUBBED = ("comfy", "comfy.cli_args", "comfy.model_management", "comfy.model_patcher", "comfy.utils", "folder_paths",
+           "comfy_api", "comfy_api.latest", "comfy_api.latest.io", "comfy_api.latest.ui")
 
 
 def uninstall() -> None:
@@ -134,7 +140,9 @@ def install(models_root: str | None = None) -> MemoryManager:
     patcher.ModelPatcher = ModelPatcher
     utils = types.ModuleType("comfy.utils")
     utils.ProgressBar = ProgressBar
-    comfy.model_management, comfy.model_patcher, comfy.utils = mm, patcher, utils
+    cli_args = types.ModuleType("comfy.cli_args")
+    cli_args.args = SimpleNamespace(preview_method=PreviewMethod.AUTO)     # as the test server starts
+    comfy.cli_args, comfy.model_management, comfy.model_patcher, comfy.utils = cli_args, mm, patcher, utils
     paths = types.ModuleType("folder_paths")
     paths.models_dir = models_root or tempfile.mkdtemp(prefix="sjdvp-models-")
     paths.roots = {}
@@ -151,7 +159,7 @@ def install(models_root: str | None = None) -> MemoryManager:
     latest.io, latest.ui, latest.ComfyExtension = io, ui, type("ComfyExtension", (), {})
     api = types.ModuleType("comfy_api")
     api.latest = latest
-    sys.modules.update(dict(zip(STUBBED, (comfy, mm, patcher, utils, paths, api, latest, io, ui))))
+    sys.modules.update(dict(zip(STUBBED, (comfy, cli_args, mm, patcher, utils, paths, api, latest, io, ui))))
     return mm
 
 
