@@ -32,7 +32,7 @@ import torch
 
 from sjdvp_core import decode
 from sjdvp_core.engine.budget import decode_bytes
-from sjdvp_core.engine.settings import DEFAULT_WINDOW, DRAFT_INITS, METHODS, TreeSettings, method_settings
+from sjdvp_core.engine.settings import DEFAULT_WINDOW, DRAFT_INITS, METHODS, PASS_MODES, TreeSettings, method_settings
 from sjdvp_core.timing import interleaved
 
 from . import shards
@@ -87,10 +87,12 @@ def tree_name(tree: TreeSettings) -> str:
 
 
 def settings_for(adapter, method: str, window: int, drafting: str, tree: str, init: str, sampling, seed: int,
-                 batch_size: int = 1):
+                 batch_size: int = 1, passes: str = "auto"):
     """drafting: off (independent draws), on (coupled), continued (coupled, and re-drafts by maximal coupling);
-    tree: a --trees spec; init: how fresh drafts start (settings.DRAFT_INITS)."""
-    s = method_settings(method, window, sampling, seed, batch_size, coupled=drafting != "off", tree=parse_tree(tree))
+    tree: a --trees spec; init: how fresh drafts start (settings.DRAFT_INITS); passes: the model's pass
+    (settings.PASS_MODES)."""
+    s = method_settings(method, window, sampling, seed, batch_size, coupled=drafting != "off", tree=parse_tree(tree),
+                        passes=passes)
     s = replace(s, window=replace(s.window, init=init))
     d = replace(s.drafter, continuation=drafting == "continued")
     if d.verifier == "lantern":
@@ -204,7 +206,7 @@ def write_table(text: str, out: str | None) -> None:
 def main(model: str = "demo", windows=(16, 32, 64), seeds: int = 2, prompts: int = 6,
          methods=tuple(METHODS), coupling=("off", "on"), repeats: int = 1, out: str | None = None,
          threads: int = 1, prompts_file: str = PROMPTS_T2I, device: str = "cpu", trees=("1x1",),
-         inits=(INIT,)) -> list[dict]:
+         inits=(INIT,), passes: str = "auto") -> list[dict]:
     torch.set_num_threads(threads)
     rank, world, device = shards.init(device)
     adapter, conditions, sampling, judge = load_model(model, prompts, prompts_file, device)
@@ -213,7 +215,7 @@ def main(model: str = "demo", windows=(16, 32, 64), seeds: int = 2, prompts: int
                                                      for i in inits for m in methods if METHODS[m] is not None]
     jobs = [(ci, cond, seed) for ci in range(len(configs)) for cond in conditions for seed in range(seeds)]
     mine = [(ci, cond, seed, run_one(adapter, judge, cond,
-                                     settings_for(adapter, *configs[ci], sampling, seed), repeats))
+                                     settings_for(adapter, *configs[ci], sampling, seed, passes=passes), repeats))
             for ci, cond, seed in shards.take(jobs, rank, world)]
     records = shards.gather(mine, rank, world)
     if rank != 0:
@@ -223,9 +225,10 @@ def main(model: str = "demo", windows=(16, 32, 64), seeds: int = 2, prompts: int
         by_config[ci].append(rec)
     ar = summarise(configs[0], by_config[0], None, codebook_size)
     results = [ar] + [summarise(configs[ci], by_config[ci], ar, codebook_size,
-                                extra_bytes(adapter, settings_for(adapter, *configs[ci], sampling, 0)))
+                                extra_bytes(adapter, settings_for(adapter, *configs[ci], sampling, 0, passes=passes)))
                       for ci in range(1, len(configs))]
     header = (f"model={model} conditions={len(conditions)} seeds={seeds} sampling={sampling} repeats={repeats} "
+              f"passes={passes} "
               f"processes={world} (same conditions and seeds for every method); AR entropy {ar['entropy']:.3f} nats")
     table = markdown(results, header)
     write_table(table, out)
@@ -264,5 +267,7 @@ if __name__ == "__main__":
     ap.add_argument("--seeds", type=int, default=2, help="seeds per condition")
     ap.add_argument("--repeats", type=int, default=1, help="timed repeats of each decode (latency = median)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per process")
+    ap.add_argument("--passes", default="auto", choices=PASS_MODES,
+                    help="the model's pass: replayed as a CUDA graph (auto, captured) or not (engine/captured.py)")
     ap.add_argument("--out", help="write <out>.md, <out>.json and <out>_*.png")
     main(**vars(ap.parse_args()))

@@ -5,13 +5,15 @@ Every family's shape at real size with random bf16 weights (no download; sjdvp_c
 table's architectures), driven through HFAdapter's cache, masks and RoPE (LlamaGen, GLM-Image: their own adapters)
 with the family adapter's embedding and head:
 1. forward: t(k), one pass scoring k tokens per row mid-image, k = 1 ... 256, with one row and with CFG's two,
-   beside the roofline's t(k) / t(1) for the same shape on this device (sjdvp_core/datasheet.py); and the peak
-   memory of the prompt plus a 64-token pass against models.memory.need's estimate.
+   eager and captured (replayed as a CUDA graph, sjdvp_core/engine/captured.py: its recording time and memory,
+   or why it ran eagerly), beside the floor (the weights read once at the datasheet's bandwidth) and the
+   roofline's t(k) / t(1) for the same shape on this device (sjdvp_core/datasheet.py); and the peak memory of the
+   prompt plus a 64-token pass against models.memory.need's estimate.
 2. quantised: Lumina-mGPT 7B with our int8 and bitsandbytes' NF4 layers against bf16: t(1), t(16), t(64) and
    the largest logit difference (relative to the largest bf16 logit).
 3. offload: the same model with half its blocks in CPU memory (models.placement, accelerate's hooks): t(k), and
    the host link's speed that implies.
-4. demo: AR / SJD / SJD-VP wall-clock on the demo model (benchmarks.compare_methods).
+4. demo: AR / SJD / SJD-VP wall-clock on the demo model (benchmarks.compare_methods), eager and captured.
 5. engine: the engine's own step per iteration (a model that costs nothing), eager, compiled and
    compiled with CUDA graphs (reduce-overhead), at each family's image vocabulary.
 
@@ -34,12 +36,14 @@ import torch
 from sjdvp_core import DecodeSettings, DrafterSettings, SamplingSettings, VPSettings, WindowSettings, decode
 from sjdvp_core.datasheet import DEVICES, SHAPES, Device, roofline_seconds
 from sjdvp_core.engine.adapter import ModelAdapter, TokenLayout
+from sjdvp_core.engine.captured import RECORD_AT, Passes
 from sjdvp_core.models import memory, placement, quantize, releases
 from sjdvp_core.models.hf_adapter import HFAdapter
 from sjdvp_core.timing import interleaved
 
 TOKENS = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256)    # k: tokens per row scored by one pass
 QUANTISED_TOKENS = (1, 16, 64)
+CAPTURED_TOKENS = (1, 32, 64, 128, 256)     # the captured table's columns (every k is measured)
 
 
 class Deadline:
@@ -85,21 +89,33 @@ def conditions(adapter) -> list:
 
 
 # --- 1. forward passes and memory ------------------------------------------------------------------
-def pass_timer(adapter, cfg: bool, tokens, repeats: int, device) -> dict[int, float]:
-    """Seconds of one forward scoring k tokens per row mid-image, for k in tokens (the prompt's pass first)."""
+def pass_timer(adapter, cfg: bool, tokens, repeats: int, device, passes: str = "eager",
+               seen: dict | None = None) -> dict[int, float]:
+    """Seconds of one forward scoring k tokens per row mid-image, for k in tokens (the prompt's pass first), the
+    pass run as `passes` (settings.PASS_MODES: each shape recorded in the warm-up rounds where it is captured).
+    seen: filled with what ran (Passes.kind), the recording's seconds and the memory the graphs hold."""
     adapter.start(conditions(adapter), None, cfg)
     L, K = adapter.layout.length, adapter.layout.image_tokens.numel()
     R = 2 if cfg else 1
+    run = Passes(adapter, passes)
     fns = {}
     for k in tokens:
         at = max(0, min(L // 2, L - k))
         positions = (at + torch.arange(min(k, L), device=device)).expand(R, -1)
         ids = torch.randint(0, K, positions.shape, device=device)
-        fns[k] = functools.partial(adapter.forward, ids, positions)
+        fns[k] = functools.partial(run.forward, ids, positions)
+    held = torch.cuda.memory_allocated() if device.type == "cuda" else 0
     with torch.inference_mode():
-        times = interleaved(fns, repeats, device=device)
+        times = interleaved(fns, repeats, warmup=RECORD_AT, device=device)
+    if seen is not None:
+        seen.update(passes=run.kind, record_s=round(run.record_seconds, 3),
+                    graphs_gb=round(((torch.cuda.memory_allocated() if device.type == "cuda" else 0) - held) / 1e9, 3))
     adapter.finish()
     return {k: t.median for k, t in times.items()}
+
+
+def weight_bytes(adapter) -> int:
+    return sum(t.numel() * t.element_size() for t in adapter.module.state_dict().values())
 
 
 def peak_memory(adapter, device) -> dict:
@@ -129,14 +145,19 @@ def forward_rows(report, arch: Arch, tiny, device, dtype, repeats, deadline: Dea
             row[f"rows_{2 if cfg else 1}"] = "skipped: out of time"
             continue
         t = pass_timer(adapter, cfg, tokens, repeats, device)
+        seen = {}
+        captured = pass_timer(adapter, cfg, tokens, repeats, device, "captured", seen)
         measured = {k: round(1e3 * s, 3) for k, s in t.items()}
         modelled = None
         if device_sheet is not None:
             one = replace(shape, rows=2 if cfg else 1)
             modelled = {k: round(roofline_seconds(one, device_sheet, k) / roofline_seconds(one, device_sheet, 1), 3)
                         for k in tokens}
+        floor = None if device_sheet is None else round(1e3 * weight_bytes(adapter) / device_sheet.bandwidth, 3)
         row[f"rows_{2 if cfg else 1}"] = dict(ms=measured, relative={k: round(s / t[1], 3) for k, s in t.items()},
-                                                 roofline_relative=modelled)
+                                                 roofline_relative=modelled, floor_ms=floor,
+                                                 captured_ms={k: round(1e3 * s, 3) for k, s in captured.items()},
+                                                 **seen)
     report["forward"].append(row)
 
 
@@ -205,12 +226,16 @@ def offload_row(report, arch, tiny, device, dtype, repeats, deadline, on_gpu: di
 
 # --- 4. the demo's wall-clock ----------------------------------------------------------------------
 def demo_rows(device, tiny) -> list[dict]:
+    """The demo's methods against AR, with eager passes and with captured ones (each against AR run the same way)."""
     from .compare_methods import main as compare
-    out = compare(model="demo", windows=(16,) if tiny else (16, 32), seeds=1 if tiny else 2,
-                  prompts=1 if tiny else 4, methods=("ar", "sjd", "sjd-vp"), coupling=("on",),
-                  repeats=1 if tiny else 3, device=str(device), threads=torch.get_num_threads())
-    return [{k: r[k] for k in ("method", "window", "coupled", "step_compression", "latency_speedup", "wall_s")}
-            for r in out]
+    rows = []
+    for passes in ("eager", "captured"):
+        out = compare(model="demo", windows=(16,) if tiny else (16, 32), seeds=1 if tiny else 2,
+                      prompts=1 if tiny else 4, methods=("ar", "sjd", "sjd-vp"), coupling=("on",),
+                      repeats=1 if tiny else 3, device=str(device), threads=torch.get_num_threads(), passes=passes)
+        rows += [{"passes": passes} | {k: r[k] for k in ("method", "window", "coupled", "step_compression",
+                                                          "latency_speedup", "wall_s")} for r in out]
+    return rows
 
 
 # --- 5. the engine's own step ----------------------------------------------------------------------
@@ -385,6 +410,19 @@ def markdown(report: dict) -> str:
                 lines.append(f"| {row['model']} | {key[-1]} | {_get(r['ms'], 1):.2f} | " + " | ".join(cells) + " |")
         if "error" in row or "skipped" in row:
             lines.append(f"| {row['model']} | | {_why(row)} |")
+    lines += ["", "## Forward passes captured (CUDA graphs): t(k) ms, eager -> captured, and the floor", "",
+              "(the floor: the weights read once at the datasheet's bandwidth; recording: seconds for every shape, "
+              "and the memory the graphs hold)", "",
+              "| model | rows | floor ms | " + " | ".join(f"k={k}" for k in CAPTURED_TOKENS)
+              + " | recording | passes |", "|---|---|---|" + "---|" * (len(CAPTURED_TOKENS) + 2)]
+    for row in report["forward"]:
+        for key in ("rows_1", "rows_2"):
+            r = row.get(key)
+            if isinstance(r, dict) and "captured_ms" in r:
+                cells = [_both(r, k) for k in CAPTURED_TOKENS]
+                floor = "" if r.get("floor_ms") is None else f"{r['floor_ms']:.2f}"
+                lines.append(f"| {row['model']} | {key[-1]} | {floor} | " + " | ".join(cells)
+                             + f" | {r['record_s']} s, {r['graphs_gb']} GB | {r['passes']} |")
     lines += ["", "## Peak memory: the prompt and a 64-token pass, against models.memory.need", "",
               "| model | weights GB (estimate) | peak GB | estimate GB | estimate / peak |", "|---|---|---|---|---|"]
     for row in report["forward"]:
@@ -416,11 +454,13 @@ def markdown(report: dict) -> str:
         lines.append(str(o))
     lines += ["", "## Demo model: wall-clock against AR", ""]
     if isinstance(report["demo"], list):
-        lines += ["| method | window | step compression | wall-clock speed-up | s |", "|---|---|---|---|---|"]
-        lines += [f"| {r['method']} | {r['window']} | {r['step_compression']:.2f}x | {r['latency_speedup']:.2f}x | "
-                  f"{r['wall_s']:.2f} |" for r in report["demo"]]
+        lines += ["| passes | method | window | step compression | wall-clock speed-up | s |",
+                  "|---|---|---|---|---|---|"]
+        lines += [f"| {r.get('passes', 'eager')} | {r['method']} | {r['window']} | {r['step_compression']:.2f}x | "
+                  f"{r['latency_speedup']:.2f}x | {r['wall_s']:.2f} |" for r in report["demo"]]
     else:
         lines.append(str(report["demo"]))
+    lines += per_image(report)
     lines += ["", "## The engine's own step (W = 32, a model that costs nothing), ms per iteration", "",
               "| vocabulary | drafter | compiled | ms / iteration | draft | verify | compiled step | same tokens | "
               "CUDA-graph skips |", "|---|---|---|---|---|---|---|---|---|"]
@@ -435,6 +475,31 @@ def markdown(report: dict) -> str:
     return "\n".join(lines)
 
 
+def per_image(report: dict) -> list[str]:
+    """Seconds of each release's token stage per image, modelled: its image tokens x the pass cost measured above,
+    AR at t(1), SJD-VP at t(W) over the demo's step compression at window W measured in this run (captured)."""
+    demo = report["demo"] if isinstance(report["demo"], list) else []
+    found = {r["window"]: r["step_compression"] for r in demo if r.get("passes") == "captured" and
+             r["method"] == "sjd-vp"}
+    if not found:
+        return []
+    W = max(found)
+    lines = ["", f"## Token stage per image, modelled (image tokens x measured t(k); SJD-VP: the demo's "
+             f"{found[W]:.2f}x fewer passes at W = {W})", "",
+             "| model | rows | AR eager s | AR captured s | SJD-VP eager s | SJD-VP captured s |",
+             "|---|---|---|---|---|---|"]
+    for row in report["forward"]:
+        r = row.get("rows_2") if isinstance(row.get("rows_2"), dict) else row.get("rows_1")
+        if not isinstance(r, dict) or "captured_ms" not in r or _get(r["ms"], W) is None:
+            continue
+        L, passes = row["image_tokens"], row["image_tokens"] / found[W]
+        cells = [L * _get(r["ms"], 1), L * _get(r["captured_ms"], 1), passes * _get(r["ms"], W),
+                 passes * _get(r["captured_ms"], W)]
+        lines.append(f"| {row['model']} | {'2' if r is row.get('rows_2') else '1'} | "
+                     + " | ".join(f"{c / 1e3:.1f}" for c in cells) + " |")
+    return lines
+
+
 def _why(r: dict) -> str:
     """A row's error or skip, on one line of a table."""
     return (r.get("error") or r.get("skipped") or "").split(" Stack trace")[0].replace("\n", " ").replace("|", "/")
@@ -444,6 +509,12 @@ def _cell(r: dict, k: int) -> str:
     """t(k) / t(1) measured, and the roofline's in brackets where this device has a datasheet entry."""
     measured, model = _get(r["relative"], k), _get(r["roofline_relative"] or {}, k)
     return "" if measured is None else f"{measured:.2f}" + ("" if model is None else f" ({model:.2f})")
+
+
+def _both(r: dict, k: int) -> str:
+    """t(k) eager -> captured, in ms."""
+    eager, fast = _get(r["ms"], k), _get(r["captured_ms"], k)
+    return "" if eager is None or fast is None else f"{eager:.2f} -> {fast:.2f}"
 
 
 def _get(d: dict, k: int):

@@ -16,6 +16,7 @@ from ..sjdvp_core.engine.settings import (
     DEFAULT_METHOD,
     DEFAULT_WINDOW,
     METHODS,
+    PASS_MODES,
     DecodeSettings,
     SamplingSettings,
     WindowSettings,
@@ -114,6 +115,11 @@ class SpeculativeDecode(io.ComfyNode):
                                tooltip="Reference images, for families that edit (GLM-Image): the prompt says what "
                                        "to make of them (edit, restyle, combine). Every image of this batch is a "
                                        "reference of every output image. Other families refuse them."),
+                io.Combo.Input("passes", options=list(PASS_MODES), default=RUN.passes, optional=True,
+                               tooltip="How the model's forward pass runs. auto: replayed as a CUDA graph on a GPU "
+                                       "(each shape recorded on first use and checked against the plain pass), "
+                                       "plain elsewhere; captured: also tries NF4 weights; eager: never recorded. "
+                                       "Never changes a token; the report says which ran and why."),
             ],
             outputs=[TOKENS.Output(display_name="tokens")],
         )
@@ -124,7 +130,7 @@ class SpeculativeDecode(io.ComfyNode):
                 height=LEGACY["SJDVP_SpeculativeDecode"]["height"],
                 sampling=LEGACY["SJDVP_SpeculativeDecode"]["sampling"],
                 compile=LEGACY["SJDVP_SpeculativeDecode"]["compile"],
-                method=LEGACY["SJDVP_SpeculativeDecode"]["method"], images=None) -> io.NodeOutput:
+                method=LEGACY["SJDVP_SpeculativeDecode"]["method"], images=None, passes=RUN.passes) -> io.NodeOutput:
         adapter = at_size(model.adapter, width, height)
         condition = prompt if images is None else edit(adapter, prompt, images)
         if sampling not in SAMPLING_SOURCES:
@@ -132,7 +138,7 @@ class SpeculativeDecode(io.ComfyNode):
         chosen = adapter.default_sampling if sampling == MODEL_DEFAULTS else \
             SamplingSettings(cfg_scale=cfg, temperature=temperature, top_k=top_k, top_p=top_p)
         drafter, window = method_or_nodes(method, drafter, window)
-        settings = decode_settings(drafter, window, chosen, seed % 2**63, batch_size, compile)
+        settings = decode_settings(drafter, window, chosen, seed % 2**63, batch_size, compile, passes)
         negatives = negative_prompt if negative_prompt.strip() else None   # a stray newline is no negative prompt
         need = decode_bytes(adapter, settings, condition, negatives)
         progress, measuring = runtime.Progress(adapter), runtime.Measuring()

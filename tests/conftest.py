@@ -10,6 +10,17 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 torch.set_num_threads(max(1, min(2, int(os.environ.get("OMP_NUM_THREADS", "2")))))
 
 
+@pytest.fixture
+def replayed_on_cpu(monkeypatch):
+    """The model's passes on the CPU recorded as tests/helpers/static_replay.py's stand-in for a CUDA graph, with no
+    model remembered as failed; yields engine/captured.py's GRAPHS (a test may put another recorder there)."""
+    from sjdvp_core.engine import captured
+    from tests.helpers.static_replay import StaticReplay
+    monkeypatch.setitem(captured.GRAPHS, "cpu", StaticReplay)
+    monkeypatch.setattr(captured, "_FAILED", captured.weakref.WeakKeyDictionary())
+    yield captured.GRAPHS
+
+
 # a real ComfyUI server per test module, for the modules marked NEEDS_COMFYUI (tests/comfy/server.py)
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):

@@ -68,9 +68,10 @@ def test_interleaved_takes_turns_and_leaves_the_warm_up_out(monkeypatch):
         timing.interleaved(runs, repeats=0)
 
 
-def test_gpu_check_tiny_runs_every_section_and_writes_its_tables(tmp_path, monkeypatch):
+def test_gpu_check_tiny_runs_every_section_and_writes_its_tables(tmp_path, monkeypatch, replayed_on_cpu):
     """`python -m benchmarks.gpu_check --tiny`: the GPU check's code path on the CPU, every family shape (the
-    offload section needs CUDA and says so), one JSON and one markdown page."""
+    offload section needs CUDA and says so; captured passes through tests/helpers/static_replay.py), one JSON and
+    one markdown page."""
     from benchmarks import gpu_check
     monkeypatch.setattr(gpu_check, "VOCABS", gpu_check.VOCABS[:1])     # the engine's step at one vocabulary
     out = str(tmp_path / "gpu_check")
@@ -80,15 +81,18 @@ def test_gpu_check_tiny_runs_every_section_and_writes_its_tables(tmp_path, monke
         assert "error" not in row, row
         timed = [row[k] for k in ("rows_1", "rows_2") if k in row]
         assert timed and all(r["relative"][1] == 1.0 for r in timed)
+        assert all(r["passes"].startswith("captured: ") and set(r["captured_ms"]) == set(r["ms"]) for r in timed)
         assert row["memory"]["estimate_gb"] > 0
     assert [r["precision"] for r in report["quantised"]] == ["bf16", "int8", "nf4"]
     assert all("error" not in r for r in report["quantised"]), report["quantised"]
     assert report["quantised"][0]["max_logit_diff_relative"] == 0
     assert "needs a CUDA device" in report["offload"]["skipped"]
-    assert {r["method"] for r in report["demo"]} == {"ar", "sjd", "sjd-vp"}
+    assert {(r["passes"], r["method"]) for r in report["demo"]} == \
+        {(p, m) for p in ("eager", "captured") for m in ("ar", "sjd", "sjd-vp")}
     assert all("error" not in r for r in report["engine"]) and report["engine"][-1]["same_tokens_as_eager"]
     with open(out + ".json") as f:
         assert json.load(f)["forward"] == json.loads(json.dumps(report["forward"]))
     with open(out + ".md") as f:
         page = f.read()
     assert all(a.name in page for a in gpu_check.ARCHS) and "## Quantised layers" in page
+    assert "## Forward passes captured" in page and "## Token stage per image" in page

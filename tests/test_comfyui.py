@@ -27,7 +27,7 @@ PINNED = {
     "SJDVP_DrafterGSD": ["group", "max_gap", "max_distance", "coupled"],
     "SJDVP_VerificationPrediction": ["growth_steps", "beta", "top_k", "strength", "max_score", "strength_mode"],
     "SJDVP_SpeculativeDecode": ["prompt", "negative_prompt", "cfg", "temperature", "top_k", "top_p", "seed",
-                                "batch_size", "width", "height", "sampling", "compile", "method"],
+                                "batch_size", "width", "height", "sampling", "compile", "method", "passes"],
     "SJDVP_DecodeImage": ["steps", "guidance"],
     "SJDVP_Report": [],
 }

@@ -20,11 +20,11 @@ import torch
 
 from sjdvp_core import decode, method_settings
 from sjdvp_core.engine.adapter import PixelSettings
-from sjdvp_core.engine.settings import SamplingSettings
+from sjdvp_core.engine.settings import SamplingSettings, TreeSettings
 from sjdvp_core.hub.check import check
 from sjdvp_core.models.checkpoint import CheckpointError
 from sjdvp_core.models.loading import load_model
-from sjdvp_core.models.registry import detect_family
+from sjdvp_core.models.registry import DIT_FAMILIES, detect_family, pixels_source
 from tests.helpers.tiny_hf import (
     assert_greedy_sjd_equals_ar,
     hf_broken_folders,
@@ -164,6 +164,8 @@ def test_family_is_detected_and_loaded(family):
     spec, folder, adapter = family
     assert detect_family(folder) == spec.family
     assert adapter.layout.grid.numel() > 0 and adapter.default_sampling.cfg_scale == spec.cfg
+    # what the web extension greys Tokens to Image's DiT widgets by (registry.pixels_source, nodes' /sjdvp/pixels)
+    assert adapter.pixels_apart == (spec.family in DIT_FAMILIES) == (pixels_source(folder) == "dit")
 
 
 def test_family_greedy_sjd_equals_ar_on_chains_and_trees(family):
@@ -184,6 +186,25 @@ def test_family_automatic_window_is_exact(family, tmp_path, monkeypatch):
                                                                auto_tree=adapter.trees))
     assert torch.equal(res.tokens, ar.tokens) and res.stats.pass_cost.source.startswith("measured on")
     assert res.stats.forward_passes <= ar.stats.forward_passes
+
+
+@pytest.mark.parametrize("tree", [TreeSettings(), TreeSettings(width=3, depth=2)], ids=["chain", "tree"])
+def test_family_captured_pass_gives_the_plain_tokens(family, tree, replayed_on_cpu):
+    """The model's pass recorded per shape and replayed from static buffers (engine/captured.py; on the CPU through
+    tests/helpers/static_replay.py) decodes the eager pass's tokens: greedy and sampled, chains and trees, with CFG
+    rows and a batch of two; the report says it was captured."""
+    spec, _, adapter = family
+    if tree.on and not adapter.trees:
+        pytest.skip(f"{spec.name} scores no trees")
+    n = len(spec.prompts)
+    for sampling in (SamplingSettings(cfg_scale=spec.cfg, greedy=True, temperature=0.0),
+                     SamplingSettings(cfg_scale=spec.cfg, top_k=8)):
+        settings = method_settings("sjd-vp", 6, sampling, seed=3, batch_size=n, tree=tree)
+        eager = decode(adapter, list(spec.prompts), replace(settings, passes="eager"))
+        recorded = decode(adapter, list(spec.prompts), settings)
+        assert torch.equal(recorded.tokens, eager.tokens), sampling
+        assert eager.stats.passes == "eager, as asked"
+        assert recorded.stats.passes.startswith("captured: ") and " 0 replays" not in recorded.stats.passes
 
 
 def test_family_refuses_a_prompt_past_its_positions(family):

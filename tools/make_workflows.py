@@ -20,6 +20,7 @@ from sjdvp_core.demo import DEMO_SAMPLING  # noqa: E402
 from sjdvp_core.engine.settings import (  # noqa: E402
     DEFAULT_METHOD,
     DEFAULT_WINDOW,
+    DecodeSettings,
     DrafterSettings,
     SamplingSettings,
     VPSettings,
@@ -29,6 +30,7 @@ from sjdvp_core.models.glm_image.dit import GUIDANCE, STEPS  # noqa: E402
 from sjdvp_core.models.registry import FAMILIES  # noqa: E402
 
 OUT = os.path.join(REPO, "workflows")
+RUN = DecodeSettings()
 FOX = "a photo of a red fox sitting in fresh snow, morning light"
 GLM_EDIT = "turn this photo into a watercolor painting, keep its composition"
 GLM_PROMPT = 'a poster of a red fox sitting in fresh snow, the title "WINTER" in bold white letters at the top'
@@ -135,7 +137,7 @@ def default_size(widgets: list) -> tuple[int, int]:
 # Layout: no node overlaps another, also as the Vue node renderer draws them and after a run (images
 # and the report text shown); tests/test_browser.py checks every workflow in a real browser.
 GAP, TITLE = 60, 30
-DECODE_SIZE, IMAGE_SIZE, REPORT_SIZE, PICTURE_SIZE = (340, 640), (360, 110), (360, 330), (340, 400)
+DECODE_SIZE, IMAGE_SIZE, REPORT_SIZE, PICTURE_SIZE = (340, 670), (360, 110), (360, 330), (340, 400)
 BRANCH_HEIGHT = 2 * (PICTURE_SIZE[1] + TITLE + GAP)   # one decode branch: its 2 x 2 block is the tallest part
 
 
@@ -161,7 +163,8 @@ def decode_branch(g: Graph, model: int, prompt: str, sampling: SamplingSettings,
     and drafter nodes are connected."""
     s = sampling
     dec = g.add("SJDVP_SpeculativeDecode", [prompt, "", s.cfg_scale, s.temperature, s.top_k, s.top_p, seed, "fixed", 1,
-                                            *size, "model defaults", False, method], (x, y), name, size=DECODE_SIZE)
+                                            *size, "model defaults", False, method, RUN.passes], (x, y), name,
+                size=DECODE_SIZE)
     g.connect(model, 0, dec, "model")
     if window is not None:
         g.connect(window, 0, dec, "window")

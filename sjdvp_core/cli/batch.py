@@ -31,7 +31,7 @@ import torch
 from ..engine.adapter import PixelSettings
 from ..engine.decode import decode
 from ..engine.devices import default_device
-from ..engine.settings import METHODS, TreeSettings, WindowSettings
+from ..engine.settings import METHODS, DecodeSettings, TreeSettings, WindowSettings
 from .generate import Decoding, chosen_sampling, decoding_arguments, enlargement, load, save_png
 from .mistakes import output_folder, run_command
 
@@ -171,15 +171,16 @@ def run(prompts: str, seeds: list[str], methods: list[str], out: str, model: str
         window: str = "auto", cfg=None, top_k=None, top_p=None, temperature=None, device: str | None = None,
         width: int = 0, height: int = 0, tree_width: int = 1, tree_depth: int = 1, tree_branch: int = 0,
         coupled: bool = True, placement: str | None = None, auto_tree: bool = True, compile: bool = False,
-        init: str = WindowSettings.init, trained_size: int | None = None) -> int:
+        init: str = WindowSettings.init, trained_size: int | None = None, passes: str = DecodeSettings.passes) -> int:
     """Decode this rank's share of the jobs not done yet; -> images this rank wrote. placement: as load_model's
-    (each rank places its own copy, e.g. "offload" onto its GPU)."""
+    (each rank places its own copy, e.g. "offload" onto its GPU). passes changes no token: a resumed run may
+    change it."""
     rank, world, local = ranks()
     seed_list = parse_seeds(seeds)
     methods = list(dict.fromkeys(methods))        # a method named twice is one image per prompt and seed, as generate
     all_jobs = jobs(read_prompts(prompts), seed_list, methods)
     how = Decoding(window, TreeSettings(width=tree_width, depth=tree_depth, branch=tree_branch), coupled, auto_tree,
-                   compile, init)
+                   compile, init, passes)
     sampling_args = dict(cfg=cfg, top_k=top_k, top_p=top_p, temperature=temperature)
     how.check(methods, {min(seed_list), max(seed_list)}, sampling_args)
     output_folder(out, "--out")

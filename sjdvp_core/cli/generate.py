@@ -23,6 +23,7 @@ from ..engine.settings import (
     DEFAULT_WINDOW,
     DRAFT_INITS,
     METHODS,
+    PASS_MODES,
     DecodeSettings,
     DrafterSettings,
     SamplingSettings,
@@ -76,6 +77,7 @@ class Decoding:
     auto_tree: bool = True
     compile: bool = False
     init: str = WindowSettings.init
+    passes: str = DecodeSettings.passes
 
     @property
     def size(self) -> tuple[int, bool]:
@@ -86,7 +88,7 @@ class Decoding:
         size, auto = self.size
         return method_settings(method, size, sampling, seed, coupled=self.coupled, auto=auto,
                                auto_tree=auto and self.auto_tree and not self.tree.on, tree=self.tree,
-                               compile=self.compile, init=self.init)
+                               compile=self.compile, init=self.init, passes=self.passes)
 
     def check(self, methods, seeds, sampling_given: dict) -> None:
         """Every method's settings built with the sampling values given, before the model loads: a window, tree,
@@ -114,11 +116,12 @@ def main(prompt: str, methods=("ar", "sjd-vp"), model: str = "demo", window: int
          tree_width: int = TreeSettings().width, tree_depth: int = TreeSettings().depth,
          tree_branch: int = TreeSettings().branch, precision: str = "auto", placement: str | None = None,
          auto_tree: bool = True, compile: bool = False, repeats: int = 3,
-         init: str = WindowSettings.init, trained_size: int | None = None) -> list[dict]:
+         init: str = WindowSettings.init, trained_size: int | None = None,
+         passes: str = DecodeSettings.passes) -> list[dict]:
     if repeats < 1:   # before the model loads, as every other mistake
         raise ValueError(f"repeats={repeats}: time each method at least once")
     how = Decoding(window, TreeSettings(width=tree_width, depth=tree_depth, branch=tree_branch), coupled, auto_tree,
-                   compile, init)
+                   compile, init, passes)
     given = dict(cfg=cfg, top_k=top_k, top_p=top_p, temperature=temperature)
     how.check(methods, [seed], given)
     output_folder(out, "--out")
@@ -261,6 +264,10 @@ def decoding_arguments(ap: argparse.ArgumentParser) -> None:
                     help="run the engine's own step (verification, drafting) through torch.compile: it compiles "
                          "once per setting (seconds; the command compiles before it times), then each iteration's "
                          "work is a few fused kernels instead of hundreds (for GPUs; same images' law)")
+    ap.add_argument("--passes", default=DecodeSettings.passes, choices=PASS_MODES,
+                    help="the model's forward pass: auto (replayed as a CUDA graph on a GPU, each shape recorded on "
+                         "its second use and checked against the plain pass; plain elsewhere), captured (also tries "
+                         "NF4 weights) or eager; never changes a token")
     ap.add_argument("--init", default=WindowSettings.init, choices=DRAFT_INITS,
                     help="how fresh drafts start: a copy of the known cell above (default), to the left, or random "
                          "image tokens (exact, all of them)")

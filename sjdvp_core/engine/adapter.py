@@ -139,9 +139,11 @@ class ModelAdapter:
         with ancestors[i, j] ([N, N] bool, itself included), nothing else (kv_cache.tree_mask)."""
         raise ValueError(f"{self.family}: this model adapter cannot score draft trees; set tree width to 1")
 
-    def adopt(self, nodes: Tensor) -> None:
-        """The last forward_tree's nodes [R, M] become the cache entries of their positions (the accepted
-        branch); a chain node given here is already in place."""
+    def adopt(self, tokens: Tensor, positions: Tensor, chain: int, nodes: Tensor) -> None:
+        """The tree last scored by forward_tree(tokens, positions, ancestors, chain): its nodes [R, M] become the
+        cache entries of their positions (the accepted branch); a chain node given here is already in place. The
+        tree's inputs come again because a forward may keep no state for this: a recorded pass replays without
+        running Python (engine/captured.py)."""
         raise ValueError(f"{self.family}: this model adapter cannot score draft trees; set tree width to 1")
 
     def with_size(self, width: int, height: int) -> "ModelAdapter":

@@ -7,6 +7,8 @@ from typing import Any, Sequence
 
 from .adapter import ModelAdapter, TokenLayout
 from .auto import TREES, Plan, largest_tree
+from .captured import pass_kind
+from .cost import GRID
 from .settings import AUTO_STRENGTHS, DecodeSettings
 from .tree import scratch_nodes
 from .verify import neighbour_bytes, neighbours_built
@@ -53,8 +55,22 @@ def decode_bytes(adapter: ModelAdapter, settings: DecodeSettings, conditions: Se
     d = settings.drafter
     lantern = neighbour_bytes(adapter.layout.image_tokens.numel(), d.lantern_k) \
         if d.verifier == "lantern" and d.lantern_delta > 0 and not neighbours_built(adapter.module, d.lantern_k) else 0
+    recorded = recorded_bytes(adapter, settings, rows, window, scratch, prompt, itemsize) \
+        if pass_kind(adapter, settings.passes) == "captured" else 0
     return adapter.cache_bytes(rows, scratch, prompt, itemsize) + state_bytes(settings, adapter.layout) + forward + \
-        lantern
+        lantern + recorded
+
+
+def recorded_bytes(adapter: ModelAdapter, settings: DecodeSettings, rows: int, window: int, scratch: int,
+                   prompt: int | None, itemsize: int | None) -> int:
+    """What recorded passes hold while a decode runs (engine/captured.py): their shared pool, one pass's transients,
+    and each shape's own logits, for every plan the decode may run (a fixed window's, or each window of the grid
+    and each tree an automatic one may weigh) at the widest pass's size, a bound."""
+    w = settings.window
+    shapes = 1 + w.tree.on if not w.auto else sum(k <= w.size for k in GRID) + len(TREES) * w.auto_tree + w.tree.on
+    pass_bytes = adapter.forward_bytes(rows, window, scratch, prompt, itemsize)
+    logits = pass_bytes - adapter.forward_bytes(rows, window, scratch, prompt, itemsize, scored=0)
+    return pass_bytes + shapes * logits
 
 
 def per_image(values, batch: int, name: str) -> list:

@@ -14,6 +14,7 @@ import torch
 
 from .adapter import ModelAdapter
 from .auto import MOST_FACTOR, Plan, Profile, candidate_plans, contenders, most_tokens, warmed
+from .captured import pass_kind
 from .cost import GRID, PassCost, cached, device_name, forget_cached, load_cached, monotone, weights_key
 from .loop import JacobiDecoder, Loop
 from .settings import DecodeSettings
@@ -144,14 +145,15 @@ def cost_key(adapter: ModelAdapter, settings: DecodeSettings) -> dict:
             "placement": weights["placement"], "dtype": weights["dtype"], "torch": torch.__version__,
             "batch": settings.batch_size, "cfg": settings.sampling.uses_cfg, "method": settings.drafter.name,
             "window": settings.window.size, "length": adapter.layout.length, "compile": settings.compile,
-            "calibration": CALIBRATION} | ({} if settings.window.auto else {"grid": "fixed"})
+            "passes": pass_kind(adapter, settings.passes), "calibration": CALIBRATION} | \
+        ({} if settings.window.auto else {"grid": "fixed"})
 
 
 def pass_cost(adapter: ModelAdapter, settings: DecodeSettings, progress: MeasureFn | None = None) -> PassCost:
     """measure_cost, cached on disk per (weights, device, placement, dtype, torch version, rows, method, window,
-    compile). A fixed window's is t(1), t(W / 2) and t(W), what its report prices it by (a tree's wider passes
-    from the last segment; half the measuring at W = 16); an automatic window's, the grid up to W, which it
-    chooses by."""
+    compile, captured or eager passes). A fixed window's is t(1), t(W / 2) and t(W), what its report prices it by
+    (a tree's wider passes from the last segment; half the measuring at W = 16); an automatic window's, the grid
+    up to W, which it chooses by."""
     grid = GRID if settings.window.auto else (1, max(1, settings.window.size // 2))
     return cached(cost_key(adapter, settings), PassCost,
                   lambda: measure_cost(adapter, settings, grid, progress=progress),
@@ -225,7 +227,7 @@ def profile_key(adapter: ModelAdapter, settings: DecodeSettings, plans: Sequence
     key = cost_key(adapter, settings) | {"greedy": settings.sampling.greedy, "drafter": repr(settings.drafter),
                                          "init": settings.window.init, "plans": [p.to_json() for p in plans],
                                          "kind": "profile"}
-    del key["device"], key["placement"], key["compile"]
+    del key["device"], key["placement"], key["compile"], key["passes"]
     return key
 
 
@@ -237,7 +239,7 @@ def acceptance_profile(adapter: ModelAdapter, settings: DecodeSettings, plans: S
     value would otherwise mean another measurement. Priced on the H200 and RTX 4090 rooflines, auto chose the same
     plans with the default sampling's profile as with each setting's own; on a 2-core CPU, where neighbouring
     windows differ by a few percent, the choices moved either way (benchmarks/results/profile_reuse.md)."""
-    eager = replace(settings, compile=False)   # counted, not timed: compiling each plan's step would only cost time
+    eager = replace(settings, compile=False, passes="eager")   # counted, not timed: compiling, recording cost time
     return cached(profile_key(adapter, settings, plans), Profile,
                   lambda: measure_profile(adapter, eager, plans, progress=progress),
                   f"the acceptance of {len(plans)} windows and trees for the automatic window")

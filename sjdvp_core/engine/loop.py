@@ -26,6 +26,7 @@ from torch import Tensor
 
 from .adapter import ModelAdapter, TokenLayout
 from .auto import Plan, PlanChooser, Profile, warmed
+from .captured import Passes
 from .compiled import compiled, hold_in_place
 from .cost import PassCost
 from .drafting import Drafter
@@ -65,6 +66,7 @@ class JacobiDecoder:
     def __init__(self, adapter: ModelAdapter, settings: DecodeSettings, layout: TokenLayout, timing: bool,
                  cost: PassCost | None = None, profile: Profile | None = None):
         self.adapter, self.s, self.device = adapter, settings, adapter.device
+        self.passes = Passes(adapter, settings.passes)    # the model's forward, recorded per shape where it can be
         self.B, self.W, self.S = settings.batch_size, settings.window.size, settings.window.size - 1
         self.local = LocalLayout(layout, settings.window.size + 1, self.device)
         self.drafter = Drafter(settings.drafter, settings.window.init, self.local, self.S, self.device)
@@ -178,6 +180,7 @@ class JacobiDecoder:
                             row_forward_passes=loop.row_passes.cpu(), commit_iter=commit_iter.clamp(max=it - 1))
         stats.vp_auto = self.drafter.auto.summary() if self.drafter.auto is not None else None
         stats.auto_plans = {p.label: count for p, count in loop.plans.items()} or None
+        stats.passes = self.passes.kind
         loop.rec.into(stats)
         stats.iteration_seconds = seconds
         stats.time_total = time.perf_counter() - t_start

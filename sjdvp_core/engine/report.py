@@ -79,6 +79,8 @@ def report_text(result: DecodeResult, method: str) -> str:
                      f"{st.pass_cost.source}")
     if st.precision:
         lines.append(f"weights: {st.precision}")
+    if st.passes:
+        lines.append(f"model passes: {st.passes}")
     if st.rose_verified and st.flat_verified:       # carried drafts are verified (never under AR)
         lines.append(f"carried drafts accepted: {m['accept_if_rose']:.1%} when their probability had just risen, "
                      f"{m['accept_if_not']:.1%} otherwise")

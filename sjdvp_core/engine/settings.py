@@ -172,6 +172,9 @@ class DrafterSettings:
             (" continued" if self.continuation else "")
 
 
+PASS_MODES = ("auto", "captured", "eager")   # engine/captured.py: recorded as CUDA graphs where it can, or not
+
+
 @dataclass(frozen=True)
 class DecodeSettings:
     window: WindowSettings = DEFAULT_WINDOW
@@ -180,11 +183,13 @@ class DecodeSettings:
     seed: int = 0
     batch_size: int = 1
     compile: bool = False   # the engine's step through torch.compile (engine/compiled.py); never changes the law
+    passes: str = "auto"    # the model's pass: auto, captured or eager (engine/captured.py); never changes a token
 
     def __post_init__(self):
         _check_int("seed", self.seed, 0, 2**63 - 1)
         _check_int("batch_size", self.batch_size, 1)
         _check(isinstance(self.compile, bool), "compile", self.compile, "true or false")
+        _check(self.passes in PASS_MODES, "passes", self.passes, f"one of {list(PASS_MODES)}")
         for name, cls in (("window", WindowSettings), ("drafter", DrafterSettings), ("sampling", SamplingSettings)):
             _check(isinstance(getattr(self, name), cls), name, getattr(self, name), f"a {cls.__name__}")
 
@@ -198,25 +203,25 @@ DEFAULT_METHOD = "sjd-vp"
 
 
 def decode_settings(drafter: DrafterSettings | None, window: WindowSettings | None, sampling: SamplingSettings,
-                    seed: int = 0, batch_size: int = 1, compile: bool = False) -> DecodeSettings:
+                    seed: int = 0, batch_size: int = 1, compile: bool = False, passes: str = "auto") -> DecodeSettings:
     """No drafter is plain AR: a window of 1 through the same loop (whatever window is given)."""
     if drafter is None:
         return DecodeSettings(window=WindowSettings(1), drafter=DrafterSettings(), sampling=sampling, seed=seed,
-                              batch_size=batch_size, compile=compile)
+                              batch_size=batch_size, compile=compile, passes=passes)
     return DecodeSettings(window=window or DEFAULT_WINDOW, drafter=drafter, sampling=sampling, seed=seed,
-                          batch_size=batch_size, compile=compile)
+                          batch_size=batch_size, compile=compile, passes=passes)
 
 
 def method_settings(method: str, window: int, sampling: SamplingSettings, seed: int = 0,
                     batch_size: int = 1, coupled: bool = True, tree: TreeSettings = TreeSettings(),
                     auto: bool = False, auto_tree: bool = False, compile: bool = False,
-                    init: str = WindowSettings.init) -> DecodeSettings:
+                    init: str = WindowSettings.init, passes: str = "auto") -> DecodeSettings:
     """DecodeSettings for a named method (see METHODS), with or without coupled drafting, a draft tree, the
-    automatic window (up to `window`) and tree, and a draft init (none of them for AR), and the compiled step
-    or not."""
+    automatic window (up to `window`) and tree, and a draft init (none of them for AR), the compiled step or
+    not, and how the model's pass runs (PASS_MODES)."""
     if method not in METHODS:
         raise ValueError(f"method={method!r} is unknown: choose one of {list(METHODS)}")
     drafter = METHODS[method]
     return decode_settings(None if drafter is None else replace(drafter, coupled=coupled),
                            WindowSettings(window, init=init, tree=tree, auto=auto, auto_tree=auto_tree), sampling, seed,
-                           batch_size, compile)
+                           batch_size, compile, passes)

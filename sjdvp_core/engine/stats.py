@@ -45,6 +45,7 @@ class DecodeStats:
     iteration_seconds: list = field(default_factory=list)  # each iteration's wall time, read back included
     pass_cost: object = None           # the engine/cost.PassCost of this device, where the decode had one
     precision: str = ""                # the weights' precision where a loader chose it (ModelAdapter.precision)
+    passes: str = ""                   # how the model's passes ran: captured (shapes, seconds) or eager and why
     # draft trees: branching slots where the draft was rejected (so alternatives were tried), and how
     # often a spatial guess or a further draw from q was accepted there
     tree_tried: int = 0

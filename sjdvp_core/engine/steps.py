@@ -12,6 +12,7 @@ from torch import Tensor
 
 from .adapter import ModelAdapter
 from .auto import Plan
+from .captured import Passes
 from .compiled import compiled
 from .drafting import Drafter
 from .settings import DecodeSettings
@@ -38,6 +39,7 @@ class Loop:
 class Decoder(Protocol):
     """What a step uses of its decode (loop.JacobiDecoder): the model, the rules, the shared pieces."""
     adapter: ModelAdapter
+    passes: Passes
     s: DecodeSettings
     drafter: Drafter
     verifier: Verifier
@@ -103,7 +105,7 @@ class ChainStep:
         after it (the canvas holds them)."""
         d = self.d
         positions = (at - 1).clamp(max=d.local.length - 1)
-        return d.adapter.forward(d.rows(d.local.vocab[canvas.gather(1, at - 1)]), d.rows(positions))
+        return d.passes.forward(d.rows(d.local.vocab[canvas.gather(1, at - 1)]), d.rows(positions))
 
     def after_forward(self, rec: Recorder, logits: Tensor, at: Tensor, window: Window, canvas: Tensor, n: Tensor,
                       limit: Tensor, active: Tensor, u: Tensor, u_next: Tensor, draws) -> tuple[Tensor, Tensor, Window]:
@@ -138,8 +140,9 @@ class TreeStep:
         shape, local = tree_shape(w, plan.tree, d.device), d.local
         cand = propose(window, canvas, n, local, shape, plan.tree.guesses, d.same_noise, d.gen)
         inputs = tree_inputs(canvas.gather(1, (n - 1)[:, None])[:, 0], window.tokens, cand, shape)
-        positions = ((n - 1)[:, None] + shape.offsets).clamp(max=local.length - 1)
-        logits = d.adapter.forward_tree(d.rows(local.vocab[inputs]), d.rows(positions), shape.ancestors, w)
+        positions = d.rows(((n - 1)[:, None] + shape.offsets).clamp(max=local.length - 1))
+        tokens = d.rows(local.vocab[inputs])
+        logits = d.passes.forward_tree(tokens, positions, shape.ancestors, w)
         t1 = d.clock.now()
         p_all = d.targets(logits, n[:, None] + shape.offsets)                                  # [B, N, V]
         out = verify_tree(window.tokens[:, :w - 1], window.q[:, :w - 1], p_all, cand, shape, limit, d.verifier,
@@ -147,7 +150,7 @@ class TreeStep:
         choice = out.choice.clamp(max=shape.alts - 1)
         pick, at = (out.level * shape.alts + choice)[:, None], (n + out.level)[:, None]
         canvas.scatter_(1, at, cand.tokens.flatten(1).gather(1, pick).where(out.took[:, None], canvas.gather(1, at)))
-        d.adapter.adopt(d.rows(out.branch))
+        d.adapter.adopt(tokens, positions, w, d.rows(out.branch))
         p = p_all.gather(1, out.path[..., None].expand(-1, -1, p_all.shape[-1]))
         m = d.commit(canvas, n, active, out.k, out.next)
         d.observe(loop.rec, window, p, out.k, out.accepted, limit, m)

@@ -28,11 +28,12 @@ from .checkpoint import CheckpointError, index_shards, read_json
 from .kv_cache import (
     ForwardShape,
     StaticKVCache,
-    TreeBranches,
     additive_mask,
+    adopt_branch,
     forward_bytes,
     kv_bytes,
     tree_mask,
+    tree_slots,
     window_mask,
 )
 from .optional import require
@@ -226,7 +227,6 @@ class HFAdapter(ModelAdapter):
         self.lm, self.text_config, self.layout, self.pad_id = lm, text_config, layout, pad_id
         self._cache_arg = cache_argument(lm)
         self.cache: PositionCache | None = None
-        self.branches = TreeBranches()
 
     @property
     def device(self) -> torch.device:
@@ -280,13 +280,18 @@ class HFAdapter(ModelAdapter):
     def forward_tree(self, tokens: Tensor, positions: Tensor, ancestors: Tensor, chain: int) -> Tensor:
         if self.cache is None:
             raise RuntimeError(f"{self.family}: forward_tree() before start()")
-        slots = self.branches.place(self.prefix_len + positions, chain, self.prefix_len + self.layout.length)
+        slots = tree_slots(self.prefix_len + positions, chain, self._scratch)
         mask = tree_mask(slots, ancestors, self.cache.max_len, self.key_valid)
         hidden = self._run(self.embed(tokens), slots, self.rope_positions(positions), mask)
         return self.head(hidden).float().to(self.device)   # a split model's head may sit elsewhere
 
-    def adopt(self, nodes: Tensor) -> None:
-        self.branches.adopt(self.cache.kv.values(), nodes)
+    def adopt(self, tokens: Tensor, positions: Tensor, chain: int, nodes: Tensor) -> None:
+        adopt_branch(self.cache.kv.values(), self.prefix_len + positions, chain, self._scratch, nodes)
+
+    @property
+    def _scratch(self) -> int:
+        """The first cache slot past the sequence: where a draft tree's siblings go."""
+        return self.prefix_len + self.layout.length
 
     def _run(self, x: Tensor, slots: Tensor, position_ids: Tensor, mask: Tensor | None = None) -> Tensor:
         """Embeddings [R, W, C] written at cache slots [R, W] with RoPE positions [R, W] (or [3, R, W]) under mask
@@ -302,7 +307,6 @@ class HFAdapter(ModelAdapter):
 
     def finish(self) -> None:
         self.cache = self.key_valid = None
-        self.branches = TreeBranches()
 
     def token_names(self, ids) -> list[tuple[int, str]]:
         """(id, token) pairs, for the check command's facts."""

@@ -96,22 +96,6 @@ def forward_bytes(shape: ForwardShape, rows: int, tokens: int, entries: int, ite
     return rows * (tokens * per_token + scored * logits)
 
 
-class TreeBranches:
-    """Where the last draft tree's nodes were written (cache slots) and where they belong (the slots of
-    their positions), so the accepted branch can be adopted into its positions afterwards."""
-
-    def __init__(self):
-        self.slots = self.at = None
-
-    def place(self, at: Tensor, chain: int, scratch: int) -> Tensor:
-        """Nodes at position slots at [R, N] -> their cache slots (tree_slots), remembered."""
-        self.slots, self.at = tree_slots(at, chain, scratch), at
-        return self.slots
-
-    def adopt(self, caches, nodes: Tensor) -> None:
-        adopt_branch(caches, self.slots, self.at, nodes)
-
-
 def tree_slots(slots: Tensor, chain: int, scratch: int) -> Tensor:
     """A draft tree's cache slots: nodes [R, N] at the slots of their positions; the first `chain` nodes
     (the main chain) keep them, the others get scratch slots scratch, scratch + 1, ... (past the sequence),
@@ -120,10 +104,12 @@ def tree_slots(slots: Tensor, chain: int, scratch: int) -> Tensor:
     return torch.cat([slots[:, :chain], extra.expand(slots.shape[0], -1)], 1)
 
 
-def adopt_branch(caches, slots: Tensor, positions: Tensor, nodes: Tensor) -> None:
-    """After a tree forward that wrote nodes at cache slots [R, N] for position slots [R, N]: the nodes
-    [R, M] per row move to their positions' slots in every cache (a chain node is already there)."""
-    src, dst = slots.gather(1, nodes), positions.gather(1, nodes)
+def adopt_branch(caches, positions: Tensor, chain: int, scratch: int, nodes: Tensor) -> None:
+    """After a tree forward that wrote its nodes at tree_slots(positions, chain, scratch) for position slots
+    [R, N]: the nodes [R, M] per row move to their positions' slots in every cache (a chain node is already
+    there). Computed again from the tree's positions, not remembered from its forward: a recorded pass
+    (engine/captured.py) replays without running Python."""
+    src, dst = tree_slots(positions, chain, scratch).gather(1, nodes), positions.gather(1, nodes)
     for cache in caches:
         cache.copy_slots(src, dst)
 

@@ -51,7 +51,6 @@ class ToyGridAdapter(ModelAdapter):
         self.code_of[self.image_tokens] = torch.arange(K)
         self._buffer = None
         self._colour = None
-        self._tree = None
         self.module = self.image_decoder = torch.nn.Module()  # no weights to move
         self.default_sampling = SamplingSettings(cfg_scale=2.0, top_k=20)
 
@@ -99,7 +98,6 @@ class ToyGridAdapter(ModelAdapter):
         ancestors cover every position from the first node's to the node's own)."""
         R, N = tokens.shape
         self._buffer.scatter_(1, positions[:, :chain], tokens[:, :chain])
-        self._tree = tokens, positions
         L1 = self._buffer.shape[1]
         own = torch.cat([self._buffer, self._buffer[:, :1]], 1)[:, None].repeat(1, N, 1)   # [R, N, L + 2]
         # node j's token at its position in the buffer of every node it is an ancestor of (others: a spare column)
@@ -110,12 +108,8 @@ class ToyGridAdapter(ModelAdapter):
                                  self._colour.repeat_interleave(N, 0))
         return logits.view(R, N, -1)
 
-    def adopt(self, nodes: Tensor) -> None:
-        tokens, positions = self._tree
+    def adopt(self, tokens: Tensor, positions: Tensor, chain: int, nodes: Tensor) -> None:
         self._buffer.scatter_(1, positions.gather(1, nodes), tokens.gather(1, nodes))
-
-    def finish(self) -> None:
-        self._tree = None
 
     def cache_bytes(self, rows: int, scratch: int = 0, prompt: int | None = None, itemsize: int | None = None) -> int:
         return rows * (self.layout.length + 1) * 8

@@ -44,7 +44,7 @@ def assert_tree_matches_chains(adapter, prompts, cfg: bool, w: int = 5, tree=TRE
     # adopt a branch: the next token scored after it sees the branch as a chain would
     path = branch_paths(shape)[-1]
     adapter.forward_tree(tokens, positions, shape.ancestors, w)
-    adapter.adopt(torch.tensor(path).expand(R, -1))
+    adapter.adopt(tokens, positions, w, torch.tensor(path).expand(R, -1))
     nxt = image_tokens(R, 1)
     after = adapter.forward(nxt, positions[:, path[-1:]] + 1)
     full = adapter.forward(torch.cat([tokens[:, path], nxt], 1), torch.cat([positions[:, path],

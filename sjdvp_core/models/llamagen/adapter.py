@@ -22,7 +22,7 @@ from torch import Tensor
 from ...engine.adapter import ModelAdapter, TokenLayout
 from ...engine.settings import SamplingSettings
 from ..checkpoint import WEIGHT_EXT, CheckpointError, load_strict, read_state_dict
-from ..kv_cache import ForwardShape, TreeBranches, forward_bytes, kv_bytes
+from ..kv_cache import ForwardShape, adopt_branch, forward_bytes, kv_bytes, tree_slots
 from ..placement import weights_device
 from .gpt import GPT_SIZES, GPTConfig, LlamaGenGPT, rope_table_2d
 from .vq import LlamaGenVQ, VQConfig
@@ -170,7 +170,6 @@ class LlamaGenAdapter(ModelAdapter):
         self.module = torch.nn.ModuleDict(parts)    # all weights (T5's too), for memory managers
         self.image_decoder = self.vq
         self._codebook: Tensor | None = None
-        self.branches = TreeBranches()
         self.config = gpt.config
         self.sampling = sampling
         self.class_names = list(class_names) if class_names is not None else None
@@ -269,14 +268,13 @@ class LlamaGenAdapter(ModelAdapter):
 
     def forward_tree(self, tokens: Tensor, positions: Tensor, ancestors: Tensor, chain: int) -> Tensor:
         at = positions + self.config.cls_token_num
-        return self.gpt.decode_tree(tokens, at, self.branches.place(at, chain, self.gpt.max_len), ancestors)
+        return self.gpt.decode_tree(tokens, at, tree_slots(at, chain, self.gpt.max_len), ancestors)
 
-    def adopt(self, nodes: Tensor) -> None:
-        self.branches.adopt(self.gpt.caches(), nodes)
+    def adopt(self, tokens: Tensor, positions: Tensor, chain: int, nodes: Tensor) -> None:
+        adopt_branch(self.gpt.caches(), positions + self.config.cls_token_num, chain, self.gpt.max_len, nodes)
 
     def finish(self) -> None:
         self.gpt.release_caches()
-        self.branches = TreeBranches()
 
     def blocks(self) -> list[torch.nn.Module]:
         """The GPT's blocks, then the T5 caption encoder's (t2i)."""
