@@ -40,6 +40,7 @@ def report_data(result: DecodeResult, method: str) -> dict:
             "acceptance": round(st.acceptance_rate, 4) if st.drafts_verified else None,
             "seconds": round(st.time_total, 3),
             "tokens_scored_per_pass": round(st.tokens_per_forward, 2)} | (
+        {"passes": st.passes.split(":")[0].split(",")[0]} if st.passes else {}) | (
         {"estimated_speedup": round(speedup, 4), "estimated_seconds_saved": round(st.time_total * (speedup - 1), 3)}
         if (speedup := _estimate(st)) is not None else {})
 

@@ -12,13 +12,15 @@ test("the badge comes from the figures the node sends", () => {
   const r = reportOf(MESSAGE);
   assert.ok(r.step_compression > 1 && r.tokens_per_pass >= 1 && r.acceptance > 0 && r.acceptance <= 1);
   // time first: the estimated speed-up and seconds saved, then passes and tokens per pass
-  assert.match(badgeText(r), /^~\d+\.\d\d× (faster|slower) \(est\., \d+\.\d s (saved|lost)\) · \d+\.\d\d× fewer passes · \d+\.\d tok\/pass$/);
+  assert.match(badgeText(r), /^~\d+\.\d\d× (faster|slower) \(est\., \d+\.\d s (saved|lost)\) · \d+\.\d\d× fewer passes · \d+\.\d tok\/pass · eager$/);
   const ratio = r.estimated_speedup >= 1 ? r.estimated_speedup : 1 / r.estimated_speedup;
   assert.ok(badgeText(r).startsWith(`~${ratio.toFixed(2)}`));
   assert.ok(badgeText(r).includes(Math.abs(r.estimated_seconds_saved).toFixed(1)));
   assert.equal(badgeText({ step_compression: 2, tokens_per_pass: 2 }), "2.00× fewer passes · 2.0 tok/pass");   // no estimate
   assert.equal(badgeText({ step_compression: 2, tokens_per_pass: 2, estimated_speedup: 0.8, estimated_seconds_saved: -0.5 }),
     "~1.25× slower (est., 0.5 s lost) · 2.00× fewer passes · 2.0 tok/pass");      // a window too wide for the device
+  assert.equal(badgeText({ step_compression: 2, tokens_per_pass: 2, passes: "captured" }),
+    "2.00× fewer passes · 2.0 tok/pass · captured");                               // the pass replayed as CUDA graphs
 });
 
 test("the report box shows the report text", () => {

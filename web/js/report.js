@@ -8,7 +8,7 @@ export function reportOf(message) {
 }
 
 // Time first: the estimated wall-clock speed-up on this device and the seconds it saved (priced by the
-// device's measured pass cost), then the passes and tokens per pass behind it.
+// device's measured pass cost), then the passes and tokens per pass behind it, and how the passes ran.
 export function badgeText(report) {
   const figure = report?.step_compression;
   if (typeof figure !== "number" || !Number.isFinite(figure)) return null;
@@ -24,6 +24,7 @@ export function badgeText(report) {
   }
   parts.push(`${figure.toFixed(2)}× fewer passes`);
   if (typeof report.tokens_per_pass === "number") parts.push(`${report.tokens_per_pass.toFixed(1)} tok/pass`);
+  if (report.passes === "captured" || report.passes === "eager") parts.push(report.passes);   // the report says why
   return parts.join(" · ");
 }
 
