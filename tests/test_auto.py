@@ -129,7 +129,15 @@ def test_the_profile_is_measured_on_the_example_and_cached(tmp_path, monkeypatch
 
 
 def test_measured_cost_is_cached_per_model_and_device(tmp_path, monkeypatch):
+    """Paced (20 ms an iteration, far above the toy's own sub-millisecond time): a slow stretch of the machine must
+    not cut the measured grid, which this test does not test (test_a_slow_stretch_does_not_cut_the_measured_grid)."""
     monkeypatch.setenv("SJDVP_CACHE", str(tmp_path))
+    iterate = JacobiDecoder.iterate
+
+    def paced(self, loop):
+        iterate(self, loop)
+        time.sleep(20e-3)
+    monkeypatch.setattr(JacobiDecoder, "iterate", paced)
     toy = ToyGridAdapter(height=8, width=8, levels=4)
     settings = method_settings("sjd", 16, toy.default_sampling, auto=True)
     cost = pass_cost(toy, settings)
