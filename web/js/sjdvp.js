@@ -93,10 +93,12 @@ const refreshPixelSources = guarded("reading the models' pixel sources", async (
   greyAll();
 });
 
+// The node feeding `input`, past legacy Reroute nodes; null where none does, or where the node is in no graph
+// yet (created, not added: frontends 1.55+ throw NullGraphError from getInputNode then).
 function upstream(node, input) {
   const slot = node.inputs?.findIndex((i) => i.name === input) ?? -1;
-  let from = slot >= 0 ? node.getInputNode?.(slot) : null;
-  while (from?.type === "Reroute") from = from.getInputNode?.(0);
+  let from = slot >= 0 && node.graph ? node.getInputNode?.(slot) : null;
+  while (from?.type === "Reroute" && from.graph) from = from.getInputNode?.(0);
   return from ?? null;
 }
 
