@@ -56,6 +56,8 @@ class Decoder(Protocol):
 
     def rows(self, t: Tensor) -> Tensor: ...
 
+    def written(self, loop: Loop) -> list[Tensor]: ...
+
     def commit(self, canvas: Tensor, n: Tensor, active: Tensor, k: Tensor, nxt: Tensor) -> Tensor: ...
 
     def observe(self, rec: Recorder, window: Window, p: Tensor, k: Tensor, accepted: Tensor, limit: Tensor,
@@ -77,8 +79,8 @@ class Outcome:
 
 class ChainStep:
     """The plan's full window in one forward, even where the image's end leaves fewer drafts (one shape per
-    plan), then `accept` and the re-draft. With compile, everything after the forward is one function, so one
-    graph, which CUDA can capture and replay (compiled.py)."""
+    plan), then `accept` and the re-draft: everything after the forward is one function, compiled with compile
+    (compiled.py), or recorded as a CUDA graph with the passes (captured.py)."""
 
     def __init__(self, decoder: Decoder):
         self.d = decoder
@@ -93,8 +95,10 @@ class ChainStep:
         # the step's randomness in the generator's order: the verification's, then the drafts'
         u = accept_uniforms(d.B, plan.window - 1, d.gen, d.device)
         draws = d.drafter.draws(d.B, window.slots, d.gen, d.device)
-        if self.graph is not None:
-            m, n, window = self.graph(loop.rec, logits, at, window, loop.canvas, loop.n, limit, active, *u, draws)
+        if self.graph is not None or d.passes.steps:   # compiled, or recorded as a CUDA graph (captured.py)
+            args = (loop.rec, logits, at, window, loop.canvas, loop.n, limit, active, *u, draws)
+            m, n, window = self.graph(*args) if self.graph is not None else \
+                d.passes.step(self.after_forward, args, d.written(loop))
             return Outcome(m, n, window, plan.window, t1, d.clock.now(), one_graph=True)
         p, m = self.verify(loop.rec, logits, at, window, loop.canvas, loop.n, limit, active, *u)
         t2, n = d.clock.now(), loop.n + m

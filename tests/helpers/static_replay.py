@@ -1,17 +1,20 @@
-"""What a CUDA graph is to the engine (sjdvp_core/engine/captured.py), on the CPU: a shape's inputs copied into
-static buffers and its output written into one static buffer, which the shape's next replay overwrites, as a
-CUDA graph's does. CI has no GPU: this drives the captured path's buffers, shape keys, checks and fallbacks."""
+"""What a CUDA graph is to the engine (sjdvp_core/engine/captured.py), on the CPU: the tensors of a recorded
+function's arguments copied into static buffers (the ones it writes in place used where they are), a warm-up
+run whose writes are reset, and each replay's outputs written into the same static outputs, which the next
+replay overwrites, as a CUDA graph's are. CI has no GPU: this drives the captured path's buffers, shape keys,
+checks and fallbacks."""
 from __future__ import annotations
+
+from sjdvp_core.engine.captured import fill, static
 
 
 class StaticReplay:
-    def __init__(self, fn, inputs, pool):
-        self.fn, self.inputs = fn, tuple(x.clone() for x in inputs)
-        self.out = fn(*self.inputs).clone()          # the warm-up pass a CUDA capture runs first
+    def __init__(self, fn, args, pool, held=frozenset(), reset=lambda: None):
+        self.fn, self.args = fn, static(args, held)
+        self.out = static(fn(*self.args), frozenset())       # the warm-up run a CUDA capture makes first
+        reset()
 
-    def __call__(self, *inputs):
-        for static, x in zip(self.inputs, inputs):
-            static.copy_(x)
-        self.out.copy_(self.fn(*self.inputs))
+    def __call__(self, *args):
+        fill(self.args, args)
+        fill(self.out, self.fn(*self.args))
         return self.out
-
