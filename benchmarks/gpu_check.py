@@ -14,8 +14,9 @@ with the family adapter's embedding and head:
 3. offload: the same model with half its blocks in CPU memory (models.placement, accelerate's hooks): t(k), and
    the host link's speed that implies.
 4. demo: AR / SJD / SJD-VP wall-clock on the demo model (benchmarks.compare_methods), eager and captured.
-5. engine: the engine's own step per iteration (a model that costs nothing), eager, compiled and
-   compiled with CUDA graphs (reduce-overhead), at each family's image vocabulary.
+5. engine: the engine's own step per iteration (a model that costs nothing), eager, recorded as a CUDA graph
+   with the pass (captured), compiled, and compiled with CUDA graphs (reduce-overhead), at each family's image
+   vocabulary.
 
     python -m benchmarks.gpu_check --out gpu_check          # on the GPU: gpu_check.json and gpu_check.md
     python -m benchmarks.gpu_check --tiny                   # the same code path, tiny, on a CPU (the test suite)
@@ -265,15 +266,18 @@ def _ms_per_iteration(runs, *phases: str) -> float:
                                           / (r.stats.forward_passes - 1) for r in runs), 3)
 
 
-MODES = {"cuda": ("default", "reduce-overhead"), "cpu": ("default",)}   # torch.compile modes timed per device
+# how the step runs beside eager, per device: recorded as a CUDA graph with the pass (captured, engine/captured.py;
+# on the CPU it runs eagerly and says so), and torch.compile's modes
+MODES = {"cuda": ("captured", "default", "reduce-overhead"), "cpu": ("captured", "default")}
 DRAFTERS = {"sjd": DrafterSettings(coupled=False), "sjd coupled": DrafterSettings(coupled=True),
             "sjd-vp auto coupled": DrafterSettings(vp=VPSettings(), coupled=True)}
 VOCABS = (("Lumina-mGPT", 8192, 48), ("Emu3", 32768, 90), ("Janus-Pro", 16384, 24))
 
 
 def engine_rows(report, tiny: bool, device, repeats: int, deadline: Deadline):
-    """Engine ms per iteration (draft and verify phases, or the compiled step's one), the median over `repeats`
-    seeds, W = 32; coupled SJD and the default drafter (SJD-VP, coupled) also through torch.compile in each mode."""
+    """Engine ms per iteration (draft and verify phases, or the compiled or recorded step's one), the median over
+    `repeats` seeds, W = 32; coupled SJD and the default drafter (SJD-VP, coupled) also recorded as a CUDA graph
+    and through torch.compile in each mode."""
     compiled = [d for d in DRAFTERS.items() if d[1].coupled]
     for name, K, grid in VOCABS:
         model = FreeModel(K, 8 if tiny else grid, device)
@@ -284,8 +288,8 @@ def engine_rows(report, tiny: bool, device, repeats: int, deadline: Deadline):
                 report["engine"].append(dict(vocab=name, drafter=label, compiled=mode, skipped="out of time"))
                 continue
             s = DecodeSettings(window=WindowSettings(32), drafter=drafter, sampling=model.default_sampling,
-                               compile=mode is not None)
-            os.environ["SJDVP_COMPILE_MODE"] = "" if mode in (None, "default") else mode
+                               compile=mode not in (None, "captured"), passes=mode if mode == "captured" else "eager")
+            os.environ["SJDVP_COMPILE_MODE"] = "" if mode in (None, "default", "captured") else mode
             torch._dynamo.reset()
             skips = torch._dynamo.utils.counters["inductor"]["cudagraph_skips"]
             try:
@@ -301,7 +305,8 @@ def engine_rows(report, tiny: bool, device, repeats: int, deadline: Deadline):
             eager.setdefault(label, res.tokens)
             per_iteration = functools.partial(_ms_per_iteration, runs)
             report["engine"].append(dict(
-                vocab=name, drafter=label, compiled=mode, iterations=res.stats.forward_passes - 1,
+                vocab=name, drafter=label, compiled=mode, passes=res.stats.passes,
+                iterations=res.stats.forward_passes - 1,
                 same_tokens_as_eager=None if mode is None else bool(torch.equal(res.tokens, eager[label])),
                 engine_ms_per_iteration=per_iteration("draft", "verify", "step"),
                 draft_ms=per_iteration("draft"), verify_ms=per_iteration("verify"),
