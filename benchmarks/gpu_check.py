@@ -232,7 +232,7 @@ def demo_rows(device, tiny) -> list[dict]:
     rows = []
     for passes in ("eager", "captured"):
         out = compare(model="demo", windows=(16,) if tiny else (16, 32), seeds=1 if tiny else 2,
-                      prompts=1 if tiny else 4, methods=("ar", "sjd", "sjd-vp"), coupling=("on",),
+                      prompts=1 if tiny else 2, methods=("ar", "sjd", "sjd-vp"), coupling=("on",),
                       repeats=1 if tiny else 3, device=str(device), threads=torch.get_num_threads(), passes=passes)
         rows += [{"passes": passes} | {k: r[k] for k in ("method", "window", "coupled", "step_compression",
                                                           "latency_speedup", "wall_s")} for r in out]
