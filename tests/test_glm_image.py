@@ -210,11 +210,19 @@ def edits() -> list[Edit]:
 
 
 def _upstream_inputs(adapter, edit: Edit):
+    """Upstream's inputs for one edit. transformers 5.17's processor leaves the sources' grids out of one prompt's
+    (its model then fails): they are put back as 5.18's processor gives them, so that its model is the reference."""
     from sjdvp_core.models.glm_image.adapter import _pil
     content = [{"type": "image", "image": _pil(i)} for i in edit.images] + [{"type": "text", "text": edit.text}]
-    return adapter.processor.apply_chat_template([{"role": "user", "content": content}], tokenize=True,
-                                                 return_dict=True, return_tensors="pt",
-                                                 processor_kwargs={"target_h": 96, "target_w": 64})
+    inputs = adapter.processor.apply_chat_template([{"role": "user", "content": content}], tokenize=True,
+                                                   return_dict=True, return_tensors="pt",
+                                                   processor_kwargs={"target_h": 96, "target_w": 64})
+    n = len(edit.images)
+    if len(inputs["image_grid_thw"]) <= n:
+        sources = adapter.processor.image_processor(images=[_pil(i) for i in edit.images], return_tensors="pt")
+        inputs["image_grid_thw"] = torch.cat([sources["image_grid_thw"], inputs["image_grid_thw"]])
+        inputs["images_per_sample"] = inputs["images_per_sample"] + n
+    return inputs
 
 
 @torch.inference_mode()
@@ -247,6 +255,21 @@ def test_edit_positions_follow_get_rope_index(adapter):
     assert torch.equal(ours, theirs[:, 0])
     generated = adapter.model.model._cached_decode_position_ids[0]          # upstream's table for its generate()
     assert torch.equal(after + adapter.layouts[True][1], generated)
+
+
+def test_edit_runs_on_transformers_5_17():
+    """The loader takes transformers 5.x from 5.0: on 5.17, get_image_features gives each image's features flat and
+    get_image_tokens takes them with the grids (5.18 reshaped both), and its processor leaves the sources' grids
+    out of one prompt's (every edit failed there: "torch.cat(): expected a non-empty list"). This file's edit tests,
+    in a process with 5.17 first on its path."""
+    import transformers
+
+    from tests.helpers.older_transformers import run_pytest
+    if transformers.__version__.startswith("5.17."):
+        pytest.skip("this process runs transformers 5.17 already")
+    run = run_pytest("5.17.0", __file__, "edit and not transformers_5_17")
+    assert run.returncode == 0 and " passed" in run.stdout, run.stdout[-4000:] + run.stderr[-2000:]
+    assert "failed" not in run.stdout.splitlines()[-1], run.stdout[-4000:]
 
 
 def test_edit_greedy_sjd_equals_ar_on_chains_and_trees(adapter):

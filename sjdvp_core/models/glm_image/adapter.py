@@ -160,8 +160,11 @@ class GlmImageAdapter(SizeChoice, HFAdapter):
                                   f"{self.image_start}; use the processor/ folder of {REPO}")
         if not images:
             return Encoded(ids)
-        grids = tuple((h, w) for _, h, w in out["image_grid_thw"][:-1].tolist())   # the last is the target's
-        return Encoded(ids, out["pixel_values"], grids)
+        grids = out["image_grid_thw"]
+        if len(grids) <= len(images):   # transformers 5.17's processor drops the sources' grids from one prompt
+            grids = self.processor.image_processor(images=[i["image"] for i in images], return_tensors="pt")[
+                "image_grid_thw"]
+        return Encoded(ids, out["pixel_values"], tuple((h, w) for _, h, w in grids[:len(images)].tolist()))
 
     def _with_sources(self, condition, row: Encoded) -> list[int]:
         if not row.grids:
@@ -187,7 +190,11 @@ class GlmImageAdapter(SizeChoice, HFAdapter):
         device = weights_device(inner.visual)
         grids = torch.tensor([(1, h, w) for h, w in row.grids], device=device)
         features = inner.get_image_features(row.pixel_values.to(device), grids).pooler_output
-        codes = inner.get_image_tokens(features).flatten().cpu()
+        if features[0].dim() == 2:     # transformers 5.17: each image's features flat, tokenised with the grids
+            codes = inner.get_image_tokens(torch.cat(features), grids)
+        else:                          # 5.18 on: each image's [C, h, w]
+            codes = inner.get_image_tokens(features)
+        codes = codes.flatten().cpu()
         while len(self.sources) >= self.SOURCES_KEPT:
             self.sources.pop(next(iter(self.sources)))
         self.sources[id(edit)] = (edit, codes, row.grids)
