@@ -272,6 +272,21 @@ def test_edit_runs_on_transformers_5_17():
     assert "failed" not in run.stdout.splitlines()[-1], run.stdout[-4000:]
 
 
+def test_edit_source_block_laid_out_otherwise_is_refused(adapter):
+    """A source image's block must be its start token, h x w image tokens and its end token (as the processor lays it
+    out); anything else was read as text, the image's 2-D positions lost without a word."""
+    from sjdvp_core.models.glm_image.adapter import prompt_rope
+    start, end, code = adapter.image_start, adapter.image_end, 7
+    good = [1, start, *[code] * 4, end, 2, start]
+    assert prompt_rope(good, [(2, 2)], start, end)[1] == 1 + 1 + 2 + 2 + 1
+    for broken, why in (([1, start, *[code] * 3, end, 2, start], "not laid out as its start token, 2 x 2"),
+                        ([1, start, *[code] * 4, 2, end, start], "not laid out as its start token, 2 x 2"),
+                        ([1, 2, 3], "holds 0 source image blocks for 1 source images")):
+        with pytest.raises(ValueError, match=why) as err:
+            prompt_rope(broken, [(2, 2)], start, end)
+        assert "zai-org/GLM-Image" in str(err.value)
+
+
 def test_edit_greedy_sjd_equals_ar_on_chains_and_trees(adapter):
     assert_greedy_sjd_equals_ar(adapter, edits(), windows=(4,), cfg_scales=(1.0,))
 

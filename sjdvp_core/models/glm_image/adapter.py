@@ -303,17 +303,25 @@ def _rope_table(grids: Sequence[tuple[int, int]]) -> Tensor:
 def prompt_rope(tokens: list[int], grids: Sequence[tuple[int, int]], start: int, end: int) -> tuple[Tensor, int]:
     """A prompt's RoPE positions [3, n] and the next position: text counts one a token; the k-th source image
     (its h x w tokens between a start and an end token) sits in 2-D after its start token and advances the count by
-    max(h, w) (GlmImageModel.get_rope_index)."""
+    max(h, w) (GlmImageModel.get_rope_index). A source image whose block is laid out otherwise is refused (it
+    would otherwise be read as text, positioned wrong without a word)."""
     parts, p, i, k = [], 0, 0, 0
     while i < len(tokens):
         if tokens[i] == start and k < len(grids):
             h, w = grids[k]
-            if i + 1 + h * w < len(tokens) and tokens[i + 1 + h * w] == end:
-                parts += [torch.full((3, 1), p), _grid_rope(p + 1, h, w)]
-                p, i, k = p + 1 + max(h, w), i + 1 + h * w, k + 1
-                continue
+            if not (i + 1 + h * w < len(tokens) and tokens[i + 1 + h * w] == end):
+                raise ValueError(f"GLM-Image: source image {k + 1} of the prompt is not laid out as its start token, "
+                                 f"{h} x {w} image tokens and its end token (from token {i}); the processor's prompt "
+                                 f"does not match its images: use the processor/ folder of {REPO}, and keep image "
+                                 "tokens out of the prompt's text")
+            parts += [torch.full((3, 1), p), _grid_rope(p + 1, h, w)]
+            p, i, k = p + 1 + max(h, w), i + 1 + h * w, k + 1
+            continue
         parts.append(torch.full((3, 1), p))
         p, i = p + 1, i + 1
+    if k < len(grids):
+        raise ValueError(f"GLM-Image: the prompt holds {k} source image blocks for {len(grids)} source images; the "
+                         f"processor's prompt does not match its images: use the processor/ folder of {REPO}")
     return torch.cat(parts, 1), p
 
 
