@@ -28,7 +28,8 @@ class LoadModel(io.ComfyNode):
                                        "the model and a default decode fit the card, else int8, else nf4 (the "
                                        "report says what it took and why); fp32 on the CPU. int8: weight-only "
                                        "int8 (about half of bf16's memory). nf4: 4-bit NormalFloat (about a "
-                                       "quarter; needs bitsandbytes); GLM-Image's DiT is quantised with it. "
+                                       "quarter; needs bitsandbytes); GLM-Image's DiT is quantised with it (under "
+                                       "auto, it is chosen for alone). "
                                        "Embeddings, output head and VQ decoder keep their precision; exact SJD "
                                        "stays exact for the quantised model."),
                 io.Combo.Input("device", options=["auto", "cpu", *runtime.PLACED], default="auto",

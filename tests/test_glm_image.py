@@ -200,6 +200,28 @@ def test_a_release_without_the_vq_decoder_convolution_loads(folder, tmp_path):
         load_model(without("no_quant_conv", "model.vqmodel.quant_conv."))
 
 
+def test_auto_chooses_the_dits_precision_for_the_dit_alone(folder):
+    """The DiT runs alone on the card once the token stage has left it: auto keeps it in the compute dtype where its
+    weights fit, also when the token stage must be quantised (it was quantised with the token stage), and quantises
+    it only where it must; the precision line says both."""
+    from sjdvp_core.models.loading import fit_precision, load_model
+    from sjdvp_core.models.memory import need, pixel_weight_need
+    from sjdvp_core.models.quantize import Int8Linear
+
+    def quantised(blocks):
+        return any(isinstance(m, Int8Linear) for b in blocks for m in b.modules())
+    cpu = torch.device("cpu")
+    model = load_model(folder, precision="fp32")
+    memory = need(model, "int8", "fp32").total           # the token stage fits as int8 only; the DiT as it is
+    assert need(model, "fp32", "fp32").total > memory >= pixel_weight_need(model, "fp32", "fp32")
+    assert fit_precision(model, "fp32", memory, cpu) == "int8"
+    assert quantised(model.blocks()) and not quantised(model.pixel_blocks())
+    assert model.precision.startswith("int8 (auto: ") and "; the DiT fp32 (auto: fp32: needs" in model.precision
+    small = load_model(folder, precision="fp32")
+    fit_precision(small, "fp32", pixel_weight_need(small, "int8", "fp32"), cpu)
+    assert quantised(small.pixel_blocks()) and "; the DiT int8 (auto: int8: needs" in small.precision
+
+
 # --- editing: source images in the prompt, only the image grid written -----------------------------------------
 SOURCE = torch.rand(64, 64, 3, generator=torch.Generator().manual_seed(0))      # an IMAGE as ComfyUI holds one
 WIDE = torch.rand(32, 48, 3, generator=torch.Generator().manual_seed(1))

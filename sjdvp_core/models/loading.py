@@ -100,27 +100,29 @@ def _placed(path: str, device: torch.device, precision: str, compute: str, place
 
 def fit_precision(adapter, compute: str, memory: int, device: torch.device) -> str:
     """auto on a GPU, for an adapter loaded on the CPU in compute's dtype: keep it if a default decode fits
-    `memory` bytes, else quantise it to int8, else NF4 (models.memory.choose_precision), and move it to device.
-    The choice and its figures are logged and kept as adapter.precision. -> the precision taken."""
-    from .memory import choose_precision
+    `memory` bytes, else quantise it to int8, else NF4 (models.memory.choose_precision), and move it to device; a
+    pixel model apart (GLM-Image's DiT) is chosen for alone the same way (choose_pixel_precision). The choices and
+    their figures are logged and kept as adapter.precision. -> the token stage's precision."""
+    from .memory import choose_pixel_precision, choose_precision
     chosen, why = choose_precision(adapter, compute, memory)
     log.info("sjdvp: precision %s", why)
-    if chosen in QUANTISED:
-        quantize(adapter, chosen, device, DTYPES[compute])
-    else:
-        to_device(adapter, device)
-    adapter.precision = f"{chosen} (auto: {why})"
+    pixels, pixels_why = choose_pixel_precision(adapter, compute, memory) if adapter.pixels_apart else (None, "")
+    if pixels:
+        log.info("sjdvp: the pixel model's precision %s", pixels_why)
+    quantize(adapter, chosen, device, DTYPES[compute], pixels)
+    adapter.precision = f"{chosen} (auto: {why})" + (f"; the DiT {pixels} (auto: {pixels_why})" if pixels else "")
     return chosen
 
 
-def quantize(adapter, precision: str, device: torch.device, dtype: torch.dtype) -> None:
-    """Swap the adapter's block linears for int8 / NF4 ones computing in dtype (models.quantize), and a pixel
-    model apart's too (a 7B DiT fits the card the 9B token stage was sized for only at its precision), then
-    move its weights to device."""
-    if not swap_linears(adapter.blocks(), precision, dtype):
+def quantize(adapter, precision: str, device: torch.device, dtype: torch.dtype, pixels: str | None = None) -> None:
+    """Swap the adapter's block linears for int8 / NF4 ones computing in dtype (models.quantize) where precision is
+    one of those, and a pixel model apart's at `pixels` (default: precision; a dtype's name leaves them as they
+    are), then move the weights to device."""
+    if precision in QUANTISED and not swap_linears(adapter.blocks(), precision, dtype):
         raise ValueError(f"{adapter.family}: nothing to quantise (no linear layers in its transformer blocks); "
                          "choose bf16, fp16 or fp32")
-    swap_linears(adapter.pixel_blocks(), precision, dtype)
+    if (pixels or precision) in QUANTISED:
+        swap_linears(adapter.pixel_blocks(), pixels or precision, dtype)
     to_device(adapter, device)
 
 

@@ -91,15 +91,31 @@ def need(adapter, precision: str, compute: str, settings: DecodeSettings | None 
 def choose_precision(adapter, compute: str, free: int, settings: DecodeSettings | None = None) -> tuple[str, str]:
     """auto's choice on a GPU: the compute dtype if its need fits `free` bytes, else int8, else nf4 (NF4
     also when nothing fits: the smallest). -> (precision, why), the reason with every figure it used."""
-    options = [compute] + [p for p in FALLBACK if p != "nf4" or _has_bitsandbytes()]
-    needs = [need(adapter, p, compute, settings) for p in options]
-    fits = next((n for n in needs if n.total <= free), None)
-    figures = ", ".join(f"{n.precision} {n.total / 1e9:.2f} GB" for n in needs)
+    return _first_fit([(p, need(adapter, p, compute, settings).total) for p in _options(compute)], free,
+                      "free memory or use a smaller window / image")
+
+
+def choose_pixel_precision(adapter, compute: str, free: int) -> tuple[str, str]:
+    """auto's choice for a pixel model apart (GLM-Image's DiT), chosen for it alone: it runs alone on the card, after
+    the token stage has left it (the nodes' runtime), so the token stage's precision does not bind it. The compute
+    dtype if its weights fit `free` bytes, else int8, else nf4; its activations come on top (free is what the card
+    holds less ComfyUI's inference reserve). -> (precision, why)."""
+    return _first_fit([(p, pixel_weight_need(adapter, p, compute)) for p in _options(compute)], free,
+                      "free memory or draw a smaller image")
+
+
+def _options(compute: str) -> list[str]:
+    return [compute] + [p for p in FALLBACK if p != "nf4" or _has_bitsandbytes()]
+
+
+def _first_fit(needs: list[tuple[str, int]], free: int, hint: str) -> tuple[str, str]:
+    """The first (precision, bytes) that fits free bytes, or the last (the smallest) -> (precision, why)."""
+    figures = ", ".join(f"{p} {n / 1e9:.2f} GB" for p, n in needs)
+    fits = next(((p, n) for p, n in needs if n <= free), None)
     if fits is None:
-        smallest = needs[-1]
-        return smallest.precision, (f"nothing fits in {free / 1e9:.2f} GB free ({figures}); took the smallest, "
-                                    f"{smallest.precision}: free memory or use a smaller window / image")
-    return fits.precision, f"{fits.precision}: needs {fits.total / 1e9:.2f} GB of {free / 1e9:.2f} GB free ({figures})"
+        return needs[-1][0], (f"nothing fits in {free / 1e9:.2f} GB free ({figures}); took the smallest, "
+                              f"{needs[-1][0]}: {hint}")
+    return fits[0], f"{fits[0]}: needs {fits[1] / 1e9:.2f} GB of {free / 1e9:.2f} GB free ({figures})"
 
 
 def _has_bitsandbytes() -> bool:
