@@ -322,3 +322,36 @@ def test_download_of_one_gpt_leaves_its_siblings_in_the_shared_folder_loadable(h
     assert len(hub.gets(C2I, "vq_ds16_c2i.pt")) == 1                              # the shared file: fetched once
     assert list_models([str(tmp_path)]) == ["demo"] + [os.path.join("llamagen-c2i", f)
                                                       for f in ("c2i_B_256.pt", "c2i_X_256.pt")]
+
+
+def test_a_second_download_of_an_entry_waits_for_the_first(hub, tmp_path, caplog):
+    """Two processes downloading one entry into one folder (two ComfyUI instances sharing models/, or ComfyUI and
+    the command) wrote the same part files, and one failed on a FileNotFoundError where the other had renamed its
+    file. The second waits (saying who holds it; its progress call runs, so Cancel stops the wait) and finds the
+    model complete: one copy fetched. Here the two are threads: the lock is the operating system's."""
+    import logging
+    import threading
+    holding, go, results = threading.Event(), threading.Event(), {}
+
+    def first_progress(done, total):
+        if done and not go.is_set():                 # its first bytes are in: it holds the download here
+            holding.set()
+            go.wait(30)
+    first = threading.Thread(target=lambda: results.setdefault("first", download(ENTRY, str(tmp_path), first_progress)))
+    first.start()
+    assert holding.wait(30)
+    waits = []
+
+    def second_progress(done, total):
+        waits.append((done, total))
+        if len(waits) == 2:                          # the second has waited: the first may finish
+            go.set()
+    with caplog.at_level(logging.WARNING, logger="sjdvp"):
+        second = download(ENTRY, str(tmp_path), second_progress)
+    first.join(30)
+    assert second == results["first"] and os.path.isfile(second) and not incomplete(os.path.dirname(second),
+                                                                                       ENTRY.model)
+    assert waits[:2] == [(0, 0), (0, 0)]
+    assert f"{ENTRY.name} is being downloaded into {tmp_path} by another process (pid {os.getpid()}" in caplog.text
+    fetched = [r for r in hub.requests if r[0] == "GET" and r[1].endswith("/c2i_B_256.pt")]
+    assert len(fetched) == 1, fetched

@@ -17,12 +17,16 @@ total_bytes)`, which may raise to stop (the part files stay for the next run).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import glob
 import hashlib
 import json
+import logging
 import os
 import shutil
+import socket
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -33,6 +37,8 @@ from .catalogue import ENTRIES, Entry, Source, describe, find, size_text
 
 CHUNK = 1 << 20
 RETRIES = 3
+LOCK_POLL = 0.5      # seconds between two looks at the progress call while another process downloads the entry
+log = logging.getLogger("sjdvp")
 Progress = Callable[[int, int], None]
 PROG = "python -m sjdvp_core.download"
 
@@ -297,7 +303,15 @@ def download(entry: Entry | str, root: str, progress: Progress | None = None, en
     path = os.path.join(root, entry.path)
     if _present(path) and unfinished_marker(path) is None:
         return path
-    endpoint = _endpoint(endpoint)
+    progress = progress or (lambda done, total: None)
+    with _one_at_a_time(root, entry, progress):
+        if _present(path) and unfinished_marker(path) is None:
+            return path                               # another process finished it while this one waited
+        return _download(entry, folder, path, progress, _endpoint(endpoint), token)
+
+
+def _download(entry: Entry, folder: str, path: str, progress: Progress, endpoint: str,
+              token: str | bool | None) -> str:
     created, above = [], os.path.abspath(folder)      # every folder makedirs makes, deepest first
     while not os.path.isdir(above) and above != os.path.dirname(above):
         created.append(above)
@@ -311,7 +325,7 @@ def download(entry: Entry | str, root: str, progress: Progress | None = None, en
                             "with room for the model (extra_model_paths.yaml in ComfyUI, --dir on the command "
                             "line)") from e
     try:
-        _fetch_all(entry, folder, state, progress or (lambda done, total: None), endpoint, token)
+        _fetch_all(entry, folder, state, progress, endpoint, token)
     except DownloadError as e:
         if fresh and not state.data["done"] and not glob.glob(os.path.join(folder, "**", "*.part"), recursive=True):
             os.remove(state.path)   # nothing fetched: unmarked, so files the message says to put there load
@@ -326,6 +340,44 @@ def download(entry: Entry | str, root: str, progress: Progress | None = None, en
         raise DownloadError(f"{entry.name}: downloaded, but {path} is not among its files; update sjdvp")
     os.remove(state.path)                             # the model is complete from here on
     return path
+
+
+@contextlib.contextmanager
+def _one_at_a_time(root: str, entry: Entry, progress: Progress):
+    """One process at a time downloads an entry into a models folder: two (two ComfyUI instances sharing the folder,
+    or ComfyUI and the command) would write the same part files, and one would fail on the other's renamed file.
+    The second waits, says once who holds it, and calls progress(0, 0) while it waits (Cancel stops the wait; the
+    other download goes on). An OS lock (filelock, which torch and huggingface_hub bring), so a process that dies
+    holds nothing; kept in the temporary folder, named after the models folder's real path and the entry, so that
+    nothing is left in the models folder (a failed first try leaves it as it was)."""
+    from filelock import FileLock, Timeout
+    key = hashlib.sha256(f"{os.path.realpath(root)}\n{entry.name}".encode()).hexdigest()[:24]
+    lock_path = os.path.join(tempfile.gettempdir(), f"sjdvp-download-{key}.lock")
+    owner = lock_path + ".owner"
+    lock = FileLock(lock_path)
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        holder = read_marker(owner)
+        log.warning("sjdvp: %s is being downloaded into %s by another process (pid %s on %s, since %s); waiting for "
+                    "it to finish", entry.name, root, holder.get("pid", "?"), holder.get("host", "?"),
+                    holder.get("since", "?"))
+        while True:
+            progress(0, 0)
+            try:
+                lock.acquire(timeout=LOCK_POLL)
+                break
+            except Timeout:
+                continue
+    try:
+        with open(owner, "w", encoding="utf-8") as f:
+            json.dump({"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%d %H:%M:%S")},
+                      f)
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.remove(owner)
+        lock.release()
 
 
 def _fetch_all(entry: Entry, folder: str, state: "_State", progress: Progress, endpoint: str,
@@ -365,7 +417,9 @@ class _TextBar:
         now = time.monotonic()
         if now - self.last >= 0.5 or done >= total:
             self.last = now
-            pct = 100 * done / total if total else 100
+            if not total:
+                return                                  # waiting for another process's download of it
+            pct = 100 * done / total
             print(f"\r  {size_text(done)} / {size_text(total)} ({pct:.0f}%)", end="", file=self.out, flush=True)
 
 
