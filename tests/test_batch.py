@@ -85,6 +85,16 @@ def test_one_process_writes_every_image_once_and_a_rerun_does_nothing(tmp_path):
         run(prompt_file(tmp_path, jsonl=True), ["0", "1"], ["ar", "sjd-vp"], out, window="16", top_k=5, device="cpu")
     with pytest.raises(ValueError, match="made with other jobs"):
         run(prompt_file(tmp_path, jsonl=True), ["2"], ["ar", "sjd-vp"], out, window="8", device="cpu")
+    # another kind of device draws other images from the same seeds: resumed there, it is refused by name
+    run_json = json.load(open(os.path.join(out, "run.json")))
+    assert run_json["device"].startswith("cpu")
+    run_json["device"] = "cuda: NVIDIA H100 80GB HBM3"                        # as a run started on a GPU leaves it
+    json.dump(run_json, open(os.path.join(out, "run.json"), "w"))
+    with pytest.raises(ValueError, match="made with other device: give a new --out"):
+        run(prompt_file(tmp_path, jsonl=True), ["0", "1"], ["ar", "sjd-vp"], out, window="8", device="cpu")
+    del run_json["device"]                                                   # an older version's run.json
+    json.dump(run_json, open(os.path.join(out, "run.json"), "w"))
+    assert run(prompt_file(tmp_path, jsonl=True), ["0", "1"], ["ar", "sjd-vp"], out, window="8", device="cpu") == 0
     assert len(finished(out)) == 12 and len(open(os.path.join(out, "images.jsonl")).readlines()) == 12
 
 

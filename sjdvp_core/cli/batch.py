@@ -21,6 +21,7 @@ import glob
 import hashlib
 import json
 import os
+import platform
 import sys
 import time
 from dataclasses import dataclass
@@ -100,17 +101,28 @@ def jobs(prompts: list[tuple[str, str | None]], seeds: list[int], methods: list[
     return [Job(i, p, n, s, m) for i, (p, n, s, m) in enumerate(combos)]
 
 
+def device_kind(device: str) -> str:
+    """What a run's images depend on of its device: a GPU's model ("cuda: NVIDIA H100 80GB HBM3"), or the kind of
+    processor (not its thread count, nor which of several identical GPUs a rank took)."""
+    d = torch.device(device)
+    if d.type == "cuda" and torch.cuda.is_available():
+        return f"cuda: {torch.cuda.get_device_name(d)}"
+    return f"{d.type}: {platform.processor() or platform.machine()}" if d.type == "cpu" else d.type
+
+
 def claim(out: str, made_by: dict, has_images: bool) -> None:
-    """<out>/run.json: what makes this run's images (the model, every setting, the jobs). A run resumed into out
-    must match it: another model or setting would add images made otherwise beside the first ones, and another job
-    list would replace images.jsonl's index of them. -> a ValueError naming what differs. A folder without images
-    yet (a run that stopped at a mistake before its first) takes the new arguments."""
+    """<out>/run.json: what makes this run's images (the model, every setting, the jobs, the kind of device: the same
+    seed draws another image on another). A run resumed into out must match it: another model, setting or device
+    would add images made otherwise beside the first ones, and another job list would replace images.jsonl's index
+    of them. -> a ValueError naming what differs. A folder without images yet (a run that stopped at a mistake
+    before its first) takes the new arguments. A run.json from before the device was kept is taken as this device's."""
     made_by = json.loads(json.dumps(made_by))          # as it reads back (tuples as lists)
     path = os.path.join(out, "run.json")
     first = None
     if os.path.isfile(path):
         with open(path, encoding="utf-8") as f:
             first = json.load(f)
+        first.setdefault("device", made_by.get("device"))
     if first is not None and has_images:
         changed = sorted(k for k in made_by.keys() | first.keys() if made_by.get(k) != first.get(k))
         if changed:
@@ -184,19 +196,20 @@ def run(prompts: str, seeds: list[str], methods: list[str], out: str, model: str
     sampling_args = dict(cfg=cfg, top_k=top_k, top_p=top_p, temperature=temperature)
     how.check(methods, {min(seed_list), max(seed_list)}, sampling_args)
     output_folder(out, "--out")
+    distributed = world > 1
+    if device is None or (distributed and device.startswith("cuda")):
+        device = f"cuda:{local}" if torch.cuda.is_available() else default_device()
     listed = json.dumps([(j.prompt, j.negative, j.seed, j.method) for j in all_jobs]).encode()
     made_by = dict(model=os.path.realpath(model) if os.path.exists(model) else model, precision=precision,
                    window=window, cfg=cfg, top_k=top_k, top_p=top_p, temperature=temperature, width=width,
                    height=height, tree=(tree_width, tree_depth, tree_branch), coupled=coupled, auto_tree=auto_tree,
-                   compile=compile, init=init, trained_size=trained_size, jobs=hashlib.sha256(listed).hexdigest())
+                   compile=compile, init=init, trained_size=trained_size, jobs=hashlib.sha256(listed).hexdigest(),
+                   device=device_kind(device))
     claim(out, made_by, bool(records(out)))
     done = finished(out, all_jobs)
-    distributed = world > 1
     if distributed:   # one small exchange at the end (_failed_ranks), where every rank waits for the slowest
         import torch.distributed as dist
         dist.init_process_group("gloo", timeout=RUN_TIMEOUT)
-    if device is None or (distributed and device.startswith("cuda")):
-        device = f"cuda:{local}" if torch.cuda.is_available() else default_device()
     mine = [j for j in all_jobs if j.index % world == rank and j.name + ".png" not in done]
     for job in mine:     # a kill's half-written PNGs of this rank's jobs
         for tmp in glob.glob(os.path.join(out, f".{job.name}.png.*.tmp.png")):
