@@ -138,6 +138,41 @@ def test_janus_workflow_runs_the_tiny_model(server, object_info):
         shutil.rmtree(folder)
 
 
+def test_emu3_workflow_runs_the_tiny_model(server, object_info):
+    """The Emu3 workflow as shipped, a tiny transformers-format Emu3 in its catalogue entry's folder (nothing is
+    downloaded); only the size changes, to 16 x 8 px, which the tiny model's f2 VQ makes 4 rows of 8 tokens. The
+    loader lays out Emu3's default 720 x 720 px first: the tiny model gets the real release's positions for it."""
+    from PIL import Image
+
+    from sjdvp_core.hub.catalogue import BY_NAME
+    from tests.test_emu3 import write_converted
+    workflow = load(os.path.join(REPO, "workflows", "sjdvp_emu3.json"))
+    prompt = to_api(workflow, object_info)
+    decode = next(k for k, v in prompt.items() if v["class_type"] == "SJDVP_SpeculativeDecode")
+    prompt[decode]["inputs"].update(width=16, height=8)
+    folder = os.path.join(server.models, BY_NAME["Emu3-Gen"].folder)
+    os.makedirs(folder)
+    write_converted(pathlib.Path(folder))
+    config = os.path.join(folder, "config.json")
+    with open(config) as f:
+        settings = json.load(f)
+    settings["text_config"]["max_position_embeddings"] = 131072
+    with open(config, "w") as f:
+        json.dump(settings, f)
+    try:
+        history, messages = server.run(prompt, workflow)
+        errors = [m["data"] for m in messages if m["type"] == "execution_error"]
+        assert history["status"]["status_str"] == "success", [e.get("exception_message") for e in errors]
+        save = next(k for k, v in prompt.items() if v["class_type"] == "SaveImage")
+        image = history["outputs"][save]["images"][0]
+        assert Image.open(os.path.join(server.output, image["subfolder"], image["filename"])).size == (16, 8)
+        report = next(v for k, v in history["outputs"].items() if prompt[k]["class_type"] == "SJDVP_Report")
+        figures = report["sjdvp_report"][0]
+        assert figures["step_compression"] >= 1 and figures["ar_passes"] >= 4 * 8
+    finally:
+        shutil.rmtree(folder)
+
+
 @pytest.mark.parametrize("name", ["sjdvp_glm_image", "sjdvp_glm_image_edit"])
 def test_glm_image_workflows_run_the_tiny_model(server, object_info, name):
     """The GLM-Image workflows as shipped (text to image, and editing a picture LoadImage gives, 64 x 48 px: the
