@@ -4,9 +4,9 @@
 //  - Speed-up Report shows its report text on the node (a read-only text box, as core's "Preview as
 //    Text" does), and Speculative Decode and Speed-up Report carry a badge ("~X× faster (est., S s saved)
 //    · Y× fewer passes · T tok/pass · captured") built from the figures the nodes send as data
-//    (`sjdvp_report`). The classic canvas draws it as a litegraph node badge. The Vue node renderer ("Nodes 2.0") reads node badges
-//    once when it mounts a node (frontend 1.58: measured), so after a run it gets a chip in the node's
-//    header instead.
+//    (`sjdvp_report`). The classic canvas draws it as a litegraph node badge. The Vue node renderer
+//    ("Nodes 2.0") reads node badges once when it mounts a node (frontend 1.58: measured), so after a run
+//    it gets a chip in the node's header instead.
 //  - Both come back when ComfyUI replays a cached run (the nodes are output nodes, so it re-sends their
 //    UI output) and when the frontend restores outputs itself (a tab reopened, a queue entry loaded).
 import { api } from "../../../scripts/api.js";
