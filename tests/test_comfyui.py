@@ -88,6 +88,18 @@ def test_load_model_options_outside_their_lists_are_refused(server, object_info)
         assert f"{widget}={value!r}" in errors[0]["exception_message"], errors[0]["exception_message"]
 
 
+def run_ok(server, prompt: dict, workflow: dict):
+    """Run an API prompt, which must succeed -> (the image its Save Image wrote, the Speed-up Report's figures)."""
+    from PIL import Image
+    history, messages = server.run(prompt, workflow)
+    errors = [m["data"] for m in messages if m["type"] == "execution_error"]
+    assert history["status"]["status_str"] == "success", [e.get("exception_message") for e in errors]
+    save = next(k for k, v in prompt.items() if v["class_type"] == "SaveImage")
+    saved = history["outputs"][save]["images"][0]
+    report = next(v for k, v in history["outputs"].items() if prompt[k]["class_type"] == "SJDVP_Report")
+    return Image.open(os.path.join(server.output, saved["subfolder"], saved["filename"])), report["sjdvp_report"][0]
+
+
 def test_lumina2_workflow_runs_the_tiny_model(server, object_info):
     """The family workflow as shipped, its catalogue entry's folder holding a tiny Lumina-mGPT 2.0 (so nothing is
     downloaded); only the size changes, to one the tiny model's 160 positions hold."""
@@ -142,8 +154,6 @@ def test_emu3_workflow_runs_the_tiny_model(server, object_info):
     """The Emu3 workflow as shipped, a tiny transformers-format Emu3 in its catalogue entry's folder (nothing is
     downloaded); only the size changes, to 16 x 8 px, which the tiny model's f2 VQ makes 4 rows of 8 tokens. The
     loader lays out Emu3's default 720 x 720 px first: the tiny model gets the real release's positions for it."""
-    from PIL import Image
-
     from sjdvp_core.hub.catalogue import BY_NAME
     from tests.test_emu3 import write_converted
     workflow = load(os.path.join(REPO, "workflows", "sjdvp_emu3.json"))
@@ -160,15 +170,8 @@ def test_emu3_workflow_runs_the_tiny_model(server, object_info):
     with open(config, "w") as f:
         json.dump(settings, f)
     try:
-        history, messages = server.run(prompt, workflow)
-        errors = [m["data"] for m in messages if m["type"] == "execution_error"]
-        assert history["status"]["status_str"] == "success", [e.get("exception_message") for e in errors]
-        save = next(k for k, v in prompt.items() if v["class_type"] == "SaveImage")
-        image = history["outputs"][save]["images"][0]
-        assert Image.open(os.path.join(server.output, image["subfolder"], image["filename"])).size == (16, 8)
-        report = next(v for k, v in history["outputs"].items() if prompt[k]["class_type"] == "SJDVP_Report")
-        figures = report["sjdvp_report"][0]
-        assert figures["step_compression"] >= 1 and figures["ar_passes"] >= 4 * 8
+        image, figures = run_ok(server, prompt, workflow)
+        assert image.size == (16, 8) and figures["step_compression"] >= 1 and figures["ar_passes"] >= 4 * 8
     finally:
         shutil.rmtree(folder)
 
@@ -192,15 +195,9 @@ def test_glm_image_workflows_run_the_tiny_model(server, object_info, name):
         prompt[decode]["inputs"].update(width=64, height=96)
         pixels = next(k for k, v in prompt.items() if v["class_type"] == "SJDVP_DecodeImage")
         prompt[pixels]["inputs"].update(steps=2)
-        history, messages = server.run(prompt, workflow)
-        errors = [m["data"] for m in messages if m["type"] == "execution_error"]
-        assert history["status"]["status_str"] == "success", [e.get("exception_message") for e in errors]
-        save = next(k for k, v in prompt.items() if v["class_type"] == "SaveImage")
-        image = history["outputs"][save]["images"][0]
-        assert Image.open(os.path.join(server.output, image["subfolder"], image["filename"])).size == (64, 96)
-        report = next(v for k, v in history["outputs"].items() if prompt[k]["class_type"] == "SJDVP_Report")
+        image, figures = run_ok(server, prompt, workflow)
         grids = 3 * 2 if name.endswith("edit") else 19 * 13 + 3 * 2
-        assert report["sjdvp_report"][0]["ar_passes"] == grids      # a pass per token after the prefill's
+        assert image.size == (64, 96) and figures["ar_passes"] == grids      # a pass per token after the prefill's
     finally:
         shutil.rmtree(folder)
 
