@@ -9,7 +9,6 @@ from comfy_api.latest import io, ui
 from ..sjdvp_core.demo import DEMO_SAMPLING
 from ..sjdvp_core.engine.adapter import KEEP_SIZE, Edit, PixelSettings, at_size
 from ..sjdvp_core.engine.budget import decode_bytes
-from ..sjdvp_core.engine.calibration import calibration
 from ..sjdvp_core.engine.decode import DecodeResult, decode
 from ..sjdvp_core.engine.report import report_data, report_text
 from ..sjdvp_core.engine.settings import (
@@ -142,12 +141,11 @@ class SpeculativeDecode(io.ComfyNode):
         negatives = negative_prompt if negative_prompt.strip() else None   # a stray newline is no negative prompt
         need = decode_bytes(adapter, settings, condition, negatives)
         progress, measuring = runtime.Progress(adapter), runtime.Measuring()
-        try:   # what auto chooses by and the report prices by: measured on a first run (its own bar), then cached
+        try:   # one engine call: a first speculative run measures the device (its own bar), then cached
             runtime.prepare(model, need)     # moving the weights in may run out of memory too: the same message
-            cost, profile = (None, None) if drafter is None else calibration(adapter, settings, progress=measuring)
-            measuring.finish()
             result = decode(adapter, condition, settings, negatives=negatives, progress=progress,
-                            cost=cost, profile=profile)
+                            priced=drafter is not None, measuring=measuring)
+            measuring.finish()
         except runtime.OOM as e:
             raise runtime.oom_message(e, settings.window.size, settings.window.tree.width) from e
         method = "AR" if drafter is None else drafter.name

@@ -252,14 +252,14 @@ class Progress:
 
 
 class Measuring:
-    """A calibration's progress (the engine's decode.MeasureFn) -> ComfyUI's bar and a line of text on the node;
+    """A calibration's progress (the engine's calibration.MeasureFn) -> ComfyUI's bar and a line of text on the node;
     ComfyUI's interrupt stops it (nothing is cached). The first run of a speculative method on a model measures
     the device (and, for an automatic window, how many drafts each window wins) before its first token: seconds
     on the demo, about a thousand of its passes for a large model on a GPU, which the node says rather than
     sitting at 0%."""
 
     def __init__(self):
-        self.pbar, self.what, self.started = None, None, None
+        self.pbar, self.what, self.started, self.last = None, None, None, None
 
     def __call__(self, what: str, done: int, total: int) -> None:
         mm.throw_exception_if_processing_interrupted()
@@ -269,10 +269,12 @@ class Measuring:
             self.what = what
             say(f"sjdvp: measuring the {what} on this model and device (a first run; kept for later runs)")
         self.pbar.update_absolute(done, total)
+        self.last = time.monotonic()
 
     def finish(self) -> None:
+        """After the decode that measured: how long measuring took (to its last step)."""
         if self.started is not None:
-            say(f"sjdvp: measured this device in {time.monotonic() - self.started:.0f} s; later runs reuse it")
+            say(f"sjdvp: measured this device in {self.last - self.started:.0f} s; later runs reuse it")
 
 
 def say(text: str) -> None:

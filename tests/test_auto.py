@@ -1,6 +1,5 @@
 """The automatic window and the pass cost it chooses by (engine/auto.py, engine/cost.py)."""
 import json
-import time
 from dataclasses import replace
 
 import pytest
@@ -15,15 +14,17 @@ from sjdvp_core.engine.calibration import (
     calibration,
     cost_key,
     forget_stale_cost,
+    load_cached,
     measure_cost,
     pass_cost,
+    save_cached,
 )
-from sjdvp_core.engine.cost import GRID, PassCost, load_cached, monotone, save_cached
+from sjdvp_core.engine.cost import GRID, PassCost, monotone
 from sjdvp_core.engine.drafting import Drafter
-from sjdvp_core.engine.loop import JacobiDecoder
 from sjdvp_core.engine.settings import TreeSettings, method_settings
 from sjdvp_core.engine.stats import DecodeStats
 from sjdvp_core.models.toy import ToyGridAdapter
+from tests.helpers.paced_clock import PacedClock
 
 RISING = PassCost((1, 2, 4, 8, 16), (1.0, 1.2, 1.5, 2.2, 3.8), "synthetic: a CPU-like curve")
 
@@ -129,23 +130,18 @@ def test_the_profile_is_measured_on_the_example_and_cached(tmp_path, monkeypatch
 
 
 def test_measured_cost_is_cached_per_model_and_device(tmp_path, monkeypatch):
-    """Paced (20 ms an iteration, far above the toy's own sub-millisecond time): a slow stretch of the machine must
-    not cut the measured grid, which this test does not test (test_a_slow_stretch_does_not_cut_the_measured_grid)."""
+    """On a paced clock (20 ms an iteration): how fast the machine runs cannot cut the measured grid."""
     monkeypatch.setenv("SJDVP_CACHE", str(tmp_path))
-    iterate = JacobiDecoder.iterate
-
-    def paced(self, loop):
-        iterate(self, loop)
-        time.sleep(20e-3)
-    monkeypatch.setattr(JacobiDecoder, "iterate", paced)
+    clock = PacedClock()
+    clock.pace(monkeypatch, lambda decoder: 20e-3)
     toy = ToyGridAdapter(height=8, width=8, levels=4)
     settings = method_settings("sjd", 16, toy.default_sampling, auto=True)
-    cost = pass_cost(toy, settings)
+    cost = pass_cost(toy, settings, clock=clock)
     assert cost.tokens[0] == 1 and all(t > 0 for t in cost.seconds) and cost.source.startswith("measured on cpu")
     assert len(cost.engine) == len(cost.tokens)
     assert list(tmp_path.rglob("*.json")) and pass_cost(toy, settings) == cost          # read back, not remeasured
     assert load_cached({"not": "a key"}) is None
-    fixed = pass_cost(toy, replace(settings, window=replace(settings.window, auto=False)))    # what its report needs
+    fixed = pass_cost(toy, replace(settings, window=replace(settings.window, auto=False)), clock=clock)  # the report's
     assert fixed.tokens == (1, 8, 16) and len(list(tmp_path.rglob("*.json"))) == 2
 
 
@@ -160,16 +156,15 @@ def test_measuring_stops_past_the_widest_window_auto_allocates():
 def test_a_slow_stretch_does_not_cut_the_measured_grid(monkeypatch):
     """Round one stops at the first window costing more than MOST_FACTOR x t(1), but only once t(1) and that
     window timed again agree: here window 4's first timing falls in a stretch where everything is 5x slower."""
-    iterate, slow = JacobiDecoder.iterate, {"left": 5}    # one timing of window 4: 2 warm-up + 3 timed
+    clock, slow = PacedClock(), {"left": 5}    # one timing of window 4: 2 warm-up + 3 timed
 
-    def paced(self, loop):   # 20 ms + 2 ms per token scored (the toy's own time is far less): t(24) = 3.1 t(1)
-        iterate(self, loop)
-        stretch = self.W == 4 and slow["left"] > 0
+    def seconds(decoder):   # 20 ms + 2 ms per token scored: t(24) = 3.1 t(1)
+        stretch = decoder.width == 4 and slow["left"] > 0
         slow["left"] -= stretch
-        time.sleep((20e-3 + 2e-3 * self.W) * (5 if stretch else 1))
-    monkeypatch.setattr(JacobiDecoder, "iterate", paced)
+        return (20e-3 + 2e-3 * decoder.width) * (5 if stretch else 1)
+    clock.pace(monkeypatch, seconds)
     toy = ToyGridAdapter(height=8, width=8, levels=4)
-    cost = measure_cost(toy, method_settings("sjd", 32, toy.default_sampling), iterations=9)
+    cost = measure_cost(toy, method_settings("sjd", 32, toy.default_sampling), iterations=9, clock=clock)
     assert slow["left"] == 0 and cost.tokens[-1] == 24      # timed past 4, up to the first window beyond 3 x t(1)
     assert 2 < cost.relative(16) < auto.MOST_FACTOR and cost.relative(4) < 2       # 52 / 22 and 28 / 22 paced
 

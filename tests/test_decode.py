@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from sjdvp_core import DecodeSettings, DrafterSettings, SamplingSettings, VPSettings, WindowSettings, decode
-from sjdvp_core.engine.fresh import copy_sources
+from sjdvp_core.engine.drafting import copy_sources
 from sjdvp_core.engine.window import LocalLayout
 from sjdvp_core.models.toy import ToyGridAdapter
 from tests.helpers.toy_reference import ar_greedy

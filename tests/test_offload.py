@@ -11,8 +11,8 @@ import torch
 
 from sjdvp_core import SamplingSettings, decode
 from sjdvp_core.engine.auto import Profile
-from sjdvp_core.engine.calibration import auto_plans, cost_key, profile_key
-from sjdvp_core.engine.cost import PassCost, load_cached, save_cached
+from sjdvp_core.engine.calibration import auto_plans, cost_key, load_cached, profile_key, save_cached
+from sjdvp_core.engine.cost import PassCost
 from sjdvp_core.engine.settings import TreeSettings, method_settings
 from sjdvp_core.models.loading import load_model
 from sjdvp_core.models.placement import device_map, offload_map, place

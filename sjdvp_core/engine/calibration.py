@@ -4,9 +4,15 @@ the pass cost t(k) (real iterations of the loop at fixed windows, timed) and the
 window is given neither; a caller that times decodes calls it (and `warm_up`) first."""
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import itertools
+import json
 import logging
+import os
+import platform
 import statistics
+import time
 from dataclasses import replace
 from typing import Callable, Iterable, Iterator, Sequence
 
@@ -15,8 +21,8 @@ import torch
 from .adapter import ModelAdapter
 from .auto import MOST_FACTOR, Plan, Profile, candidate_plans, contenders, most_tokens, warmed
 from .captured import pass_kind
-from .cost import GRID, PassCost, cached, device_name, forget_cached, load_cached, monotone, weights_key
-from .loop import JacobiDecoder, Loop
+from .cost import GRID, PassCost, monotone
+from .loop import Clock, JacobiDecoder, Loop
 from .settings import DecodeSettings
 from .stats import DecodeStats
 from .tree import scratch_nodes
@@ -57,7 +63,8 @@ def warm_up(adapter: ModelAdapter, settings: DecodeSettings, plans: Sequence[Pla
 
 
 def measure_cost(adapter: ModelAdapter, settings: DecodeSettings, grid: Sequence[int] = GRID,
-                 iterations: int = 30, rounds: int = 3, progress: MeasureFn | None = None) -> PassCost:
+                 iterations: int = 30, rounds: int = 3, progress: MeasureFn | None = None,
+                 clock: Clock | None = None) -> PassCost:
     """t(k) on the adapter's device: the median wall time of real iterations (the forward and the engine's
     step) of decodes with these settings at a fixed window of k tokens, for every k of grid up to the
     settings' window and that window itself, stopping past the widest window auto would allocate
@@ -76,7 +83,8 @@ def measure_cost(adapter: ModelAdapter, settings: DecodeSettings, grid: Sequence
         """per_round timed iterations at window k (after two to warm up) -> their median, kept in walls[k]."""
         nonlocal done
         timed, these = 0, []
-        for decoder, loop in _fixed_decodes(adapter, settings, Plan(k), itertools.count(), timing=True):
+        for decoder, loop in _fixed_decodes(adapter, settings, Plan(k), itertools.count(), timing=True,
+                                            clock=clock):
             if timed == per_round + 2:
                 break
             before, t = sum(loop.rec.times[1:]), decoder.clock.now()
@@ -110,17 +118,17 @@ def measure_cost(adapter: ModelAdapter, settings: DecodeSettings, grid: Sequence
 
 
 def _fixed_decodes(adapter: ModelAdapter, settings: DecodeSettings, plan: Plan, seeds: Iterable[int],
-                   timing: bool = False) -> Iterator[tuple[JacobiDecoder, Loop]]:
+                   timing: bool = False, clock: Clock | None = None) -> Iterator[tuple[JacobiDecoder, Loop]]:
     """Decodes of the adapter's example condition at one fixed plan, seed after seed, for the calibrations:
     yields (decoder, loop) before each iteration, which the caller runs (timing or counting it) before it
-    asks for the next; it stops asking when it has enough."""
+    asks for the next; it stops asking when it has enough. clock: what times them (default: the device's)."""
     conditions = [adapter.example_condition] * settings.batch_size
     for seed in seeds:
         fixed = replace(_fixed(settings, plan), seed=seed)
         try:
             layout, first_logits = adapter.start(conditions, None, fixed.sampling.uses_cfg,
                                                  scratch_nodes(plan.window, plan.tree))
-            decoder = JacobiDecoder(adapter, fixed, layout, timing=timing)
+            decoder = JacobiDecoder(adapter, fixed, layout, timing, clock=clock)
             loop = decoder.begin(first_logits)
             while not decoder.done(loop):
                 yield decoder, loop
@@ -149,14 +157,15 @@ def cost_key(adapter: ModelAdapter, settings: DecodeSettings) -> dict:
         ({} if settings.window.auto else {"grid": "fixed"})
 
 
-def pass_cost(adapter: ModelAdapter, settings: DecodeSettings, progress: MeasureFn | None = None) -> PassCost:
+def pass_cost(adapter: ModelAdapter, settings: DecodeSettings, progress: MeasureFn | None = None,
+              clock: Clock | None = None) -> PassCost:
     """measure_cost, cached on disk per (weights, device, placement, dtype, torch version, rows, method, window,
     compile, captured or eager passes). A fixed window's is t(1), t(W / 2) and t(W), what its report prices it by
     (a tree's wider passes from the last segment; half the measuring at W = 16); an automatic window's, the grid
     up to W, which it chooses by."""
     grid = GRID if settings.window.auto else (1, max(1, settings.window.size // 2))
     return cached(cost_key(adapter, settings), PassCost,
-                  lambda: measure_cost(adapter, settings, grid, progress=progress),
+                  lambda: measure_cost(adapter, settings, grid, progress=progress, clock=clock),
                   f"the pass cost of {settings.drafter.name}")
 
 
@@ -243,3 +252,79 @@ def acceptance_profile(adapter: ModelAdapter, settings: DecodeSettings, plans: S
     return cached(profile_key(adapter, settings, plans), Profile,
                   lambda: measure_profile(adapter, eager, plans, progress=progress),
                   f"the acceptance of {len(plans)} windows and trees for the automatic window")
+
+
+# --- the disk cache: what a calibration measured, per model, device and settings ---------------------
+def device_name(device) -> str:
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"{device.type}: {platform.processor() or platform.machine()}, {torch.get_num_threads()} threads"
+
+
+def weights_key(module: torch.nn.Module) -> dict:
+    """The weights, for a cache key, in one walk over them: which they are ("weights": every parameter's and
+    buffer's name, shape and dtype, and a few values where the module holds them: an offloaded block's are on the
+    meta device between passes, models.placement), the first parameter's dtype, and where they sit ("placement":
+    the devices holding them, "meta" for offloaded blocks; a pass's cost depends on it, its acceptance does not)."""
+    params = list(module.named_parameters())
+    h, devices = hashlib.sha256(), set()
+    for name, t in params + list(module.named_buffers()):
+        h.update(f"{name}{tuple(t.shape)}{t.dtype}".encode())
+        if t.numel() and not t.is_meta:
+            h.update(t.detach().flatten()[:16].float().cpu().numpy().tobytes())
+        devices.add(str(t.device))
+    return {"weights": h.hexdigest()[:16], "placement": ",".join(sorted(devices)),
+            "dtype": str(params[0][1].dtype) if params else "none"}
+
+
+def cache_dir() -> str:
+    return os.environ.get("SJDVP_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "sjdvp")
+
+
+def cache_path(key: dict) -> str:
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
+    return os.path.join(cache_dir(), "calibration", f"{digest}.json")
+
+
+def load_cached(key: dict, kind=PassCost):
+    """What save_cached stored under key (a PassCost, or another kind with from_json), or None."""
+    try:
+        with open(cache_path(key)) as f:
+            data = json.load(f)
+        return kind.from_json(data["value"]) if data.get("key") == key else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None   # none yet, or unreadable: measured again and rewritten
+
+
+def cached(key: dict, kind, measure, what: str):
+    """The value stored under key, else measure() stored there: how calibrations are reused across runs.
+    A measurement is logged (what: what is measured), so the first automatic run's extra seconds say why."""
+    value = load_cached(key, kind)
+    if value is None:
+        log.info("sjdvp: measuring %s once for this model and device (cached in %s)", what, cache_dir())
+        start = time.perf_counter()
+        value = measure()
+        log.info("sjdvp: measured %s in %.1f s", what, time.perf_counter() - start)
+        save_cached(key, value)
+    return value
+
+
+def forget_cached(key: dict) -> None:
+    """What save_cached stored under key is measured again when next asked for."""
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(cache_path(key))
+
+
+def save_cached(key: dict, value) -> None:
+    """value: anything with to_json (the pass cost, auto's acceptance profile)."""
+    path = cache_path(key)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(tmp, "w") as f:
+            json.dump({"key": key, "value": value.to_json()}, f, indent=1)
+        os.replace(tmp, path)
+    except OSError:    # a read-only home or a full disk: measured again next time
+        with contextlib.suppress(OSError):
+            os.remove(tmp)

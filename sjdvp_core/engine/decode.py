@@ -1,8 +1,7 @@
-"""`decode`: generate images with the Jacobi loop (loop.py), calibrating the device first where an automatic
-window needs it (calibration.py)."""
+"""`decode`: generate images with the Jacobi loop (loop.py), calibrating the device first where an
+automatic window needs it or the caller asks for a priced report (calibration.py)."""
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any, Sequence
 
 import torch
@@ -10,7 +9,7 @@ import torch
 from .adapter import ModelAdapter
 from .auto import Profile, largest_tree
 from .budget import per_image
-from .calibration import calibration, forget_stale_cost
+from .calibration import MeasureFn, calibration, forget_stale_cost
 from .cost import PassCost
 from .loop import DecodeResult, JacobiDecoder, ProgressFn
 from .settings import DecodeSettings
@@ -21,38 +20,47 @@ __all__ = ["DecodeResult", "decode"]
 
 def decode(adapter: ModelAdapter, conditions: Sequence[Any] | Any, settings: DecodeSettings,
            negatives: Sequence[Any] | Any | None = None, progress: ProgressFn | None = None,
-           timing: bool = False, cost: PassCost | None = None, profile: Profile | None = None) -> DecodeResult:
-    """Generate settings.batch_size images. conditions: one per image, or one shared by all (the
-    family's prompt, class id, ...); negatives likewise, used as the CFG branch where the family has
-    one. progress(done, total, codes) is called after every iteration with the tokens committed so far
-    (all images) and the image cells known so far ([B, h, w] codebook indices, -1 where undecided); it
-    may raise to abort. timing: split the time into forward / verify / draft (on a GPU this waits for
-    the device three times per iteration). cost, profile: the pass cost and acceptance profile an
-    automatic window chooses by (default: measured on this device once and cached, see pass_cost and
-    acceptance_profile; a decode whose passes stray far from the cached cost forgets it, forget_stale_cost);
-    the same cost, profile and seed give the same image."""
+           timing: bool = False, cost: PassCost | None = None, profile: Profile | None = None,
+           priced: bool = False, measuring: MeasureFn | None = None) -> DecodeResult:
+    """Generate settings.batch_size images.
+
+    conditions: one per image, or one shared by all (the family's prompt, class id, ...); negatives
+    likewise, the CFG branch where the family has one. progress(done, total, codes) is called after
+    every iteration with the tokens committed so far and the image cells known ([B, h, w] codebook
+    indices, -1 where undecided); it may raise to abort. timing: split the time into forward / verify
+    / draft (on a GPU this waits for the device three times per iteration).
+    cost, profile: what an automatic window chooses by; default: measured on this device once and
+    cached (calibration.py), with `measuring` told the progress. priced: measure the pass cost of a
+    fixed window too, so the report prices the speed-up in seconds. The result's stats carry the cost
+    and profile the decode used; the same cost, profile and seed give the same image."""
     if not isinstance(settings, DecodeSettings):
-        raise ValueError(f"settings is a {type(settings).__module__}.{type(settings).__name__}: give a "
-                         f"{DecodeSettings.__module__}.DecodeSettings (method_settings makes one for a named method)")
+        raise ValueError(f"settings is a {type(settings).__module__}.{type(settings).__name__}: give "
+                         f"a {DecodeSettings.__module__}.DecodeSettings (method_settings makes one for "
+                         "a named method)")
     B = settings.batch_size
     conditions = per_image(conditions, B, "conditions")
     negatives = None if negatives is None else per_image(negatives, B, "negatives")
-    asked, auto = settings, settings.window.auto and settings.window.size > 1
-    if auto:
-        adapter.prompt_length(conditions, negatives, settings.sampling.uses_cfg)   # bad conditions: said now
-        cost, profile = calibration(adapter, settings, cost, profile)
-        settings = replace(settings, window=replace(settings.window, size=max(p.window for p in profile.plans),
-                                                    tree=largest_tree(profile.plans)))
-    scratch = scratch_nodes(settings.window.size, settings.window.tree)
+    speculative = settings.window.size > 1
+    auto = settings.window.auto and speculative
+    if auto or (priced and speculative and cost is None):
+        adapter.prompt_length(conditions, negatives, settings.sampling.uses_cfg)  # said before measuring
+        cost, profile = calibration(adapter, settings, cost, profile, measuring)
+    tree = largest_tree(profile.plans) if auto else settings.window.tree
+    widest = max(p.window for p in profile.plans) if auto else settings.window.size
+    scratch = scratch_nodes(widest, tree)
     if scratch and not adapter.trees:
-        raise ValueError(f"{adapter.family}: this model adapter cannot score draft trees; set tree width to 1")
+        raise ValueError(f"{adapter.family}: this model adapter cannot score draft trees; set tree "
+                         "width to 1")
     with torch.inference_mode():
         try:
-            layout, first_logits = adapter.start(conditions, negatives, settings.sampling.uses_cfg, scratch)
-            result = JacobiDecoder(adapter, settings, layout, timing, cost, profile).run(first_logits, progress)
-            result.stats.pass_cost, result.stats.precision = cost, adapter.precision
+            layout, first_logits = adapter.start(conditions, negatives, settings.sampling.uses_cfg,
+                                                 scratch)
+            decoder = JacobiDecoder(adapter, settings, layout, timing, cost, profile if auto else None)
+            result = decoder.run(first_logits, progress)
         finally:
             adapter.finish()
+    stats = result.stats
+    stats.pass_cost, stats.profile, stats.precision = cost, profile, adapter.precision
     if auto:
-        forget_stale_cost(adapter, asked, cost, result.stats)
+        forget_stale_cost(adapter, settings, cost, stats)
     return result

@@ -1,5 +1,5 @@
-"""How drafts are made: fresh ones for positions entering the window (fresh.py), and re-drafts of the
-positions a forward pass scored but did not commit.
+"""How drafts are made: fresh ones for positions entering the window, and re-drafts of the positions
+a forward pass scored but did not commit.
 
 A re-draft has a source, the distribution it draws from, and a draw, how the token is taken from it; both
 are small rule classes in tables (SOURCES, DRAWS), as verify.py's VERIFIERS are, and `Drafter` binds one of
@@ -22,7 +22,6 @@ import torch
 from torch import Tensor
 
 from .devices import wide_float
-from .fresh import FreshDrafts
 from .settings import AUTO_STRENGTHS, DrafterSettings, VPSettings
 from .target import draw, residual, uniform
 from .vp import AutoStrength, fuse, strength_weights
@@ -57,6 +56,64 @@ def continue_draft(x: Tensor, q: Tensor, dist: Tensor, u_keep: Tensor, u_residua
     u_keep, u_residual [...]: uniforms (RedraftDraws)."""
     ratio = (dist.gather(-1, x[..., None]) / q.gather(-1, x[..., None]).clamp_min(1e-30))[..., 0]
     return torch.where(u_keep < ratio, x, draw(residual(dist, q), u_residual))
+
+
+# --- fresh drafts: the first draft of a position entering the window, which has no target yet ---
+# A copy of the nearest known cell above (the default: the SJD paper's vertical repeat) or to the left
+# (one-hot q), or random over the image vocabulary, stored with q = that uniform distribution (exact,
+# and accepted more often than declaring the draw one-hot). Forced positions get their forced token.
+# Under coupled drafting the random draw is the Gumbel-max of the uniform q with the position's noise,
+# so a later re-draft continues the same noise.
+class FreshDrafts:
+    """Drafts for positions with no target yet."""
+
+    def __init__(self, scheme: str, local: LocalLayout, slots: int, device):
+        self.local = local
+        self.ids = torch.arange(local.size, device=device)
+        self.uniform = torch.zeros(local.size, device=device)
+        self.uniform[:local.num_image] = 1.0 / local.num_image
+        self.log_uniform = torch.log(self.uniform[0])   # an image token's log q under a uniform draft
+        self.sources = None if scheme == "random" else copy_sources(scheme, local, max(slots, 1)).to(device)
+
+    def random(self, shape, generator: torch.Generator, device) -> Tensor:
+        """The random image tokens `__call__` may use, through the run's generator."""
+        return torch.randint(self.local.num_image, shape, generator=generator, device=device)
+
+    def __call__(self, positions: Tensor, canvas: Tensor, known_end: Tensor, random: Tensor,
+                 noise: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """Drafts for positions [B, S] given canvas [B, L + pad] known below known_end [B], and random image
+        tokens [B, S] (`random`), or with coupled drafting's noise [B, S, V] the Gumbel-max of the uniform q
+        (coupled_draw's draw, over the image tokens alone). Only the drafts at positions from known_end on are
+        fresh (the caller keeps the others). Returns tokens [B, S] and their draft distributions q [B, S, V]."""
+        tokens = random if noise is None else (noise[..., :self.local.num_image] + self.log_uniform).argmax(-1)
+        one_hot = torch.zeros_like(tokens, dtype=torch.bool)
+        if self.sources is not None:   # one lookup: the position known_end + d copies sources[known_end, d]
+            ahead = (positions - known_end[:, None]).clamp(0, self.sources.shape[1] - 1)
+            src = self.sources[known_end[:, None], ahead]
+            copy = src >= 0
+            tokens = torch.where(copy, canvas.gather(1, src.clamp_min(0)), tokens)
+            one_hot |= copy
+        forced = self.local.forced_at(positions)
+        tokens = torch.where(forced >= 0, forced, tokens)
+        one_hot |= forced >= 0
+        return tokens, torch.where(one_hot[..., None], (self.ids == tokens[..., None]).float(), self.uniform)
+
+
+def copy_sources(scheme: str, local: LocalLayout, slots: int) -> Tensor:
+    """[L + pad, slots]: the position a fresh draft at e + d copies when the positions before e are known
+    (repeat_above: the cell above it, chained up through unknown cells to a known one; where there is none,
+    and for repeat_left, the last known cell), -1 for none. Built once per decode, so that drafting looks a
+    source up in one gather rather than following the chain every iteration."""
+    above, last_cell = local.above.cpu(), local.last_cell.cpu()
+    size = above.shape[0]
+    known = torch.arange(size)[:, None]
+    left = last_cell[(known - 1).clamp_min(0)].expand(size, slots)
+    if scheme == "repeat_left":
+        return left.contiguous()
+    src = above[(known + torch.arange(slots)).clamp(max=size - 1)]
+    while bool((src >= known).any()):   # a cell's above is an earlier position: the chain ends
+        src = torch.where(src >= known, above[src], src)
+    return torch.where(src >= 0, src, left)
 
 
 @dataclass

@@ -44,6 +44,7 @@ class DecodeStats:
     scored_per_iter: list = field(default_factory=list)  # tokens each iteration's forward scored per row
     iteration_seconds: list = field(default_factory=list)  # each iteration's wall time, read back included
     pass_cost: object = None           # the engine/cost.PassCost of this device, where the decode had one
+    profile: object = None             # the auto.Profile an automatic window chose by
     precision: str = ""                # the weights' precision where a loader chose it (ModelAdapter.precision)
     passes: str = ""                   # how the model's passes ran: captured (shapes, seconds) or eager and why
     # draft trees: branching slots where the draft was rejected (so alternatives were tried), and how
