@@ -1,11 +1,11 @@
 """Does an acceptance profile measured at one sampling setting serve another? The automatic window chooses by a
-profile (committed tokens per pass of each candidate plan, decode.acceptance_profile), measured once on the
+profile (committed tokens per pass of each candidate plan, calibration.acceptance_profile), measured once on the
 model's example image. For each other sampling setting (CFG scale, temperature, top-k) this decodes the
 benchmark's prompts with auto choosing by that setting's own profile and by the default sampling's, and
 prices both runs' steps on each cost (this CPU's measured one, and the roofline of Lumina-mGPT 7B on an H200
 and an RTX 4090): the mean modelled speed-up over AR, and the loss from using the default's profile.
 
-    SJDVP_CACHE=/tmp/sjdvp-profile-reuse python -m benchmarks.profile_reuse --out benchmarks/results/profile_reuse
+    SJDVP_CACHE=.cache/profile-reuse python -m benchmarks.profile_reuse --out benchmarks/results/profile_reuse
 
 Steps, not wall clock: every figure is deterministic given the profiles and the seeds (the CPU's cost is
 measured once, or read from the calibration cache; SJDVP_CACHE points that elsewhere).
@@ -24,6 +24,7 @@ from sjdvp_core.engine.decode import decode
 from sjdvp_core.engine.settings import method_settings
 from sjdvp_core.models.loading import load_model
 
+from . import shown
 from .latency import PROMPTS
 
 OTHERS = {"CFG 1.5": {"cfg_scale": 1.5}, "CFG 5": {"cfg_scale": 5.0}, "temperature 0.8": {"temperature": 0.8},
@@ -71,7 +72,7 @@ def main(argv=None) -> list[dict]:
 def write(rows: list[dict], args) -> None:
     with open(args.out + ".json", "w") as f:
         json.dump(rows, f, indent=1)
-    lines = [f"`python -m benchmarks.profile_reuse --out {args.out}` (demo model, coupled SJD-VP, auto window up to "
+    lines = [f"`python -m benchmarks.profile_reuse --out {shown(args.out)}` (demo model, coupled SJD-VP, auto window up to "
              f"128; {len(PROMPTS)} prompts x {args.seeds} seeds; modelled speed-up over AR: the decode's steps "
              "priced by the cost; loss: 1 - default's / own)", "",
              "| cost | trees | sampling | own profile | default's profile | loss |", "|---|---|---|---|---|---|"]

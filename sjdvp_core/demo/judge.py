@@ -35,8 +35,8 @@ def judge_loss(judge: Judge, images: Tensor, classes: Tensor) -> Tensor:
 
 @torch.no_grad()
 def attribute_match(judge: Judge, images: Tensor, classes: Tensor) -> Tensor:
-    """[3, B] bool: the judge finds the prompt's shape, colour, background. On rendered scenes it
-    names colour and background always and the shape 63% of the time (docs/testing.md, "The demo model")."""
+    """[3, B] bool: the judge finds the prompt's shape, colour, background (how often it is right on
+    rendered scenes: docs/testing.md, "The demo model")."""
     preds = [logits.argmax(-1) for logits in judge(images)]
     return torch.stack([p == t for p, t in zip(preds, targets(classes))])
 

@@ -1,33 +1,10 @@
 """The automatic window (and draft tree): what each iteration's forward scores.
 
-Each iteration runs the plan (a window, and optionally a capped draft tree at its first slot) with the most
-expected committed tokens per second, tau(plan) / t(nodes(plan)): t from the device's pass cost (cost.py),
-tau from this model's acceptance profile. The profile is measured once per model and method
-(decode.acceptance_profile, cached on disk beside the pass cost): for every candidate plan, the committed
-tokens per pass over the same stretch of an example image (after a warm-up, so the drafts have matured as
-they do in a decode), in steps, so the same profile prices any device. During the decode the profile is
-scaled to this prompt: tau(plan) = 1 + g (tau_profile(plan) - 1), g the ratio of the tokens this decode's
-drafts actually won to what the profile predicted for the plans it ran (shrunk toward 1 while the evidence
-is thin). A prompt that accepts more than the example moves the choice toward wider plans; one that
-accepts less, toward narrower ones.
-
-Why a profile and not the decode's own per-window rates: the window a draft matured in decides how often it
-is accepted. The acceptance a wide window achieves over its first few slots overstates what a narrow window
-commits, whose drafts are refined fewer times before they reach the front. So a window's worth can only be
-seen by running it for a while, and a decode of a few dozen passes has no room to try each (CHANGELOG.md
-records the ladder chooser this replaced and how it fared).
-
-Candidates: chain windows on a ladder (each about 1.5x the next, at most the largest worth allocating,
-`most_tokens`), and where the adapter scores trees, each window of 16 or more with TREES at its first slot
-(SJD-PAC's proactive drafting, capped branches; tree.py); a plan is dropped when a wider chain or a richer
-tree of its kind costs no more than it does: the fitted profile never has that one commit less, so the plan
-can only lose. Choices hold for EVERY iterations and switch only for a HYSTERESIS gain, so drafts keep
-maturing in one window.
-
-The choice reads only the committed counts of past iterations (and the profile, measured on another image),
-never the randomness of the drafts it is about to verify, so every committed token keeps its exact law (the
-tests check it with chi-square, chain and tree). At least one draft is scored (w >= 2): if plain AR is what
-the device favours, the method to pick is AR.
+Each iteration runs the plan (a chain window, or one with a capped draft tree at its first slot) with the
+most expected committed tokens per second, tau(plan) / t(nodes(plan)): t from the device's pass cost
+(cost.py), tau from this model's acceptance profile (calibration.acceptance_profile) scaled to this prompt
+by what its drafts actually won. The choice reads only past commits, never the drafts it is about to
+verify, so every token keeps its exact law. docs/engine.md, "The automatic window", says why.
 """
 from __future__ import annotations
 
@@ -143,8 +120,7 @@ class Profile:
     def fitted(self) -> "Profile":
         """The committed counts fitted non-decreasing in the window among plans with the same tree (`monotone`):
         a wider window's front drafts have matured over more iterations and it offers more of them, so it
-        never commits less in expectation, while four seeds' counts can say otherwise (measured on the demo,
-        seeds 0-3: window 32 at 4.49 above 48's 4.27; over 16 seeds 4.03 below 4.36), and auto would buy the
+        never commits less in expectation, while a few seeds' counts can say otherwise, and auto would buy the
         noise."""
         committed = list(self.committed)
         for tree in {p.tree for p in self.plans}:
@@ -164,8 +140,7 @@ def best(profile: Profile, cost: PassCost, g: float) -> Plan:
     """The plan with the best rate at g; of plans within TIE of it, the one that scores the most. Under a GPU's
     knee a wider plan costs a hair more, and the fitted profile gives it the narrower one's count where a few seeds
     cannot tell them apart (`Profile.fitted` pools them), though a wider window never commits less: the hair would
-    otherwise choose the narrower (measured on the demo priced for an H200: 48 + 6x1/4 against 64 + 6x1/4, whose
-    counts 16 seeds do tell apart)."""
+    otherwise choose the narrower."""
     rates = {p: rate(profile, cost, p, g) for p in profile.plans}
     top = max(rates.values())
     return max((p for p in profile.plans if rates[p] >= (1 - TIE) * top), key=lambda p: (p.nodes, rates[p]))

@@ -103,9 +103,9 @@ def measure_cost(adapter: ModelAdapter, settings: DecodeSettings, grid: Sequence
             for k in list(ks):
                 measure(k)
                 if r == 0 and statistics.median(walls[k]) > MOST_FACTOR * statistics.median(walls[ks[0]]):
-                    # confirmed against t(1) timed again beside it before the grid is cut for good: the machine's
-                    # speed drifts (a slow stretch once cut a CPU's grid at 4 tokens, and auto then priced wider
-                    # windows from the flat segment before them)
+                    # confirmed against t(1) timed again beside it before the grid is cut for good: the
+                    # machine's speed drifts, and a grid cut by a slow stretch would price wider windows from
+                    # the flat segment before it (test_a_slow_stretch_does_not_cut_the_measured_grid)
                     extra += 2
                     one = measure(ks[0])
                     if measure(k) > MOST_FACTOR * one:
@@ -245,9 +245,8 @@ def acceptance_profile(adapter: ModelAdapter, settings: DecodeSettings, plans: S
     """measure_profile, cached on disk per (weights, drafter, draft init, rows, plans, greedy or sampled): steps,
     not seconds, so it holds on any device, compiled or not. Not per CFG scale, temperature, top-k or top-p: a
     profile measured at one of them serves the others (each decode scales it to its own acceptance, g), and a new
-    value would otherwise mean another measurement. Priced on the H200 and RTX 4090 rooflines, auto chose the same
-    plans with the default sampling's profile as with each setting's own; on a 2-core CPU, where neighbouring
-    windows differ by a few percent, the choices moved either way (benchmarks/results/profile_reuse.md)."""
+    value would otherwise mean another measurement (benchmarks/results/profile_reuse.md measures what that costs
+    auto's choices)."""
     eager = replace(settings, compile=False, passes="eager")   # counted, not timed: compiling, recording cost time
     return cached(profile_key(adapter, settings, plans), Profile,
                   lambda: measure_profile(adapter, eager, plans, progress=progress),

@@ -1,17 +1,10 @@
 """The model's pass replayed as a CUDA graph, as gpt-fast, vLLM and SGLang run their decode steps.
 
-An eager pass of a large model on a GPU waits for the host to launch its kernels one by one: it costs several
-times what reading the weights takes, the same at 1 token as at 256 (benchmarks/results/gpu_check.md).
-Recorded once per input shape and replayed, the launches cost one call. Our KV cache is written by position
-and a plan's passes keep one shape (a chain is padded to its window), so a decode meets few shapes.
-
-A shape is recorded at its second pass (one met once, such as the image's last short tree, is not worth it):
-that pass runs eagerly, once more on a side stream (CUDA's warm-up before a capture), then is recorded with
-its inputs in static buffers and replayed once. The replay must give the eager pass's logits (within the
-dtype's tolerance) or the model runs eagerly from then on, the reason logged once and reported; so does any
-error while recording. A replay writes the cache entries the eager pass wrote, with the same values.
-Graphs live as long as one decode: they hold the addresses of its KV cache. Logits a replay returns are
-overwritten by the next replay of that shape (the loop reads them before its next pass).
+An eager pass of a large model waits for the host to launch its kernels one by one; recorded once per input
+shape and replayed, the launches cost one call. A shape is recorded at its second pass, and its first replay
+is checked against the eager pass (else the model runs eagerly, the reason logged once and reported).
+Graphs live as long as one decode: they hold the addresses of its KV cache. docs/engine.md, "The captured
+pass", says more.
 """
 from __future__ import annotations
 

@@ -1,29 +1,10 @@
 """The engine's step through torch.compile, where the platform compiles it, and eagerly where it does not.
 
-A Jacobi iteration's own work (targets, verification, commit, statistics, re-drafting) is a few hundred
-small tensor operations on [B, W, V] tensors (benchmarks/results/engine_cost.md). Eagerly each is a kernel
-launch on a GPU, and a few microseconds of dispatch on a CPU; compiled, they fuse into a few kernels. The
-step is written to allow it: its randomness comes in as tensors drawn through the run's generator
-beforehand (torch.compile takes no torch.Generator), it reads nothing back to the host, and a chain's
-shapes are fixed per window size (loop.py pads the image's last passes to the plan's window).
-
-Compiling is optional and never required: the first call of each function compiles it (seconds; torch's
-own caches make later processes faster); the second window size compiles a graph for any window size
-(torch's automatic dynamic shapes), which every later one reuses (an automatic window's calibration times a
-dozen: two compilations, not twelve), a changed float setting (cfg, temperature) one more that takes any
-value; and where compiling fails (no C++ compiler, an unsupported Python, more than RECOMPILES graphs) the
-step runs eagerly, with one warning. The compiled and the eager step make the same draws from the same
-distributions; a rounding difference between fused and unfused kernels can flip a rare draw, so a
-seed reproduces an image with the same `compile` setting on the same device.
-
-torch.compile's default mode fuses the step's kernels; a chain's whole step (verification and drafting) is
-one function, so one graph. CUDA graph capture on top of it (mode "reduce-overhead", one replay per step) is not
-the default: no GPU has run it yet. The step writes into tensors it is given (the canvas, the statistics, VP
-auto's scores), which inductor's CUDA graphs capture only at static addresses (they skip the capture otherwise,
-"mutated inputs"): `hold_in_place` marks them, once per decode. A replay overwrites its previous outputs, and the
-next window is the next step's input: in the modes that capture CUDA graphs every output is copied as the step
-returns it (as gpt-fast copies its tokens), before the next replay can overwrite it. SJDVP_COMPILE_MODE selects a
-torch.compile mode for trying it; benchmarks/gpu_check.py times it and counts the skipped captures.
+A chain's step after its forward (verification and re-drafting) is one pure function of tensors, its
+randomness drawn beforehand, so compiling fuses its few hundred small operations into a few kernels. The
+first call of each function compiles (seconds); a failure to compile runs the step eagerly, with one
+warning. A rounding difference between fused and unfused kernels can flip a rare draw: a seed reproduces an
+image with the same `compile` setting. docs/engine.md, "The compiled step", says more.
 """
 from __future__ import annotations
 

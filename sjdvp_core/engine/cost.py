@@ -1,12 +1,7 @@
 """What one Jacobi iteration costs as a function of the tokens its forward scores per row (PassCost):
 measured on the device at hand (calibration.py, which caches it on disk), or modelled from a model's
-shape and a named device's datasheet (sjdvp_core/datasheet.py's `roofline`, for the benchmarks).
-
-A pass is not free past a knee, even on a GPU (docs/design.md, "The cost of a pass"): it reads every
-weight once (bandwidth) and does 2 x params FLOPs per token scored (compute), so
-    t(k) = max(bytes / (0.85 BW), FLOPs / (0.70 F)) + t0
-with R rows per image (CFG: 2) and k tokens per row; bytes = weights + the KV cache read + logits.
-Latency speed-up = step compression x t(1) / t(k). On a CPU t(k) grows from k = 1, so small windows win.
+shape and a named device's datasheet (sjdvp_core/datasheet.py's `roofline`, for the benchmarks). The
+model behind it, and its floor: docs/design.md, "The cost of a pass".
 """
 from __future__ import annotations
 

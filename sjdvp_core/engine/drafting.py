@@ -1,17 +1,10 @@
 """How drafts are made: fresh ones for positions entering the window, and re-drafts of the positions
 a forward pass scored but did not commit.
 
-A re-draft has a source, the distribution it draws from, and a draw, how the token is taken from it; both
-are small rule classes in tables (SOURCES, DRAWS), as verify.py's VERIFIERS are, and `Drafter` binds one of
-each to a decode. Every draft is stored with q = the distribution really drawn from, so verification stays
-exact.
-Sources: the position's new target p (plain SJD), or VP's fusion of p with the position's probability
-history (vp.py), its strength fixed or chosen per run by AutoStrength.
-Draws: coupled drafting draws every draft at a position with that position's persistent Gumbel noise
-(Gumbel-max), so successive drafts only differ where their distribution moved: the same idea as SCD's
-Gumbel coupling (So et al., ICML 2026, arXiv 2510.24211) and MC-SJD. Sampled drafting draws independently.
-Continuation keeps each re-drafted position's old draft by maximal coupling (continue_draft), as SJD-PAC
-does, and draws the rest coupled or sampled.
+A re-draft has a source (the target p, or VP's fusion of p with its history: vp.py) and a draw (coupled by
+each position's Gumbel noise, as SCD's coupling, So et al., ICML 2026; sampled; or SJD-PAC's continuation),
+small rule classes in tables (SOURCES, DRAWS) that `Drafter` binds. Every draft is stored with q = the
+distribution really drawn from, so verification stays exact. docs/engine.md, "Drafting", says more.
 """
 from __future__ import annotations
 

@@ -1,12 +1,10 @@
 """The Jacobi loop (Teng et al. 2024, arXiv 2410.01699): one iteration on one page.
 
-Per image b with n_b committed tokens, an iteration reads top to bottom: choose the plan (auto.py), run
-the forward over the last committed token and the drafts after it (a chain, or a draft tree, tree.py),
-turn logits into targets p, verify the drafts left to right (verify.py), commit the accepted drafts and
-one more token, re-draft the window (drafting.py). Rolling back a rejection costs nothing: the cache is
-written by position. All randomness comes from one seeded generator, drawn before each step, so a
-chain's step after its forward is a pure function that torch.compile or a CUDA graph may take
-(compiled.py, captured.py). docs/design.md, "The loop", says more.
+Per image b with n_b committed tokens, an iteration reads top to bottom: choose the plan (auto.py), run the
+forward over the last committed token and the drafts after it (a chain, or a draft tree), turn logits into
+targets p, verify the drafts left to right (verify.py), commit, re-draft (drafting.py). All randomness is
+drawn from one seeded generator before each step, so a chain's step after its forward is a pure function
+that torch.compile or a CUDA graph may take. docs/design.md, "The loop", says more.
 """
 from __future__ import annotations
 

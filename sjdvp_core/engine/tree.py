@@ -1,33 +1,10 @@
 """Draft trees: several candidates at the window's weakest slots, all scored in one forward pass.
 
-The first undecided slot is the weak one: its draft was made under a left neighbour that was then
-rejected and replaced, and it is accepted least often (docs/method.md, "Draft trees", and benchmarks/results/trees.md).
-So at the first `depth` slots the window holds `width` candidates instead of one: the draft, then
-one-hot spatial guesses (the cells left of and above it), then further draws from the draft's own
-distribution q without replacement (Gumbel-top-k with the position's coupling noise, so the draft
-itself is the first draw: SCD's Gumbel coupling extended to ranks, as in Kool et al. 2019). Each
-alternative is followed by the drafts after its slot, all scored in one forward with a tree attention
-mask (`kv_cache.tree_mask`); only the accepted path's cache entries are kept (`adopt`). Trees at the
-weak slots follow SJD-PAC's proactive drafting (Kang et al., CVPR 2026, arXiv 2603.18599); the spatial
-guesses are ours. Candidates are a function of the window (q, noise) and the committed tokens, so a tree
-has no state of its own to slide.
-
-Verification (recursive rejection sampling, as SpecInfer's multi-candidate speculative sampling and
-Jeon et al.'s recursive speculative decoding without replacement). At a branching slot with target p,
-candidate k (x_k drawn from q_k; q_1 the draft's q) is accepted with probability min(1, r_k(x_k) /
-q_k(x_k)), where r_1 = p and r_{k+1} = norm(max(0, r_k - q_k)); the first accepted candidate is
-committed, and if none is, a draw from the last residual. Why the output is exactly p: by induction from
-the last candidate, suppose that once candidates 1..k-1 are rejected the procedure outputs y with
-probability r_k(y) whatever x_1..x_{k-1} were. Candidate k is drawn from q_k (which may depend on x_1..
-x_{k-1}: without replacement, q renormalised without them; a guess, one-hot on a token fixed by the
-committed context) and is output as y with probability q_k(y) min(1, r_k(y)/q_k(y)) = min(q_k(y), r_k(y));
-it is rejected with probability 1 - sum min(q_k, r_k), after which y comes with probability
-r_{k+1}(y) = (r_k(y) - min(q_k(y), r_k(y))) / (1 - sum min(q_k, r_k)); the two add up to r_k(y). After
-the last candidate the residual is drawn from directly, which is the base case. A one-hot guess y is
-thus accepted with probability r_k(y), and a rejected one leaves r_k with y removed. Every candidate's
-randomness (its draw, its noise, its uniform) touches only its own position, which causality keeps out of
-the targets that judge it, as for the chain; an accepted alternative's slot then continues as a chain
-against the targets its own branch produced.
+At the first `depth` slots the window holds `width` candidates: the draft, spatial guesses (the cells left
+of and above it, ours), further draws from q without replacement (Gumbel-top-k with the coupling noise, as
+Kool et al. 2019 extend SCD's coupling to ranks). Trees at the weak slots follow SJD-PAC (Kang et al., CVPR
+2026, arXiv 2603.18599). Verification is recursive rejection sampling (SpecInfer; Jeon et al.), exact:
+the proof is in docs/engine.md, "Draft trees".
 """
 from __future__ import annotations
 

@@ -1,19 +1,9 @@
 """Verifiers: the probability of accepting each draft, the first rejection, and the accept step (`accept`).
-Each rule is one small frozen class in the VERIFIERS table (its knobs, whether it needs the codebook, the
-masses its acceptance ratio compares); `Verifier` binds one to a decode's model.
 
-Convention (docs/design.md; the opposite of gpt-fast's comments): p is the target, the processed
-model distribution at the draft's position given the accepted prefix; q is the distribution the draft
-was really sampled from. A draft x is accepted iff u < a(x), u ~ U(0, 1):
-- SJD (Teng et al. 2024), exact: a = min(1, p(x) / q(x)); on rejection the next token is drawn from
-  norm(max(0, p - q)).
-- LANTERN (Jang et al. 2024): p(x) is raised by the mass of x's nearest codebook neighbours, as many
-  as fit in delta; delta = 0 is SJD. delta caps what one verification adds to p(x); it does not bound
-  how far the output's distribution moves from the model's (that can exceed delta).
-- GSD (So et al. 2025): a = min(1, p(C) / q(C)) over a dynamic cluster C of about G tokens around x
-  by target rank, filtered by probability gap (and optionally codebook distance); G = 1 is SJD.
-Tensors are [B, S, V] for p and q, [B, S] for drafts x; all in the engine's local vocabulary, where
-image token c is codebook entry c.
+Each rule is one small frozen class in the VERIFIERS table: SJD (Teng et al. 2024, exact), LANTERN (Jang et
+al. 2024) and GSD (So et al. 2025), both relaxed. p is the target, q what the draft was really drawn from;
+a draft x is accepted iff u < a(x). Tensors are [B, S, V] for p and q, [B, S] for drafts, in the engine's
+local vocabulary (image token c is codebook entry c). docs/engine.md, "Verifiers", gives each rule.
 """
 from __future__ import annotations
 

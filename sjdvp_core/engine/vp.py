@@ -1,12 +1,9 @@
-"""Verification Prediction (SJD-VP, Zhang, Shan et al. 2026, arXiv 2603.27115): drafts informed by probability history.
+"""Verification Prediction (SJD-VP, Zhang, Shan et al. 2026, arXiv 2603.27115): drafts informed by history.
 
-Every not-yet-committed position keeps, across the Jacobi iterations that scored it, an exponentially
-weighted average of its target probabilities pbar, its previous observation, and per token a count of
-consecutive increases. When a carried position is re-drafted from its new target p, VP samples from
-    log p'(v) = log p(v) + lambda * M(v) * S(v)  on the top-k_vp candidates of p, renormalised,
-with S = clip(log p - log pbar_prev, 0, s_max) and M(v) = 1 iff p(v) rose in each of the last N
-observations. The draft is stored with q = p', so the exact verifier stays lossless. Histories are kept
-per window slot, aligned with the draft positions, and shifted as the window slides.
+Every undecided position keeps its targets' exponentially weighted mean pbar, its last observation, and per
+token a count of consecutive rises. A re-draft samples log p'(v) = log p(v) + lambda M(v) S(v) on p's top
+candidates, S = clip(log p - log pbar_prev, 0, s_max), M(v) = 1 where p(v) rose in each of the last N
+observations; stored with q = p', so the exact verifier stays lossless. docs/method.md gives the method.
 """
 from __future__ import annotations
 

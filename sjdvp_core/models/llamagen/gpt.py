@@ -260,9 +260,8 @@ class LlamaGenGPT(nn.Module):
 
     def keys(self, slots: Tensor) -> int:
         """How many cache slots a forward writing at slots [R, N] attends over. On the CPU, those up to the last
-        slot written, as no query sees past it (attention's time there grows with the keys: a 16-token window of
-        the demo, half the cache against the whole, 53 against 77 us per layer); reading that slot costs nothing
-        there. Elsewhere the whole cache: one shape for every window, and no wait for the device."""
+        slot written, as no query sees past it (attention's time there grows with the keys); reading that slot
+        costs nothing there. Elsewhere the whole cache: one shape for every window, and no wait for the device."""
         return int(slots.max()) + 1 if slots.device.type == "cpu" else self.cache_len
 
     def _valid(self, keys: int) -> Tensor | None:
