@@ -2,8 +2,10 @@
 checkout's (e.g. a commit before a redesign, from `git worktree add`), on the demo model, the same
 prompts and seeds, alternating run by run in one process so both see the same machine load.
 
-    git worktree add /tmp/sjdvp-before <commit>
-    python -m benchmarks.compare_engines --before /tmp/sjdvp-before --out benchmarks/results/engine_cost
+    git worktree add ../sjdvp-before <commit>
+    python -m benchmarks.compare_engines --before ../sjdvp-before --out engine_cost
+
+(benchmarks/results/engine_cost.json is one such run; its table is in engine_cost.md.)
 
 Per method and window: forward passes, and milliseconds per iteration split into the model's forward
 and the engine's own work (verification and drafting), each the median over runs. `--vocab K`: instead of the
@@ -20,13 +22,24 @@ import importlib.util
 import json
 import os
 import statistics
+import subprocess
 import sys
 
 import torch
 
 from sjdvp_core.timing import interleaved
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from . import REPO, shown
+
+
+def named(checkout: str) -> str:
+    """The other checkout as a results file names it: <worktree of its commit>, not its folder."""
+    try:
+        git = ["git", "-C", checkout, "rev-parse", "--short", "HEAD"]
+        commit = subprocess.run(git, check=True, capture_output=True, text=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return shown(checkout)
+    return f"<worktree of {commit}>"
 
 
 def engine(root: str, name: str):
@@ -99,8 +112,9 @@ def main(before: str, methods, windows, coupling, prompts: int, seeds: int, thre
         with open(out + ".md", "w") as f:
             model = "the demo" if vocab is None else f"logits that cost nothing over {vocab} image tokens (`--vocab`)"
             model += ", the compiled step (`--compile`)" if compile else ""
-            f.write(f"`python -m benchmarks.compare_engines --before {before}` ({model}; {prompts} prompts x {seeds} "
-                    f"seeds, {threads} thread(s), medians)\n\n" + "\n".join(table) + "\n")
+            f.write(f"`python -m benchmarks.compare_engines --before {named(before)}` ({model}; "
+                    f"{prompts} prompts x {seeds} seeds, {threads} thread(s), medians)\n\n"
+                    + "\n".join(table) + "\n")
         with open(out + ".json", "w") as f:
             json.dump(rows, f, indent=1)
     return rows

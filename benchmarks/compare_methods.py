@@ -35,7 +35,7 @@ from sjdvp_core.engine.budget import decode_bytes
 from sjdvp_core.engine.settings import DEFAULT_WINDOW, DRAFT_INITS, METHODS, PASS_MODES, TreeSettings, method_settings
 from sjdvp_core.timing import interleaved
 
-from . import shards
+from . import shards, shown
 
 MIN_VERIFIED = 20   # window slots with fewer verified drafts get no acceptance figure (too noisy)
 
@@ -227,8 +227,9 @@ def main(model: str = "demo", windows=(16, 32, 64), seeds: int = 2, prompts: int
     results = [ar] + [summarise(configs[ci], by_config[ci], ar, codebook_size,
                                 extra_bytes(adapter, settings_for(adapter, *configs[ci], sampling, 0, passes=passes)))
                       for ci in range(1, len(configs))]
-    header = (f"model={model} conditions={len(conditions)} seeds={seeds} sampling={sampling} repeats={repeats} "
-              f"passes={passes} "
+    named = shown(model) if os.path.isdir(model) else model     # a folder: no machine's path
+    header = (f"model={named} conditions={len(conditions)} seeds={seeds} sampling={sampling} "
+              f"repeats={repeats} passes={passes} "
               f"processes={world} (same conditions and seeds for every method); AR entropy {ar['entropy']:.3f} nats")
     table = markdown(results, header)
     write_table(table, out)

@@ -42,6 +42,8 @@ from sjdvp_core.models import memory, placement, quantize, releases
 from sjdvp_core.models.hf_adapter import HFAdapter
 from sjdvp_core.timing import interleaved
 
+from . import local
+
 TOKENS = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256)    # k: tokens per row scored by one pass
 QUANTISED_TOKENS = (1, 16, 64)
 CAPTURED_TOKENS = (1, 32, 64, 128, 256)     # the captured table's columns (every k is measured)
@@ -318,7 +320,8 @@ def engine_rows(report, tiny: bool, device, repeats: int, deadline: Deadline):
 
 # --- the run ---------------------------------------------------------------------------------------
 def _error(e: Exception) -> str:
-    return f"{type(e).__name__}: {e}"[:400]
+    """An error on one line of the report, its paths relative to the checkout."""
+    return local(f"{type(e).__name__}: {e}")[:400]
 
 
 def _free(device) -> None:

@@ -32,6 +32,8 @@ from sjdvp_core.engine.settings import TreeSettings, method_settings
 from sjdvp_core.models.loading import load_model
 from sjdvp_core.timing import interleaved
 
+from . import shown
+
 PROMPTS = ("a red circle on grass", "a blue square on snow", "a green diamond on sand")
 MODELLED = [(d, m) for d in ("H200", "RTX 4090") for m in ("Lumina-mGPT 7B", "Janus-Pro-7B", "LlamaGen-XL")]
 CAPPED = TreeSettings(width=6, branch=4)   # auto.TREES: each alternative followed by at most 4 drafts,
@@ -133,7 +135,7 @@ def write(rows, args, cpu):
                    "cpu_cost": {str(label(r)): c.to_json() for r, (c, _) in cpu.items()}}, f, indent=1)
     keys = list(rows[0]["modeled"])
     command = (f"python -m benchmarks.latency --seeds {args.seeds} --repeats {args.repeats} "
-               f"--model-seeds {args.model_seeds} --out {args.out}")
+               f"--model-seeds {args.model_seeds} --out {shown(args.out)}")
     lines = [f"`{command}` (demo model; {len(PROMPTS)} prompts x {args.seeds} "
              f"seeds; CPU wall-clock: median of {args.repeats} repeats, rows interleaved after a warm-up each, "
              "speed-up over the faster AR row, "

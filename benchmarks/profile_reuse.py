@@ -5,10 +5,12 @@ benchmark's prompts with auto choosing by that setting's own profile and by the 
 prices both runs' steps on each cost (this CPU's measured one, and the roofline of Lumina-mGPT 7B on an H200
 and an RTX 4090): the mean modelled speed-up over AR, and the loss from using the default's profile.
 
-    SJDVP_CACHE=.cache/profile-reuse python -m benchmarks.profile_reuse --out benchmarks/results/profile_reuse
+    python -m benchmarks.profile_reuse --out benchmarks/results/profile_reuse
 
 Steps, not wall clock: every figure is deterministic given the profiles and the seeds (the CPU's cost is
-measured once, or read from the calibration cache; SJDVP_CACHE points that elsewhere).
+measured once, or read from the calibration cache; SJDVP_CACHE points that elsewhere: the
+recorded run had SJDVP_CACHE=.cache/profile-reuse, a fresh folder, so it measured this CPU's cost
+anew).
 """
 from __future__ import annotations
 
@@ -72,9 +74,10 @@ def main(argv=None) -> list[dict]:
 def write(rows: list[dict], args) -> None:
     with open(args.out + ".json", "w") as f:
         json.dump(rows, f, indent=1)
-    lines = [f"`python -m benchmarks.profile_reuse --out {shown(args.out)}` (demo model, coupled SJD-VP, auto window up to "
-             f"128; {len(PROMPTS)} prompts x {args.seeds} seeds; modelled speed-up over AR: the decode's steps "
-             "priced by the cost; loss: 1 - default's / own)", "",
+    lines = [f"`python -m benchmarks.profile_reuse --out {shown(args.out)}` (demo model, "
+             f"coupled SJD-VP, auto window up to 128; {len(PROMPTS)} prompts x {args.seeds} "
+             "seeds; modelled speed-up over AR: the decode's steps priced by the cost; "
+             "loss: 1 - default's / own)", "",
              "| cost | trees | sampling | own profile | default's profile | loss |", "|---|---|---|---|---|---|"]
     lines += [f"| {r['cost']} | {'auto' if r['trees'] else 'chain'} | {r['sampling']} | {r['own_profile']:.3f}x | "
               f"{r['default_profile']:.3f}x | {100 * r['loss']:+.1f}% |" for r in rows]

@@ -1,5 +1,5 @@
 """The datasheet side of the pass cost: named devices (bandwidth, dense bf16 FLOPs, memory, with sources) and
-the shapes of released models, priced by the roofline (docs/design.md, "The cost of a pass"):
+the shapes of released models, priced by the roofline (docs/speed.md, "The cost of a pass"):
     t(k) = max(bytes / (0.85 BW), FLOPs / (0.70 F)) + t0
 It lives outside the engine, which prices by what it measures on the device at hand; the benchmarks and the
 docs' modelled columns read it."""

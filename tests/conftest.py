@@ -1,4 +1,5 @@
-"""Test setup: the repository on the path, the thread count, and the live ComfyUI server fixtures."""
+"""Test setup: the repository on the path, assertion rewriting in tests/helpers, the thread count, and the
+live ComfyUI server fixtures."""
 import os
 import sys
 
@@ -6,6 +7,8 @@ import pytest
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# the shared checks in tests/helpers (assert_* there) report their operands as a test module's asserts do
+pytest.register_assert_rewrite("tests.helpers")
 # at most 2 threads (CI machines have 2 cores); OMP_NUM_THREADS=1 leaves a core to other work
 torch.set_num_threads(max(1, min(2, int(os.environ.get("OMP_NUM_THREADS", "2")))))
 

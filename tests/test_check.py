@@ -11,10 +11,10 @@ import torch
 
 from sjdvp_core.hub.check import check
 from tests.comfy.server import REPO
+from tests.helpers.tiny_janus import write_converted
+from tests.helpers.tiny_llamagen import random_gpt, random_vq
 from tests.helpers.tiny_lumina import write_lumina
 from tests.helpers.tiny_lumina2 import write_lumina2
-from tests.test_janus import write_converted
-from tests.test_llamagen import random_gpt, random_vq
 
 
 def run(path, **kw) -> tuple[int, str]:

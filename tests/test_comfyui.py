@@ -14,6 +14,7 @@ import pytest
 
 from tests.comfy.server import NEEDS_COMFYUI, REPO
 from tests.comfy.workflow_format import to_api, validate, widget_slots
+from tests.helpers.comfy_workflows import load
 from tests.helpers.tiny_lumina2 import write_lumina2
 
 pytestmark = NEEDS_COMFYUI
@@ -32,11 +33,6 @@ PINNED = {
     "SJDVP_Report": [],
 }
 WORKFLOWS = sorted(glob.glob(os.path.join(REPO, "workflows", "*.json")))
-
-
-def load(path):
-    with open(path) as f:
-        return json.load(f)
 
 
 def test_nodes_register_with_pinned_widget_order(object_info):
@@ -129,7 +125,7 @@ def test_janus_workflow_runs_the_tiny_model(server, object_info):
     patcher sets .device on the modules it moves, which a transformers model (Janus's VQ decoder) refuses; every
     decode failed before the pack handed it a wrapper."""
     from sjdvp_core.hub.catalogue import BY_NAME
-    from tests.test_janus import write_converted
+    from tests.helpers.tiny_janus import write_converted
     workflow = load(os.path.join(REPO, "workflows", "sjdvp_janus_pro.json"))
     prompt = to_api(workflow, object_info)
     folder = os.path.join(server.models, BY_NAME["Janus-Pro-7B"].folder)
@@ -155,7 +151,7 @@ def test_emu3_workflow_runs_the_tiny_model(server, object_info):
     downloaded); only the size changes, to 16 x 8 px, which the tiny model's f2 VQ makes 4 rows of 8 tokens. The
     loader lays out Emu3's default 720 x 720 px first: the tiny model gets the real release's positions for it."""
     from sjdvp_core.hub.catalogue import BY_NAME
-    from tests.test_emu3 import write_converted
+    from tests.helpers.tiny_emu3 import write_converted
     workflow = load(os.path.join(REPO, "workflows", "sjdvp_emu3.json"))
     prompt = to_api(workflow, object_info)
     decode = next(k for k, v in prompt.items() if v["class_type"] == "SJDVP_SpeculativeDecode")

@@ -11,7 +11,7 @@ from PIL import Image
 
 from tests.comfy.server import NEEDS_COMFYUI, REPO
 from tests.comfy.workflow_format import to_api
-from tests.test_comfyui import load
+from tests.helpers.comfy_workflows import load
 
 pytestmark = NEEDS_COMFYUI
 

@@ -8,7 +8,7 @@ import subprocess
 import torch
 
 from tests.comfy.server import COMFY_PYTHON, NEEDS_COMFYUI, comfyui_root
-from tests.test_llamagen import random_gpt, random_vq
+from tests.helpers.tiny_llamagen import random_gpt, random_vq
 
 pytestmark = NEEDS_COMFYUI
 

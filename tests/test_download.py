@@ -19,16 +19,9 @@ from sjdvp_core.models.folders import incomplete, marker
 from sjdvp_core.models.loading import load_model
 from sjdvp_core.models.registry import FAMILIES, detect_family, list_models
 from tests.helpers.fake_hub import FakeHub
-from tests.test_llamagen import random_gpt, random_vq
+from tests.helpers.tiny_llamagen import C2I, random_gpt, random_vq, saved
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-C2I = "FoundationVision/LlamaGen"      # the real repository id: the tiny files stand in for the real ones
-
-
-def saved(obj) -> bytes:
-    buf = io.BytesIO()
-    torch.save(obj, buf)
-    return buf.getvalue()
 
 
 @pytest.fixture(scope="module")

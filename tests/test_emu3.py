@@ -4,8 +4,6 @@ an index), loaded through the user-facing loader; the size prompt; EOL/EOF/EOI/E
 upstream's constraint puts them; greedy SJD == AR == transformers' generate with the negative prompt;
 rollback == recompute; decoded images == transformers' decode; sizes. What every family keeps (greedy SJD == AR
 on chains and trees, tree forward == chains, missing files named, the check command) is test_family_contract.py's."""
-import json
-import random
 
 import pytest
 import torch
@@ -20,7 +18,6 @@ from sjdvp_core.models.emu3.adapter import (
     EOL,
     EOS,
     NEGATIVE_PROMPT,
-    PAD,
     QUALITY_SUFFIX,
     WRAPPER,
     Emu3Adapter,
@@ -28,29 +25,10 @@ from sjdvp_core.models.emu3.adapter import (
 )
 from sjdvp_core.models.loading import load_model
 from sjdvp_core.models.registry import detect_family
-from tests.helpers.tiny_hf import (
-    assert_windows_match_recompute,
-    byte_bpe_tokenizer,
-    spread_weights,
-)
+from tests.helpers.tiny_emu3 import CODES, SIZE, write_converted
+from tests.helpers.tiny_hf import assert_windows_match_recompute
 
-CODES = 16
 PROMPTS = ["a red fox in the snow", "a blue sky"]
-SIZE = dict(image_area=128, ratio="2:1")          # 16 x 8 px at the tiny VQ's f2 -> 4 rows of 8 tokens
-
-
-def tiny_config(tok, attn_resolutions=()):
-    """A tiny Emu3Config over a tokenizer whose vocabulary holds the special and visual tokens."""
-    from transformers import Emu3Config
-    return Emu3Config(
-        vocabulary_map=tok.get_vocab(),
-        text_config=dict(vocab_size=tok.get_vocab_size(), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                         pad_token_id=tok.token_to_id(PAD), bos_token_id=tok.token_to_id(BOS),
-                         eos_token_id=tok.token_to_id(EOS)),
-        vq_config=dict(codebook_size=CODES, embed_dim=4, latent_channels=4, base_channels=32,
-                       channel_multiplier=[1, 2], num_res_blocks=1, attn_resolutions=list(attn_resolutions),
-                       hidden_size=64, num_attention_heads=1))
 
 
 @pytest.fixture(scope="module")
@@ -58,22 +36,6 @@ def folder(tmp_path_factory):
     d = tmp_path_factory.mktemp("models") / "Emu3-Gen-hf"
     d.mkdir()
     return write_converted(d)
-
-
-def write_converted(d) -> str:
-    """The tiny random model, saved into the existing folder d in transformers' format."""
-    from transformers import Emu3ForConditionalGeneration
-    visual = [f"<|visual token {c:06d}|>" for c in range(CODES)]
-    random.Random(0).shuffle(visual)                    # vocabulary order != codebook order
-    tok = byte_bpe_tokenizer(str(d), [PAD, BOS, EOS, EOL, EOF, BOI, EOI, WRAPPER, "<image>"] + visual,
-                             tokenizer_class="GPT2Tokenizer", bos_token=BOS, eos_token=EOS, pad_token=PAD)
-    config = tiny_config(tok)
-    model = Emu3ForConditionalGeneration(config)
-    spread_weights(model)
-    model.save_pretrained(d, max_shard_size="1MB")    # sharded with an index, as the 8B release
-    (d / "preprocessor_config.json").write_text(json.dumps(   # the VQ-VAE's pixel normalisation
-        {"image_processor_type": "Emu3ImageProcessor", "image_mean": [0.4] * 3, "image_std": [0.6] * 3}))
-    return str(d)
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from sjdvp_core.engine import calibration as calibrating
 from sjdvp_core.engine.cost import PassCost
 from sjdvp_core.engine.settings import DRAFT_INITS, TreeSettings
 from sjdvp_core.models.toy import ToyGridAdapter
-from tests.helpers.toy_reference import chi2_pvalue, code_index, exact_distribution
+from tests.helpers.toy_reference import STRONG_VP, chi2_pvalue, code_index, exact_distribution
 
 pytestmark = pytest.mark.statistical
 N = 200_000
@@ -20,7 +20,6 @@ ALPHA = 1e-3
 TOY = ToyGridAdapter(height=2, width=3, levels=2, sharpness=3.0, noise=1.0, seed=3)
 SAMPLING = SamplingSettings(cfg_scale=1.5, top_k=2)
 _, EXACT = exact_distribution(TOY, 1, cfg_scale=1.5, top_k=2)
-STRONG_VP = dict(growth_steps=1, top_k=4, beta=0.5)
 
 
 def sample_counts(drafter, W=6, seed=0, init=WindowSettings.init):

@@ -38,25 +38,24 @@ PROMPTS = ["a red fox in the snow", "a blue sky"]
 
 
 def _emu3(folder: str) -> str:
-    from tests.test_emu3 import write_converted
+    from tests.helpers.tiny_emu3 import write_converted
     os.makedirs(folder)
     return str(write_converted(Path(folder)))
 
 
 def _janus(folder: str) -> str:
-    from tests.test_janus import write_converted
+    from tests.helpers.tiny_janus import write_converted
     os.makedirs(folder)
     return str(write_converted(Path(folder)))
 
 
 def _emu3_original(folder: str) -> str:
-    from tests.test_emu3_original import write_folders
+    from tests.helpers.tiny_emu3 import write_folders
     return write_folders(Path(folder))[1]
 
 
 def _janus_original(folder: str) -> str:
-    from tests.test_janus import write_converted
-    from tests.test_janus_original import write_original
+    from tests.helpers.tiny_janus import write_converted, write_original
     converted = Path(folder) / "converted"
     converted.mkdir(parents=True)
     write_converted(converted)
@@ -67,7 +66,7 @@ def _llamagen(folder: str) -> str:
     """A class-conditional release folder: the GPT (ImageNet's 1000 classes) and its tokenizer side by side."""
     from safetensors.torch import save_file
 
-    from tests.test_llamagen import GPT_TINY, random_gpt, random_vq
+    from tests.helpers.tiny_llamagen import GPT_TINY, random_gpt, random_vq
     os.makedirs(folder)
     gpt = random_gpt(replace(GPT_TINY, num_classes=1000)).state_dict()
     save_file({k: v.contiguous() for k, v in gpt.items()}, os.path.join(folder, "c2i_B_256.safetensors"))

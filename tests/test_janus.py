@@ -12,14 +12,8 @@ from sjdvp_core.models.hf_adapter import left_pad
 from sjdvp_core.models.janus.adapter import BOI, PAD, JanusAdapter, chat_prompt
 from sjdvp_core.models.loading import load_model
 from sjdvp_core.models.registry import detect_family, list_models
-from tests.helpers.tiny_hf import (
-    assert_windows_match_recompute,
-    byte_bpe_tokenizer,
-    spread_weights,
-)
-
-BOS, EOS = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"
-PROMPTS = ["a red fox in the snow", "a blue sky"]
+from tests.helpers.tiny_hf import PROMPTS, assert_windows_match_recompute
+from tests.helpers.tiny_janus import write_converted
 
 
 @pytest.fixture(scope="module")
@@ -27,30 +21,6 @@ def folder(tmp_path_factory):
     d = tmp_path_factory.mktemp("models") / "Janus-Pro-1B"
     d.mkdir()
     return write_converted(d)
-
-
-def write_converted(d) -> str:
-    """The tiny random model, saved into the existing folder d as transformers saves it."""
-    from transformers import JanusConfig, JanusForConditionalGeneration
-    tok = byte_bpe_tokenizer(str(d), [BOS, EOS, PAD, "<image_placeholder>", BOI, "<end_of_image>"],
-                             tokenizer_class="LlamaTokenizerFast", bos_token=BOS, eos_token=EOS, pad_token=PAD)
-    ids = {name: tok.token_to_id(name) for name in (BOS, EOS, PAD)}
-    config = JanusConfig(
-        text_config=dict(model_type="llama", vocab_size=tok.get_vocab_size(), hidden_size=32, intermediate_size=64,
-                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                         bos_token_id=ids[BOS], eos_token_id=ids[EOS], pad_token_id=ids[PAD]),
-        vision_config=dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=32, patch_size=8,
-                           projection_dim=32, num_image_tokens=16),
-        vq_config=dict(embed_dim=8, num_embeddings=16, base_channels=32, channel_multiplier=[1, 2], num_res_blocks=1,
-                       projection_dim=32, image_token_embed_dim=32, latent_channels=8),
-        image_token_id=tok.token_to_id("<image_placeholder>"))
-    model = JanusForConditionalGeneration(config)
-    spread_weights(model)
-    model.generation_config._from_model_config = False       # as transformers' converter writes it
-    model.generation_config.pad_token_id = ids[PAD]
-    model.generation_config.generation_kwargs = {"boi_token_id": tok.token_to_id(BOI)}
-    model.save_pretrained(d)
-    return str(d)
 
 
 @pytest.fixture(scope="module")

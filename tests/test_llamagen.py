@@ -15,25 +15,8 @@ from sjdvp_core import (
 )
 from sjdvp_core.models.checkpoint import CheckpointError
 from sjdvp_core.models.llamagen.adapter import LlamaGenAdapter, imagenet_classes, load_gpt, load_vq
-from sjdvp_core.models.llamagen.gpt import GPTConfig, LlamaGenGPT
-from sjdvp_core.models.llamagen.vq import LlamaGenVQ, VQConfig
-
-GPT_TINY = GPTConfig(dim=128, n_layer=2, n_head=2, vocab_size=64, block_size=16, num_classes=10)
-VQ_TINY = VQConfig(codebook_size=64, codebook_embed_dim=8, ch=32, ch_mult=[1, 1, 2, 2, 4], z_channels=32,
-                   num_res_blocks=1)
-
-
-def random_gpt(config=GPT_TINY, seed=0):
-    torch.manual_seed(seed)
-    model = LlamaGenGPT(config)
-    for p in model.parameters():
-        torch.nn.init.normal_(p, std=0.3)
-    return model
-
-
-def random_vq(seed=0):
-    torch.manual_seed(seed)
-    return LlamaGenVQ(VQ_TINY)
+from sjdvp_core.models.llamagen.gpt import LlamaGenGPT
+from tests.helpers.tiny_llamagen import random_gpt, random_vq
 
 
 @pytest.fixture(scope="module")

@@ -9,32 +9,13 @@ from sjdvp_core import DecodeSettings, SamplingSettings, WindowSettings, decode
 from sjdvp_core.models.llamagen.adapter import LlamaGenAdapter, load_gpt, load_vq
 from sjdvp_core.models.llamagen.gpt import GPTConfig, LlamaGenGPT
 from sjdvp_core.models.llamagen.t5_text import T5CaptionEncoder, left_pad
+from tests.helpers.tiny_llamagen import random_vq, write_t5
 from tests.helpers.tree_check import assert_tree_matches_chains
-from tests.test_llamagen import random_vq
-
-WORDS = ["<pad>", "</s>", "<unk>", "a", "red", "fox", "in", "the", "snow", "blue", "sky"]
 
 
 @pytest.fixture(scope="module")
 def t5_folder(tmp_path_factory):
     return write_t5(tmp_path_factory.mktemp("flan-t5-xl"))
-
-
-def write_t5(d) -> str:
-    """A tiny FLAN-T5 encoder folder (config, safetensors, tokenizer.json) in the existing folder d."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, processors
-    from transformers import T5Config, T5EncoderModel
-    torch.manual_seed(0)
-    T5EncoderModel(T5Config(vocab_size=len(WORDS), d_model=32, d_kv=8, num_heads=4, d_ff=64, num_layers=2,
-                            pad_token_id=0, eos_token_id=1)).save_pretrained(d)
-    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])
-    tok.save(str(d / "tokenizer.json"))
-    (d / "tokenizer_config.json").write_text(json.dumps(
-        {"tokenizer_class": "PreTrainedTokenizerFast", "pad_token": "<pad>", "eos_token": "</s>",
-         "unk_token": "<unk>", "model_max_length": 120}))
-    return str(d)
 
 
 def test_left_pad_moves_valid_tokens_to_the_end():

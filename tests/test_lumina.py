@@ -15,9 +15,7 @@ from sjdvp_core.models.checkpoint import CheckpointError
 from sjdvp_core.models.hf_adapter import read_tensor
 from sjdvp_core.models.loading import load_model
 from sjdvp_core.models.lumina.adapter import (
-    IMAGE_END,
     IMAGE_START,
-    ROW_END,
     LuminaAdapter,
     image_token_ids,
     resolution_token,
@@ -26,13 +24,14 @@ from sjdvp_core.models.lumina.adapter import (
 )
 from sjdvp_core.models.lumina.vqgan import ChameleonVQGAN, VQGANConfig, load_vqgan
 from sjdvp_core.models.registry import detect_family, list_models
-from tests.helpers.tiny_hf import (
-    assert_windows_match_recompute,
-    byte_bpe_tokenizer,
+from tests.helpers.lumina_reference import (
+    assert_ar_equals_upstream_unbatched_cfg,
+    assert_lumina_windows_match_recompute,
+    upstream_allowed,
 )
+from tests.helpers.tiny_hf import PROMPTS, byte_bpe_tokenizer
 from tests.helpers.tiny_lumina import CODES, write_lumina
 
-PROMPTS = ["a red fox in the snow", "a blue sky"]
 WIDE = dict(width=64, height=32)       # 2 rows of 4 codes (+ row ends) at the tiny f16 VQGAN
 
 
@@ -110,19 +109,6 @@ def test_prompt_and_image_only_guidance_branch(adapter):
         adapter.prompt_ids(["a red fox"], ["blurry"], cfg=True)
 
 
-def upstream_allowed(tok, image_ids, height, width, length):
-    """Upstream's MultiModalLogitsProcessor by tokens since the resolution tokens: [length] allowed ids."""
-    allowed = []
-    for j in range(length):
-        if (j + 1) % (width + 1) == 0:
-            allowed.append([tok.id(ROW_END)])
-        elif j + 1 == (width + 1) * height + 1:
-            allowed.append([tok.id(IMAGE_END)])
-        else:
-            allowed.append(image_ids)
-    return allowed
-
-
 def test_forced_tokens_sit_where_upstream_puts_them(adapter):
     layout = adapter.layout
     image_ids = sorted(layout.image_tokens.tolist())
@@ -130,36 +116,6 @@ def test_forced_tokens_sit_where_upstream_puts_them(adapter):
     for j, ids in enumerate(allowed):
         assert (ids == image_ids) == (int(layout.forced[j]) < 0)
         assert ids == image_ids or ids == [int(layout.forced[j])], j
-
-
-@torch.inference_mode()
-def assert_ar_equals_upstream_unbatched_cfg(adapter, prompt: str, cfg: float) -> None:
-    """Upstream's loop (1.0 and 2.0 alike): the guidance branch is a separate sequence from <racm3:break> on
-    (own positions from 0), mixed as u + cfg (c - u), then the row-end / end-of-image / image-only constraint."""
-    model = adapter.model
-    cond, uncond = (torch.tensor(r) for r in adapter.prompt_ids([prompt], None, cfg=True))
-    image_ids = sorted(adapter.layout.image_tokens.tolist())
-    rows, cols = adapter.layout.grid.shape
-    allowed = upstream_allowed(adapter.tokenizer, image_ids, rows, cols, adapter.layout.length)
-    logits = lambda ids: model.lm_head(model.model(input_ids=ids[None]).last_hidden_state[0, -1]).float()  # noqa: E731
-    for step in allowed:
-        c, u = logits(cond), logits(uncond)
-        mixed = u + cfg * (c - u)
-        token = torch.tensor(step)[mixed[step].argmax()]
-        cond, uncond = torch.cat([cond, token[None]]), torch.cat([uncond, token[None]])
-    ours = decode(adapter, [prompt], method_settings("sjd", 8, SamplingSettings(cfg_scale=cfg, greedy=True,
-                                                                                  temperature=0.0)))
-    assert torch.equal(ours.tokens[0], uncond[3:])
-
-
-def assert_lumina_windows_match_recompute(adapter) -> None:
-    model, rows = adapter.model, adapter.prompt_ids(PROMPTS, None, cfg=True)
-
-    def reference(r, generated):
-        ids = torch.cat([torch.tensor(rows[r]), generated])
-        return model.lm_head(model.model(input_ids=ids[None]).last_hidden_state[0, len(rows[r]) - 1:]).float()
-
-    assert_windows_match_recompute(adapter, PROMPTS, True, reference)
 
 
 def test_ar_equals_upstream_unbatched_cfg(adapter):

@@ -20,15 +20,14 @@ from sjdvp_core.models.loading import load_model
 from sjdvp_core.models.lumina.adapter import IMAGE_START, resolution_token
 from sjdvp_core.models.lumina2.adapter import IMAGE_BASE, Lumina2Adapter
 from sjdvp_core.models.registry import detect_family, list_models
-from tests.helpers.tiny_hf import assert_greedy_sjd_equals_ar
-from tests.helpers.tiny_lumina2 import CODES, write_lumina2
-from tests.test_lumina import (
+from tests.helpers.lumina_reference import (
     assert_ar_equals_upstream_unbatched_cfg,
     assert_lumina_windows_match_recompute,
     upstream_allowed,
 )
+from tests.helpers.tiny_hf import PROMPTS, assert_greedy_sjd_equals_ar
+from tests.helpers.tiny_lumina2 import CODES, write_lumina2
 
-PROMPTS = ["a red fox in the snow", "a blue sky"]
 WIDE = dict(width=64, height=32)       # 4 rows of 8 codes (+ row ends) at the tiny f8 MoVQGAN
 
 

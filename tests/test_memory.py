@@ -15,7 +15,7 @@ from sjdvp_core.engine.settings import method_settings
 from sjdvp_core.models.loading import load_model
 from sjdvp_core.models.memory import choose_precision, need
 from sjdvp_core.models.quantize import weight_bytes
-from tests.test_quantize import FAMILIES
+from tests.helpers.tiny_families import FAMILIES
 
 PRECISIONS = ("fp32", "bf16", "int8", "nf4")
 

@@ -316,8 +316,7 @@ def test_reference_images_edit_with_glm_image_and_are_refused_elsewhere(pack, de
 @pytest.fixture
 def fake_hub(monkeypatch):
     from tests.helpers.fake_hub import FakeHub
-    from tests.test_download import C2I, saved
-    from tests.test_llamagen import random_gpt, random_vq
+    from tests.helpers.tiny_llamagen import C2I, random_gpt, random_vq, saved
     with FakeHub(lifetime=120) as hub:
         hub.add(C2I, {"c2i_B_256.pt": saved({"model": random_gpt().state_dict()}),
                       "vq_ds16_c2i.pt": saved({"model": random_vq().state_dict()})})
@@ -414,7 +413,7 @@ def test_download_missing_folder_names_the_catalogue_entry(pack):
 
 
 def test_quantised_precisions_and_auto_on_a_card_too_small_for_bf16(pack, monkeypatch, tmp_path):
-    from tests.test_quantize import llamagen_c2i
+    from tests.helpers.tiny_families import llamagen_c2i
     is_quantised = importlib.import_module(f"{stubs.PACKAGE}.sjdvp_core.models.quantize").is_quantised
     runtime, mm = pack["runtime"], pack["mm"]
     loader = importlib.import_module(f"{stubs.PACKAGE}.nodes.model_nodes").LoadModel

@@ -10,7 +10,6 @@ import sys
 
 import pytest
 import torch
-from safetensors.torch import save_file
 
 from sjdvp_core import SamplingSettings, decode
 from sjdvp_core.engine.settings import TreeSettings, method_settings
@@ -21,47 +20,13 @@ from sjdvp_core.models.llamagen.vq import LlamaGenVQ
 from sjdvp_core.models.loading import load_model, quantize
 from sjdvp_core.models.quantize import is_quantised, quantisable, stored_quantisation, weight_bytes
 from sjdvp_core.models.registry import detect_family
+from tests.helpers.tiny_families import FAMILIES
+from tests.helpers.tiny_hf import PROMPTS
+from tests.helpers.tiny_llamagen import VQ_TINY
 from tests.helpers.tiny_lumina import write_lumina, write_lumina_4bit
-from tests.helpers.tiny_lumina2 import write_lumina2
 from tests.helpers.toy_reference import chi2_pvalue, code_index
-from tests.test_emu3 import SIZE as EMU3_SIZE
-from tests.test_emu3 import write_converted as write_emu3
-from tests.test_janus import write_converted as write_janus
-from tests.test_llamagen import VQ_TINY, random_gpt, random_vq
-from tests.test_llamagen_t2i import write_t5
 
 PRECISIONS = ("int8", "nf4")
-PROMPTS = ["a red fox in the snow", "a blue sky"]
-
-
-def llamagen_c2i(d):
-    save_file({k: v.contiguous() for k, v in random_gpt().state_dict().items()}, str(d / "c2i_B_256.safetensors"))
-    save_file(random_vq().state_dict(), str(d / "vq_ds16_c2i.safetensors"))
-    return str(d), {}, [1, 7]
-
-
-def llamagen_t2i(d):
-    torch.manual_seed(1)
-    gpt = LlamaGenGPT(GPTConfig(dim=128, n_layer=2, n_head=2, vocab_size=64, block_size=16, model_type="t2i",
-                                caption_dim=32, cls_token_num=120))
-    for p in gpt.parameters():
-        torch.nn.init.normal_(p, std=0.3)
-    save_file({k: v.contiguous() for k, v in gpt.state_dict().items()}, str(d / "t2i_XL_stage1_256.safetensors"))
-    save_file(random_vq().state_dict(), str(d / "vq_ds16_t2i.safetensors"))
-    (d / "flan-t5-xl").mkdir()
-    write_t5(d / "flan-t5-xl")
-    return str(d / "t2i_XL_stage1_256.safetensors"), {}, PROMPTS
-
-
-FAMILIES = {
-    "demo": lambda d: ("demo", {}, ["a red circle on grass", "a blue square on snow"]),
-    "llamagen-c2i": lambda d: llamagen_c2i(d),
-    "llamagen-t2i": llamagen_t2i,
-    "janus": lambda d: (write_janus(d), {}, PROMPTS),
-    "emu3": lambda d: (write_emu3(d), EMU3_SIZE, PROMPTS),
-    "lumina": lambda d: (write_lumina(str(d / "Lumina-mGPT-tiny-64")), dict(width=64, height=32), PROMPTS),
-    "lumina2": lambda d: (write_lumina2(str(d / "Lumina-mGPT-2.0")), dict(width=64, height=32), PROMPTS),
-}
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)

@@ -13,7 +13,7 @@ from sjdvp_core.figures import commit_figure
 from sjdvp_core.models.loading import load_model, resolve_dtype
 from sjdvp_core.models.registry import detect_family, list_models
 from sjdvp_core.models.toy import ToyGridAdapter
-from tests.test_llamagen import random_gpt, random_vq
+from tests.helpers.tiny_llamagen import random_gpt, random_vq
 
 
 def test_family_detection_and_listing(tmp_path):

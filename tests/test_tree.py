@@ -15,9 +15,14 @@ from sjdvp_core import (
 from sjdvp_core.engine.tree import scratch_nodes, tree_shape
 from sjdvp_core.models.toy import ToyGridAdapter, ToyTrendAdapter
 from tests.helpers.tiny_gpt import TinyGPTAdapter
-from tests.helpers.toy_reference import ar_greedy, chi2_pvalue, code_index, exact_distribution
+from tests.helpers.toy_reference import (
+    STRONG_VP,
+    ar_greedy,
+    chi2_pvalue,
+    code_index,
+    exact_distribution,
+)
 from tests.helpers.tree_check import assert_tree_matches_chains, branch_paths
-from tests.test_exactness import STRONG_VP
 
 ALPHA = 1e-3
 N = 100_000

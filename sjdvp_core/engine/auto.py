@@ -4,7 +4,7 @@ Each iteration runs the plan (a chain window, or one with a capped draft tree at
 most expected committed tokens per second, tau(plan) / t(nodes(plan)): t from the device's pass cost
 (cost.py), tau from this model's acceptance profile (calibration.acceptance_profile) scaled to this prompt
 by what its drafts actually won. The choice reads only past commits, never the drafts it is about to
-verify, so every token keeps its exact law. docs/engine.md, "The automatic window", says why.
+verify, so every token keeps its exact law. docs/speed.md, "The automatic window and tree", says why.
 """
 from __future__ import annotations
 

@@ -3,8 +3,8 @@
 An eager pass of a large model waits for the host to launch its kernels one by one; recorded once per input
 shape and replayed, the launches cost one call. A shape is recorded at its second pass, and its first replay
 is checked against the eager pass (else the model runs eagerly, the reason logged once and reported).
-Graphs live as long as one decode: they hold the addresses of its KV cache. docs/engine.md, "The captured
-pass", says more.
+Graphs live as long as one decode: they hold the addresses of its KV cache. docs/gpu.md, "The captured pass",
+says more.
 """
 from __future__ import annotations
 

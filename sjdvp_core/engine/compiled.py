@@ -4,7 +4,7 @@ A chain's step after its forward (verification and re-drafting) is one pure func
 randomness drawn beforehand, so compiling fuses its few hundred small operations into a few kernels. The
 first call of each function compiles (seconds); a failure to compile runs the step eagerly, with one
 warning. A rounding difference between fused and unfused kernels can flip a rare draw: a seed reproduces an
-image with the same `compile` setting. docs/engine.md, "The compiled step", says more.
+image with the same `compile` setting. docs/gpu.md, "The engine's own step", says more.
 """
 from __future__ import annotations
 

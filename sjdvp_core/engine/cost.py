@@ -1,7 +1,7 @@
 """What one Jacobi iteration costs as a function of the tokens its forward scores per row (PassCost):
 measured on the device at hand (calibration.py, which caches it on disk), or modelled from a model's
 shape and a named device's datasheet (sjdvp_core/datasheet.py's `roofline`, for the benchmarks). The
-model behind it, and its floor: docs/design.md, "The cost of a pass".
+model behind it, and its floor: docs/speed.md, "The cost of a pass".
 """
 from __future__ import annotations
 

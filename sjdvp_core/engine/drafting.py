@@ -4,7 +4,7 @@ a forward pass scored but did not commit.
 A re-draft has a source (the target p, or VP's fusion of p with its history: vp.py) and a draw (coupled by
 each position's Gumbel noise, as SCD's coupling, So et al., ICML 2026; sampled; or SJD-PAC's continuation),
 small rule classes in tables (SOURCES, DRAWS) that `Drafter` binds. Every draft is stored with q = the
-distribution really drawn from, so verification stays exact. docs/engine.md, "Drafting", says more.
+distribution really drawn from, so verification stays exact. docs/method.md says more.
 """
 from __future__ import annotations
 

@@ -59,7 +59,9 @@ def _versus_ar(speedup: float, seconds: float) -> str:
     return f"about {1 / speedup:.2f}x slower than AR on this device, {seconds * (1 - speedup):.1f} s lost"
 
 
-def report_text(result: DecodeResult, method: str) -> str:
+def report_text(result: DecodeResult, method: str, brief: bool = False) -> str:
+    """The report: the time saved against AR (where the run was priced) and the passes, then, unless brief,
+    the research lines (tokens per pass, acceptance, precision, passes, VP, trees)."""
     st = result.stats
     m = st.momentum()
     per_iter = torch.cat(st.committed_per_iter).float() if st.committed_per_iter else torch.zeros(1)
@@ -75,6 +77,8 @@ def report_text(result: DecodeResult, method: str) -> str:
              + (f": {st.step_compression:.2f}x fewer steps" if st.forward_passes < st.ar_passes else ""),
              f"tokens per pass: mean {st.mean_accepted:.2f}, max {int(per_iter.max())}, {st.tokens_per_forward:.1f} "
              "scored" + (f"; drafts accepted {st.acceptance_rate:.1%}" if verified else "")]
+    if brief:
+        return "\n".join(lines[:2])
     if speedup is not None:
         lines.append(f"the estimate prices this run's passes at what each scored by the pass cost "
                      f"{st.pass_cost.source}")

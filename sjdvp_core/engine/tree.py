@@ -4,7 +4,7 @@ At the first `depth` slots the window holds `width` candidates: the draft, spati
 of and above it, ours), further draws from q without replacement (Gumbel-top-k with the coupling noise, as
 Kool et al. 2019 extend SCD's coupling to ranks). Trees at the weak slots follow SJD-PAC (Kang et al., CVPR
 2026, arXiv 2603.18599). Verification is recursive rejection sampling (SpecInfer; Jeon et al.), exact:
-the proof is in docs/engine.md, "Draft trees".
+the proof is in docs/method.md, "Draft trees".
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Each rule is one small frozen class in the VERIFIERS table: SJD (Teng et al. 2024, exact), LANTERN (Jang et
 al. 2024) and GSD (So et al. 2025), both relaxed. p is the target, q what the draft was really drawn from;
 a draft x is accepted iff u < a(x). Tensors are [B, S, V] for p and q, [B, S] for drafts, in the engine's
-local vocabulary (image token c is codebook entry c). docs/engine.md, "Verifiers", gives each rule.
+local vocabulary (image token c is codebook entry c). docs/method.md gives each rule.
 """
 from __future__ import annotations
 

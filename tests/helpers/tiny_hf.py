@@ -11,6 +11,8 @@ import torch
 from sjdvp_core import SamplingSettings, TreeSettings, decode
 from sjdvp_core.engine.settings import method_settings
 
+# two prompts of different token lengths, so a batch of them is padded
+PROMPTS = ["a red fox in the snow", "a blue sky"]
 CORPUS = ["a red fox in the snow", "a blue sky over the sea", "a portrait of a young girl",
           "User: Assistant: draw 4*4 8*8 2*4 lowres, bad anatomy, text, blurry."] * 4
 

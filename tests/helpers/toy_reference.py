@@ -1,5 +1,5 @@
 """Independent references on the toy model: plain AR decoding by full recompute, and the exact
-distribution over all sequences by enumeration."""
+distribution over all sequences by enumeration; and the VP settings the law tests on it share."""
 from __future__ import annotations
 
 import itertools
@@ -7,6 +7,10 @@ import itertools
 import torch
 
 from sjdvp_core.models.toy import ToyGridAdapter
+
+# VP that fuses often on the toys' few codes (a single rise is enough, the top 4 are candidates), so
+# its drafts are far from q: a law test with it catches a verifier that does not use the fused q
+STRONG_VP = dict(growth_steps=1, top_k=4, beta=0.5)
 
 
 def mixed_image_logits(toy: ToyGridAdapter, tokens, cls, cfg_scale):
