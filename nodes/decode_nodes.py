@@ -18,25 +18,20 @@ from ..sjdvp_core.engine.settings import (
     PASS_MODES,
     DecodeSettings,
     SamplingSettings,
-    WindowSettings,
     decode_settings,
 )
 from ..sjdvp_core.figures import commit_figure
 from ..sjdvp_core.models.glm_image.dit import GUIDANCE, STEPS
 from . import runtime
 from .drafting_nodes import DRAFTER, WINDOW
-from .legacy import LEGACY
 from .model_nodes import MODEL
 
 TOKENS = io.Custom("SJDVP_TOKENS")
-# where Speculative Decode's sampling settings come from (a prompt saved before the choice existed: legacy.py)
+# where Speculative Decode's sampling settings come from
 MODEL_DEFAULTS, CUSTOM = "model defaults", "custom"
 SAMPLING_SOURCES = (MODEL_DEFAULTS, CUSTOM)
 RUN = DecodeSettings()   # seed and batch size defaults; sampling widgets show the built-in demo model's
 METHOD_CHOICES = {name.upper(): name for name in METHODS}    # "SJD-VP" on the node -> "sjd-vp" in the engine
-# A drafter connected without a Jacobi Window, in a prompt saved before the method widget (whose absence reads
-# AR): the window such a prompt has always meant.
-FIRST_RELEASE_WINDOW = WindowSettings(16, init="random")
 
 
 @dataclass
@@ -57,18 +52,32 @@ class SpeculativeDecode(io.ComfyNode):
             node_id="SJDVP_SpeculativeDecode", display_name="Speculative Decode", category="sjdvp",
             is_output_node=True,   # so ComfyUI replays its UI output (badge, last preview) when it is cached
             description="Generates image tokens several per forward pass with the chosen method (SJD-VP by "
-                        "default: exact, with Verification Prediction and the automatic window). AR samples "
-                        "token by token, for comparison. A connected Jacobi Window or verifier node overrides "
-                        "the method's own, for those who want the knobs.",
+                        "default: exact, with Verification Prediction and the automatic window).",
             inputs=[
                 MODEL.Input("model", tooltip="From Load AR Image Model."),
+                io.Image.Input("images", optional=True,
+                               tooltip="Reference images to edit, for families that take them (GLM-Image)."),
                 io.String.Input("prompt", multiline=True, default="a red circle on grass",
-                                tooltip="What to draw: a text prompt, or for class-to-image models a class "
-                                        "name or index (e.g. 'golden retriever' or 207)."),
+                                tooltip="What to draw: text, or a class name or index for class-to-image "
+                                        "models."),
                 io.String.Input("negative_prompt", multiline=True, default="",
-                                tooltip="The guidance branch's prompt where the family has one (Emu3: "
-                                        "upstream's negative prompt when empty; Janus-Pro: replaces the "
-                                        "padded prompt); leave empty otherwise."),
+                                tooltip="The guidance branch's prompt, for families that take one (Emu3, "
+                                        "Janus-Pro)."),
+                io.Combo.Input("method", options=list(METHOD_CHOICES), default=DEFAULT_METHOD.upper(),
+                               tooltip="SJD-VP and SJD are exact, LANTERN and GSD faster and lossy, AR one "
+                                       "token per pass."),
+                io.Int.Input("seed", default=RUN.seed, min=0, max=0xFFFFFFFFFFFFFFFF, control_after_generate=True,
+                             tooltip="The same seed, settings and device give the same image."),
+                io.Int.Input("batch_size", default=RUN.batch_size, min=1, max=64,
+                             tooltip="Images decoded together."),
+                io.Int.Input("width", default=KEEP_SIZE, min=0, max=4096, step=16,
+                             tooltip="Image width in pixels, for families with a size choice; 0 with height "
+                                     "0 is the model's default."),
+                io.Int.Input("height", default=KEEP_SIZE, min=0, max=4096, step=16,
+                             tooltip="Image height in pixels; see width."),
+                io.Combo.Input("sampling", options=list(SAMPLING_SOURCES), default=MODEL_DEFAULTS,
+                               tooltip="model defaults: the family's recommended sampling; custom: the four "
+                                       "widgets below."),
                 io.Float.Input("cfg", default=DEMO_SAMPLING.cfg_scale, min=0.0, max=30.0, step=0.1,
                                tooltip="Classifier-free guidance scale; 1 turns guidance off."),
                 io.Float.Input("temperature", default=DEMO_SAMPLING.temperature, min=0.01, max=5.0, step=0.01,
@@ -77,59 +86,25 @@ class SpeculativeDecode(io.ComfyNode):
                              tooltip="Keep the k most likely image tokens; 0 keeps all."),
                 io.Float.Input("top_p", default=DEMO_SAMPLING.top_p, min=0.01, max=1.0, step=0.01,
                                tooltip="Nucleus sampling mass; 1 keeps all."),
-                io.Int.Input("seed", default=RUN.seed, min=0, max=0xFFFFFFFFFFFFFFFF, control_after_generate=True,
-                             tooltip="Same seed, settings and device give the same image (the automatic window: "
-                                     "until it measures the device again and picks another window; a Jacobi Window "
-                                     "node's fixed window always). Seeds from 2^63 up are used modulo 2^63 (the seed "
-                                     "2^63 + n gives the image of n)."),
-                io.Int.Input("batch_size", default=RUN.batch_size, min=1, max=64,
-                             tooltip="Images decoded together; each accepts its own number of tokens."),
                 WINDOW.Input("window", optional=True,
-                             tooltip="A Jacobi Window node, to set the window by hand; if absent, the automatic "
-                                     "window (tokens per pass chosen for this device)."),
+                             tooltip="A Jacobi Window node sets the window by hand; absent, the automatic "
+                                     "window."),
                 DRAFTER.Input("drafter", optional=True,
-                              tooltip="A verifier node (SJD, LANTERN, GSD, with Verification Prediction or not), "
-                                      "to set its knobs by hand; it overrides method."),
-                io.Int.Input("width", default=KEEP_SIZE, min=0, max=4096, step=16, optional=True,
-                             tooltip="Image width in pixels for families with a size choice (Lumina-mGPT: a "
-                                     "size it trained on; Emu3: any aspect). 0 with height 0: the model's default."),
-                io.Int.Input("height", default=KEEP_SIZE, min=0, max=4096, step=16, optional=True,
-                             tooltip="Image height in pixels; see width."),
-                io.Combo.Input("sampling", options=list(SAMPLING_SOURCES), default=MODEL_DEFAULTS, optional=True,
-                               tooltip="model defaults: the loaded family's recommended cfg, temperature, top-k "
-                                       "and top-p (e.g. Lumina-mGPT cfg 4, top-k 2000; the pack's docs/library.md "
-                                       "lists them), and the four widgets above are ignored. custom: those widgets."),
-                io.Boolean.Input("compile", default=RUN.compile, optional=True,
-                                 tooltip="Run the engine's own step (verification, drafting) through "
-                                         "torch.compile: the first run of each setting compiles (seconds), "
-                                         "later ones launch a few fused kernels per iteration instead of "
-                                         "hundreds. For GPUs; off where it does not compile. Same law."),
-                io.Combo.Input("method", options=list(METHOD_CHOICES), default=DEFAULT_METHOD.upper(), optional=True,
-                               tooltip="How tokens are decoded. SJD-VP (default) and SJD are exact: the images "
-                                       "follow the model's own distribution. LANTERN and GSD accept more drafts "
-                                       "and drift from it. -VP adds Verification Prediction. AR: one token per "
-                                       "pass, the baseline. A connected verifier node overrides this."),
-
-                io.Image.Input("images", optional=True,
-                               tooltip="Reference images, for families that edit (GLM-Image): the prompt says what "
-                                       "to make of them (edit, restyle, combine). Every image of this batch is a "
-                                       "reference of every output image. Other families refuse them."),
-                io.Combo.Input("passes", options=list(PASS_MODES), default=RUN.passes, optional=True,
-                               tooltip="How the model's forward pass runs. auto: replayed as a CUDA graph on a GPU "
-                                       "(each shape recorded on first use and checked against the plain pass), "
-                                       "plain elsewhere; captured: also tries NF4 weights; eager: never recorded. "
-                                       "Never changes a token; the report says which ran and why."),
+                              tooltip="A verifier node sets its knobs by hand; it overrides method."),
+                io.Boolean.Input("compile", default=RUN.compile,
+                                 tooltip="Fuse the engine's own step with torch.compile (for GPUs; the first "
+                                         "run compiles)."),
+                io.Combo.Input("passes", options=list(PASS_MODES), default=RUN.passes,
+                               tooltip="How the model's pass runs: auto replays CUDA graphs on a GPU; never "
+                                       "changes a token."),
             ],
             outputs=[TOKENS.Output(display_name="tokens")],
         )
 
     @classmethod
-    def execute(cls, model, prompt, negative_prompt, cfg, temperature, top_k, top_p, seed, batch_size,
-                window=None, drafter=None, width=LEGACY["SJDVP_SpeculativeDecode"]["width"],
-                height=LEGACY["SJDVP_SpeculativeDecode"]["height"],
-                sampling=LEGACY["SJDVP_SpeculativeDecode"]["sampling"],
-                compile=LEGACY["SJDVP_SpeculativeDecode"]["compile"],
-                method=LEGACY["SJDVP_SpeculativeDecode"]["method"], images=None, passes=RUN.passes) -> io.NodeOutput:
+    def execute(cls, model, prompt, negative_prompt, method, seed, batch_size, width, height, sampling, cfg,
+                temperature, top_k, top_p, compile, passes, images=None, window=None,
+                drafter=None) -> io.NodeOutput:
         adapter = at_size(model.adapter, width, height)
         condition = prompt if images is None else edit(adapter, prompt, images)
         if sampling not in SAMPLING_SOURCES:
@@ -167,13 +142,12 @@ def edit(adapter, prompt: str, images: torch.Tensor) -> Edit:
 
 def method_or_nodes(method: str, drafter, window):
     """(drafter, window) to decode with: a connected verifier node overrides the method, a connected Jacobi
-    Window the default automatic window. A verifier without a window under method AR is a prompt saved before
-    the method widget: it keeps the window it always had (FIRST_RELEASE_WINDOW)."""
+    Window the default automatic window."""
     if method not in METHOD_CHOICES:
         raise ValueError(f"method={method!r}: choose one of {list(METHOD_CHOICES)}")
     if drafter is None:
-        return METHODS[METHOD_CHOICES[method]], window or DEFAULT_WINDOW
-    return drafter, window or (FIRST_RELEASE_WINDOW if method == "AR" else DEFAULT_WINDOW)
+        drafter = METHODS[METHOD_CHOICES[method]]
+    return drafter, window or DEFAULT_WINDOW
 
 
 class DecodeImage(io.ComfyNode):
@@ -185,18 +159,15 @@ class DecodeImage(io.ComfyNode):
                         "its DiT (steps and guidance below; a progress bar per step, Cancel between steps), "
                         "conditioned on the decode's prompt and seeded by its seed.",
             inputs=[TOKENS.Input("tokens", tooltip="From Speculative Decode."),
-                    io.Int.Input("steps", default=STEPS, min=1, max=200, optional=True,
-                                 tooltip="GLM-Image only: the DiT's denoising steps (upstream's default 50). VQ "
-                                         "decoders ignore it."),
-                    io.Float.Input("guidance", default=GUIDANCE, min=0.0, max=20.0, step=0.1, optional=True,
-                                   tooltip="GLM-Image only: the DiT's guidance scale (upstream's default 1.5). VQ "
-                                           "decoders ignore it.")],
+                    io.Int.Input("steps", default=STEPS, min=1, max=200,
+                                 tooltip="GLM-Image's DiT: denoising steps (VQ decoders ignore it)."),
+                    io.Float.Input("guidance", default=GUIDANCE, min=0.0, max=20.0, step=0.1,
+                                   tooltip="GLM-Image's DiT: guidance scale (VQ decoders ignore it).")],
             outputs=[io.Image.Output(display_name="image")],
         )
 
     @classmethod
-    def execute(cls, tokens, steps=LEGACY["SJDVP_DecodeImage"]["steps"],
-                guidance=LEGACY["SJDVP_DecodeImage"]["guidance"]) -> io.NodeOutput:
+    def execute(cls, tokens, steps, guidance) -> io.NodeOutput:
         runtime.prepare_decoder(tokens.model)
         pixels = PixelSettings(tokens.prompts, steps, guidance, tokens.seed, runtime.BarProgress(every=0))
         with torch.inference_mode():
@@ -212,8 +183,8 @@ class Report(io.ComfyNode):
             is_output_node=True,   # as core's Preview as Text: a cached run replays the text and the badge
             description="How much faster decoding was than plain AR (estimated: this run's passes priced by the "
                         "device's measured pass cost), and a picture of when each image cell was committed: dark "
-                        "early, yellow late; same-coloured runs were accepted together. The picture carries its "
-                        "colour scale and how many times fewer passes than AR; the text shows on the node.",
+                        "early, yellow late; same-coloured runs were accepted together. The node shows two lines; "
+                        "the text output holds the full report.",
             inputs=[TOKENS.Input("tokens", tooltip="From Speculative Decode.")],
             outputs=[io.String.Output(display_name="text"), io.Image.Output(display_name="commit_map")],
         )
@@ -221,10 +192,12 @@ class Report(io.ComfyNode):
     @classmethod
     def execute(cls, tokens) -> io.NodeOutput:
         shown = report_ui(tokens.result, tokens.method)
-        return io.NodeOutput(shown["text"][0], commit_figure(tokens.result, tokens.method), ui=shown)
+        full = report_text(tokens.result, tokens.method)
+        return io.NodeOutput(full, commit_figure(tokens.result, tokens.method), ui=shown)
 
 
 def report_ui(result: DecodeResult, method: str) -> dict:
-    """What the browser gets: the report text (shown on the Report node, like core's Preview as Text) and
+    """What the browser gets: the report's two lines (shown on the node, like core's Preview as Text) and
     its figures as data (sjdvp_report, for the speed-up badge the web extension draws)."""
-    return {**ui.PreviewText(report_text(result, method)).as_dict(), "sjdvp_report": [report_data(result, method)]}
+    brief = report_text(result, method, brief=True)
+    return {**ui.PreviewText(brief).as_dict(), "sjdvp_report": [report_data(result, method)]}

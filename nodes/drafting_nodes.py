@@ -18,7 +18,6 @@ from ..sjdvp_core.engine.settings import (
     VPSettings,
     WindowSettings,
 )
-from .legacy import LEGACY
 
 DRAFTER_DEFAULTS, VP_DEFAULTS = DrafterSettings(), VPSettings()
 TREE_DEFAULTS = DEFAULT_WINDOW.tree
@@ -29,13 +28,10 @@ DRAFTER = io.Custom("SJDVP_DRAFTER")
 
 
 def coupled_input():
-    """Every verifier node's last widget: coupled drafting (exact, on by default).
-    Optional, like every widget added after the first release, so prompts saved before it still
-    validate; a prompt without it keeps its old meaning (independent drafts: legacy.py)."""
-    return io.Boolean.Input("coupled", default=DRAFTER_DEFAULTS.coupled, optional=True,
-                            tooltip="Draw every draft at a position with that position's fixed random noise, "
-                                    "so successive drafts agree unless their distribution really moved. "
-                                    "Exact, and many more drafts pass verification.")
+    """Every verifier node's last widget: coupled drafting (exact, on by default)."""
+    return io.Boolean.Input("coupled", default=DRAFTER_DEFAULTS.coupled,
+                            tooltip="Draw each position's drafts with one fixed noise, so more of them pass "
+                                    "(exact).")
 
 
 class JacobiWindow(io.ComfyNode):
@@ -46,40 +42,27 @@ class JacobiWindow(io.ComfyNode):
             description="How many tokens one forward pass drafts and verifies, and how new drafts start.",
             inputs=[
                 io.Int.Input("window", default=DEFAULT_WINDOW.size, min=1, max=MAX_WINDOW,
-                             tooltip="Tokens scored per forward pass; with window_auto on, the most a pass may "
-                                     "score. 1 is plain AR. Fixed: 16-64 suit GPUs; on a CPU a wide window is not "
-                                     "free, prefer 4-8."),
-                io.Combo.Input("init", options=list(DRAFT_INITS), default=DEFAULT_WINDOW.init,
-                               tooltip="How fresh drafts start: a copy of the known cell above (the default, as "
-                                       "the SJD paper recommends), to the left, or random image tokens. All are "
-                                       "exact."),
-                io.Int.Input("tree_width", default=TREE_DEFAULTS.width, min=1, max=MAX_TREE_WIDTH, optional=True,
-                             tooltip="Draft tree: candidates at each of the first undecided slots (the draft, the "
-                                     "cells left of and above it, further draws). 1 = a plain chain. Exact; fewer "
-                                     "passes but about width x the tokens per pass: for large GPUs, slower on a "
-                                     "CPU (docs/speed.md)."),
-                io.Int.Input("tree_depth", default=TREE_DEFAULTS.depth, min=1, max=MAX_TREE_DEPTH, optional=True,
+                             tooltip="Tokens scored per forward pass (with window_auto, the most); 1 is plain "
+                                     "AR."),
+                io.Boolean.Input("window_auto", default=DEFAULT_WINDOW.auto,
+                                 tooltip="Choose the tokens per pass, up to window, that are fastest on this "
+                                         "device (measured on the first run)."),
+                io.Boolean.Input("tree_auto", default=DEFAULT_WINDOW.auto_tree,
+                                 tooltip="With window_auto: also weigh a capped draft tree where this device "
+                                         "scores it almost for free."),
+                io.Int.Input("tree_width", default=TREE_DEFAULTS.width, min=1, max=MAX_TREE_WIDTH,
+                             tooltip="Candidates at each of the first undecided slots; 1 is a plain chain."),
+                io.Int.Input("tree_depth", default=TREE_DEFAULTS.depth, min=1, max=MAX_TREE_DEPTH,
                              tooltip="How many of the first undecided slots get tree candidates."),
-                io.Boolean.Input("window_auto", default=DEFAULT_WINDOW.auto, optional=True,
-                                 tooltip="Choose the tokens per pass (up to window) that commit the most tokens per "
-                                         "second on this device: its pass cost and the model's acceptance are "
-                                         "measured on the first run (a bar shows it; then cached), and this run's "
-                                         "acceptance decides. Exact. The same seed gives the same image on the "
-                                         "same device; for the same image on any device, turn it off."),
-                io.Boolean.Input("tree_auto", default=DEFAULT_WINDOW.auto_tree, optional=True,
-                                 tooltip="With window_auto: also weigh a capped draft tree at the first undecided "
-                                         "slot, used where this device scores the extra tokens almost for free "
-                                         "(large GPUs). Exact. Ignored when tree_width is above 1 (your tree is "
-                                         "kept)."),
+                io.Combo.Input("init", options=list(DRAFT_INITS), default=DEFAULT_WINDOW.init,
+                               tooltip="How fresh drafts start: a copy of the cell above, to the left, or "
+                                       "random (all exact)."),
             ],
             outputs=[WINDOW.Output(display_name="window")],
         )
 
     @classmethod
-    def execute(cls, window, init, tree_width=LEGACY["SJDVP_JacobiWindow"]["tree_width"],
-                tree_depth=LEGACY["SJDVP_JacobiWindow"]["tree_depth"],
-                window_auto=LEGACY["SJDVP_JacobiWindow"]["window_auto"],
-                tree_auto=LEGACY["SJDVP_JacobiWindow"]["tree_auto"]) -> io.NodeOutput:
+    def execute(cls, window, window_auto, tree_auto, tree_width, tree_depth, init) -> io.NodeOutput:
         return io.NodeOutput(WindowSettings(size=window, init=init, auto=window_auto,
                                             auto_tree=window_auto and tree_auto and tree_width == 1,
                                             tree=TreeSettings(width=tree_width, depth=tree_depth)))
@@ -96,7 +79,7 @@ class DrafterSJD(io.ComfyNode):
         )
 
     @classmethod
-    def execute(cls, coupled=LEGACY["SJDVP_DrafterSJD"]["coupled"]) -> io.NodeOutput:
+    def execute(cls, coupled) -> io.NodeOutput:
         return io.NodeOutput(DrafterSettings(verifier="sjd", coupled=coupled))
 
 
@@ -109,18 +92,17 @@ class DrafterLANTERN(io.ComfyNode):
                         "codebook neighbours, up to delta of extra mass. Faster, lossy.",
             inputs=[
                 io.Int.Input("neighbours", default=DRAFTER_DEFAULTS.lantern_k, min=1, max=65536,
-                             tooltip="Latent neighbours considered per token (k)."),
+                             tooltip="Codebook neighbours considered per token (k)."),
                 io.Float.Input("delta", default=DRAFTER_DEFAULTS.lantern_delta, min=0.0, max=1.0, step=0.01,
-                               tooltip="Most probability mass of a draft's neighbours added to its own when "
-                                       "it is verified. 0 is exact SJD; larger is faster and drifts further "
-                                       "from the model's distribution (the drift is not bounded by delta)."),
+                               tooltip="Most mass of a draft's neighbours added to its own; 0 is exact SJD, "
+                                       "larger is faster and drifts further."),
                 coupled_input(),
             ],
             outputs=[DRAFTER.Output(display_name="drafter")],
         )
 
     @classmethod
-    def execute(cls, neighbours, delta, coupled=LEGACY["SJDVP_DrafterLANTERN"]["coupled"]) -> io.NodeOutput:
+    def execute(cls, neighbours, delta, coupled) -> io.NodeOutput:
         return io.NodeOutput(DrafterSettings(verifier="lantern", lantern_k=neighbours, lantern_delta=delta,
                                              coupled=coupled))
 
@@ -139,14 +121,14 @@ class DrafterGSD(io.ComfyNode):
                                tooltip="Cluster members differ from the draft's probability by less than this."),
                 io.Float.Input("max_distance", default=DRAFTER_DEFAULTS.gsd_max_distance or NO_LIMIT, min=0.0,
                                max=1000.0, step=0.1,
-                               tooltip="Optional codebook distance limit for cluster members; 0 turns it off."),
+                               tooltip="Codebook distance limit for cluster members; 0 turns it off."),
                 coupled_input(),
             ],
             outputs=[DRAFTER.Output(display_name="drafter")],
         )
 
     @classmethod
-    def execute(cls, group, max_gap, max_distance, coupled=LEGACY["SJDVP_DrafterGSD"]["coupled"]) -> io.NodeOutput:
+    def execute(cls, group, max_gap, max_distance, coupled) -> io.NodeOutput:
         return io.NodeOutput(DrafterSettings(verifier="gsd", gsd_group=group, gsd_max_gap=max_gap,
                                              gsd_max_distance=None if max_distance == NO_LIMIT else max_distance,
                                              coupled=coupled))
@@ -161,32 +143,28 @@ class VerificationPrediction(io.ComfyNode):
                         "target fused with its probability history across Jacobi iterations, so more of them "
                         "pass verification. The verifier is unchanged (SJD-VP stays exact).",
             inputs=[
-                DRAFTER.Input("drafter", tooltip="SJD, LANTERN or GSD drafter to enhance."),
+                DRAFTER.Input("drafter", tooltip="The SJD, LANTERN or GSD verifier node to add VP to."),
+                io.Combo.Input("strength_mode", options=["auto", "fixed"],
+                               default="auto" if VP_DEFAULTS.auto else "fixed",
+                               tooltip="auto: the strength is chosen while decoding; fixed: the strength "
+                                       "below."),
+                io.Float.Input("strength", default=PAPER_STRENGTH, min=-8.0, max=8.0, step=0.05,
+                               tooltip="lambda: above 0 boosts rising tokens (the paper), below 0 shrinks "
+                                       "toward the history, 0 is off."),
                 io.Int.Input("growth_steps", default=VP_DEFAULTS.growth_steps, min=1, max=64,
                              tooltip="N: a token is boosted only after rising in N consecutive iterations."),
                 io.Float.Input("beta", default=VP_DEFAULTS.beta, min=0.0, max=0.99, step=0.01,
                                tooltip="Decay of the probability history (exponentially weighted average)."),
                 io.Int.Input("top_k", default=VP_DEFAULTS.top_k, min=1, max=65536,
                              tooltip="Only the k most likely candidates of each position are fused."),
-                io.Float.Input("strength", default=PAPER_STRENGTH, min=-8.0, max=8.0, step=0.05,
-                               tooltip="Used when strength_mode is 'fixed'. lambda > 0: boost tokens that kept "
-                                       "rising (the paper). lambda < 0: shrink drafts toward their history by "
-                                       "|lambda| (helps where probabilities mean-revert). 0 turns VP off."),
-                io.Float.Input("max_score", default=round(VP_DEFAULTS.max_score, 4), min=0.01, max=20.0, step=0.01,
-                               tooltip="Cap of the log-gain score per token."),
-                io.Combo.Input("strength_mode", options=["auto", "fixed"],
-                               default="auto" if VP_DEFAULTS.auto else "fixed",
-                               optional=True,
-                               tooltip="auto: the strength is chosen during decoding by which candidate's "
-                                       "drafts pass verification most on this model and prompt (exact either "
-                                       "way). fixed: use the strength above."),
+                io.Float.Input("max_score", default=round(VP_DEFAULTS.max_score, 4), min=0.01, max=20.0,
+                               step=0.01, tooltip="Cap of the log-gain score per token."),
             ],
             outputs=[DRAFTER.Output(display_name="drafter")],
         )
 
     @classmethod
-    def execute(cls, drafter, growth_steps, beta, top_k, strength, max_score,
-                strength_mode=LEGACY["SJDVP_VerificationPrediction"]["strength_mode"]) -> io.NodeOutput:
+    def execute(cls, drafter, strength_mode, strength, growth_steps, beta, top_k, max_score) -> io.NodeOutput:
         vp = VPSettings(growth_steps=growth_steps, beta=beta, top_k=top_k, max_score=max_score,
                         strength="auto" if strength_mode == "auto" else strength)
         return io.NodeOutput(replace(drafter, vp=vp))

@@ -19,26 +19,14 @@ class LoadModel(io.ComfyNode):
                         "workflow first runs (progress in bytes, interruptible, resumed on the next run).",
             inputs=[
                 io.Combo.Input("model", options=runtime.model_choices(), default="demo",
-                               tooltip="'demo' is built in. Then the folders and GPT files under models/sjdvp, "
-                                       "then releases not downloaded yet, with their size: choosing one downloads "
-                                       "it into models/sjdvp on the first run (a workflow naming it keeps working "
-                                       "after). See the pack's docs/models.md."),
+                               tooltip="'demo' is built in; then models/sjdvp's folders, then releases "
+                                       "that download on the first run."),
                 io.Combo.Input("precision", options=["auto", "bf16", "fp16", "fp32", "int8", "nf4"], default="auto",
-                               tooltip="Weight precision. auto: on a GPU, bf16 (fp32 where the GPU has no bf16) if "
-                                       "the model and a default decode fit the card, else int8, else nf4 (the "
-                                       "report says what it took and why); fp32 on the CPU. int8: weight-only "
-                                       "int8 (about half of bf16's memory). nf4: 4-bit NormalFloat (about a "
-                                       "quarter; needs bitsandbytes); GLM-Image's DiT is quantised with it (under "
-                                       "auto, it is chosen for alone). "
-                                       "Embeddings, output head and VQ decoder keep their precision; exact SJD "
-                                       "stays exact for the quantised model."),
+                               tooltip="Weight precision; auto takes the best that fits the card and the report "
+                                       "says which."),
                 io.Combo.Input("device", options=["auto", "cpu", *runtime.PLACED], default="auto",
-                               tooltip="auto: ComfyUI's device (GPU when there is one); cpu forces the CPU. "
-                                       "split over GPUs: the model's blocks balanced over every GPU. offload to "
-                                       "CPU: what does not fit the GPU stays in CPU memory and streams in once "
-                                       "per pass (slow, and where speculative decoding gains most). Both need "
-                                       "accelerate; a placed model stays where it was put (ComfyUI frees memory "
-                                       "for it but does not move it)."),
+                               tooltip="auto: ComfyUI's device; split over GPUs or offload to CPU for a model "
+                                       "too large for one card."),
             ],
             outputs=[MODEL.Output(display_name="model")],
         )

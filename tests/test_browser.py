@@ -8,8 +8,7 @@ frontend of a matrix (tests/comfy/browser.py's frontends(): three on every run, 
   the Speed-up Report node, the speed-up badge on Speculative Decode and Report, and Speculative
   Decode's last preview the finished image; in both renderers;
 - the same run again (every node cached) and in a new page: the report, the badges and the preview come
-  back (ComfyUI replays cached output nodes' UI output);
-- a workflow saved before a widget existed gets the value that keeps its old meaning (web/js/legacy.js).
+  back (ComfyUI replays cached output nodes' UI output).
 
 Screenshots go to .cache/screenshots/. Without Chromium or Playwright these tests skip with what to
 install, except under CI, where they fail."""
@@ -147,22 +146,6 @@ def test_workflow_loads_as_dropped(ui, path):
     page.keyboard.press("Escape")
 
 
-def test_a_first_release_workflow_keeps_its_verifier_as_saved(ui):
-    """A first-release Verifier: SJD had no widgets, so the frontend saved no widgets_values for it: dropped now,
-    its `coupled` widget (added later, on for new nodes) takes the legacy value, off, as the workflow ran then
-    (the frontend's configure reads a missing widgets_values as [], so web/js/legacy.js counts none saved)."""
-    _, _, page = ui
-    path = os.path.join(REPO, "workflows", "sjdvp_demo_sjd_vp.json")
-    workflow = json.load(open(path))
-    sjd = next(n for n in workflow["nodes"] if n["type"] == "SJDVP_DrafterSJD")
-    del sjd["widgets_values"]
-    drop(page, path, workflow)
-    values = page.evaluate("(id) => Object.fromEntries(app.graph.getNodeById(id).widgets.map((w) => [w.name, "
-                           "w.value]))", sjd["id"])
-    assert values == {"coupled": False}
-    page.keyboard.press("Escape")
-
-
 GREYED = """(type) => app.graph._nodes.filter((n) => n.type === type)
   .map((n) => n.widgets.filter((w) => w.disabled && w.options?.disabled).map((w) => w.name))"""
 
@@ -190,7 +173,8 @@ def run_and_check(page, path: str, vue: bool, seed: int, label: str, cached: boo
     workflow = json.load(open(path))
     for node in workflow["nodes"]:
         if node["type"] == "SJDVP_SpeculativeDecode":
-            node["widgets_values"][6] = seed          # a fresh seed: a real run, not the server's cache
+            node["widgets_values"][3] = seed          # the seed widget (after prompt, negative_prompt, method): a fresh
+                                                      # seed makes a real run, not the server's cache
     use_renderer(page, vue)
     drop(page, path, workflow, vue=vue)
     page.evaluate(B.LISTEN)

@@ -19,16 +19,16 @@ from tests.helpers.tiny_lumina2 import write_lumina2
 
 pytestmark = NEEDS_COMFYUI
 
-# node id -> widget names in order: the contract with saved workflows (append only)
+# node id -> widget names in order: the contract with saved workflows from 1.0.0 on (append only)
 PINNED = {
     "SJDVP_LoadModel": ["model", "precision", "device"],
-    "SJDVP_JacobiWindow": ["window", "init", "tree_width", "tree_depth", "window_auto", "tree_auto"],
+    "SJDVP_JacobiWindow": ["window", "window_auto", "tree_auto", "tree_width", "tree_depth", "init"],
     "SJDVP_DrafterSJD": ["coupled"],
     "SJDVP_DrafterLANTERN": ["neighbours", "delta", "coupled"],
     "SJDVP_DrafterGSD": ["group", "max_gap", "max_distance", "coupled"],
-    "SJDVP_VerificationPrediction": ["growth_steps", "beta", "top_k", "strength", "max_score", "strength_mode"],
-    "SJDVP_SpeculativeDecode": ["prompt", "negative_prompt", "cfg", "temperature", "top_k", "top_p", "seed",
-                                "batch_size", "width", "height", "sampling", "compile", "method", "passes"],
+    "SJDVP_VerificationPrediction": ["strength_mode", "strength", "growth_steps", "beta", "top_k", "max_score"],
+    "SJDVP_SpeculativeDecode": ["prompt", "negative_prompt", "method", "seed", "batch_size", "width", "height",
+                                "sampling", "cfg", "temperature", "top_k", "top_p", "compile", "passes"],
     "SJDVP_DecodeImage": ["steps", "guidance"],
     "SJDVP_Report": [],
 }

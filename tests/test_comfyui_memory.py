@@ -16,19 +16,21 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def decode_chain(prompt: dict, first_id: int, model: str, cond: str) -> str:
-    """Load -> SJD decode (coupled, auto VP) -> IMAGE; returns the DecodeImage node id. The decode node
-    gets no width / height: an API prompt from before those widgets existed must still run."""
+    """Load -> SJD decode (coupled, auto VP) -> IMAGE, as an API prompt names every input; returns the
+    DecodeImage node id."""
     ids = [str(first_id + i) for i in range(5)]
     prompt[ids[0]] = {"class_type": "SJDVP_LoadModel",
                       "inputs": {"model": model, "precision": "auto", "device": "auto"}}
     prompt[ids[1]] = {"class_type": "SJDVP_DrafterSJD", "inputs": {"coupled": True}}
     prompt[ids[2]] = {"class_type": "SJDVP_VerificationPrediction", "inputs": {
-        "drafter": [ids[1], 0], "growth_steps": 2, "beta": 0.5, "top_k": 50, "strength": 1.0, "max_score": 1.3863,
-        "strength_mode": "auto"}}
+        "drafter": [ids[1], 0], "strength_mode": "auto", "strength": 1.0, "growth_steps": 2, "beta": 0.5,
+        "top_k": 50, "max_score": 1.3863}}
     prompt[ids[3]] = {"class_type": "SJDVP_SpeculativeDecode", "inputs": {
-        "model": [ids[0], 0], "drafter": [ids[2], 0], "prompt": cond, "negative_prompt": "", "cfg": 2.0,
-        "temperature": 1.0, "top_k": 0, "top_p": 1.0, "seed": 3, "batch_size": 1}}
-    prompt[ids[4]] = {"class_type": "SJDVP_DecodeImage", "inputs": {"tokens": [ids[3], 0]}}
+        "model": [ids[0], 0], "drafter": [ids[2], 0], "prompt": cond, "negative_prompt": "", "method": "SJD-VP",
+        "seed": 3, "batch_size": 1, "width": 0, "height": 0, "sampling": "custom", "cfg": 2.0,
+        "temperature": 1.0, "top_k": 0, "top_p": 1.0, "compile": False, "passes": "auto"}}
+    prompt[ids[4]] = {"class_type": "SJDVP_DecodeImage", "inputs": {"tokens": [ids[3], 0], "steps": 50,
+                                                                     "guidance": 1.5}}
     return ids[4]
 
 
@@ -61,33 +63,19 @@ def test_two_models_and_a_vae_share_the_session(server):
     assert history["status"]["status_str"] == "success", history["status"]
 
 
-def test_prompt_saved_before_new_widgets_keeps_its_meaning(server):
-    """No coupled / strength_mode inputs (an API prompt from before they existed): independent drafts
-    and the strength as stored, not the new defaults."""
-    prompt: dict = {}
-    image = decode_chain(prompt, 1, "demo", "a blue square on snow")
-    prompt["6"] = {"class_type": "PreviewImage", "inputs": {"images": [image, 0]}}
-    del prompt["2"]["inputs"]["coupled"], prompt["3"]["inputs"]["strength_mode"]
-    history, _ = server.run(prompt)
-    assert history["status"]["status_str"] == "success", history["status"]
-    assert "".join(history["outputs"]["4"]["text"]).startswith("SJD-VP(+1):")
-
-
 def test_model_defaults_replace_the_sampling_widgets(server):
     """sampling="model defaults" ignores cfg / temperature / top-k / top-p and uses the family's own
-    (the demo's: cfg 3); "custom" and a prompt without the input use the widgets."""
-    def report(cfg: float, sampling: str | None) -> list[str]:
+    (the demo's: cfg 3); "custom" uses the widgets."""
+    def report(cfg: float, sampling: str) -> dict:
         prompt: dict = {}
         image = decode_chain(prompt, 1, "demo", "a green diamond on sand")
-        prompt["4"]["inputs"]["cfg"] = cfg
-        if sampling is not None:
-            prompt["4"]["inputs"]["sampling"] = sampling
+        prompt["4"]["inputs"].update(cfg=cfg, sampling=sampling)
         prompt["6"] = {"class_type": "PreviewImage", "inputs": {"images": [image, 0]}}
         history, _ = server.run(prompt)
         assert history["status"]["status_str"] == "success", history["status"]
-        text = "".join(history["outputs"]["4"]["text"])
-        return text.splitlines()[1:]          # the first line is the time, which moves from run to run
+        figures = history["outputs"]["4"]["sjdvp_report"][0]
+        return {k: v for k, v in figures.items() if "seconds" not in k and "speedup" not in k}   # not times
 
     model_defaults = report(1.5, "model defaults")
     assert model_defaults == report(3.0, "custom")
-    assert report(1.5, "custom") == report(1.5, None) != model_defaults
+    assert report(1.5, "custom") != model_defaults

@@ -1,5 +1,4 @@
-"""Files written by tools/make_workflows.py stay as it writes them: the shipped workflows (defaults from
-the engine's settings) and the web extension's legacy table (from nodes/legacy.py)."""
+"""The shipped workflows stay as tools/make_workflows.py writes them (defaults from the engine's settings)."""
 import importlib.util
 import json
 import os
@@ -16,10 +15,8 @@ def _generator():
     return module
 
 
-def test_shipped_workflows_and_legacy_table_are_as_generated():
+def test_shipped_workflows_are_as_generated():
     gen = _generator()
     for name, workflow in gen.WORKFLOWS.items():
         with open(os.path.join(REPO, "workflows", name + ".json")) as f:
             assert json.load(f) == workflow, f"{name}: run python tools/make_workflows.py"
-    with open(gen.LEGACY_JS) as f:
-        assert f.read() == gen.legacy_js(), "web/js/legacy_values.js: run python tools/make_workflows.py"

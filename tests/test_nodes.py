@@ -19,7 +19,7 @@ def pack():
     nodes = stubs.load_pack()
     mod = lambda name: importlib.import_module(f"{stubs.PACKAGE}.nodes.{name}")  # noqa: E731
     yield dict(mm=mm, nodes=nodes, decode=mod("decode_nodes"), drafting=mod("drafting_nodes"),
-               runtime=mod("runtime"), legacy=mod("legacy"),
+               runtime=mod("runtime"),
                settings=importlib.import_module(f"{stubs.PACKAGE}.sjdvp_core.engine.settings"))
     stubs.uninstall()          # after this file's tests: nothing else sees a stubbed ComfyUI
 
@@ -34,10 +34,21 @@ def widgets(node) -> dict:
 
 
 def run(pack, demo, drafter=None, window=None, **kw):
-    args = dict(prompt="a red circle on grass", negative_prompt="", cfg=3.0, temperature=1.0, top_k=0, top_p=1.0,
-                seed=0, batch_size=1)
+    """Speculative Decode with every widget given: AR (a connected verifier overrides it), custom sampling."""
+    args = dict(prompt="a red circle on grass", negative_prompt="", method="AR", seed=0, batch_size=1, width=0,
+                height=0, sampling="custom", cfg=3.0, temperature=1.0, top_k=0, top_p=1.0, compile=False,
+                passes="auto")
     args.update(kw)
     return pack["decode"].SpeculativeDecode.execute(demo, window=window, drafter=drafter, **args)
+
+
+def fixed_window(pack, size, tree_width=1, tree_depth=1, init="random"):
+    """A Jacobi Window node's fixed window (window_auto and tree_auto off)."""
+    return pack["drafting"].JacobiWindow.execute(size, False, False, tree_width, tree_depth, init).values[0]
+
+
+def to_image(pack, tokens, steps=50, guidance=1.5):
+    return pack["decode"].DecodeImage.execute(tokens, steps, guidance).values[0]
 
 
 def test_widget_defaults_come_from_the_engine_settings(pack):
@@ -58,26 +69,29 @@ def test_widget_defaults_come_from_the_engine_settings(pack):
     assert widgets(pack["decode"].SpeculativeDecode)["sampling"].default == "model defaults"
 
 
-def test_execute_defaults_are_the_legacy_table(pack):
-    """A prompt saved before a widget existed runs with the value its absence meant (legacy.py, which the
-    web extension also serves to old UI workflows)."""
-    nodes = {n.define_schema().node_id: n for n in pack["nodes"].NODES}
-    for node_id, values in pack["legacy"].LEGACY.items():
-        params = inspect.signature(nodes[node_id].execute).parameters
-        assert {k: params[k].default for k in values} == values, node_id
+def test_execute_takes_the_widgets_in_the_schemas_order(pack):
+    """From 1.0.0 the widget order is a contract with saved workflows (docs/contributing.md): every node's
+    execute takes its inputs in the schema's order, the required ones first, so widgets_values map by name as
+    by position; every widget of 1.0.0 is required, and only sockets are optional."""
+    for node in pack["nodes"].NODES:
+        inputs = node.define_schema().inputs
+        params = list(inspect.signature(node.execute).parameters)
+        required = [i.name for i in inputs if not getattr(i, "optional", False)]
+        optional = [i.name for i in inputs if getattr(i, "optional", False)]
+        assert params == required + optional, node.__name__
+        assert optional == {"SpeculativeDecode": ["images", "window", "drafter"]}.get(node.__name__, [])
     d = pack["drafting"]
-    assert d.DrafterSJD.execute().values[0].coupled is False
-    vp = d.VerificationPrediction.execute(d.DrafterSJD.execute(True).values[0], 2, 0.5, 50, -0.5, 1.3863)
+    vp = d.VerificationPrediction.execute(d.DrafterSJD.execute(True).values[0], "fixed", -0.5, 2, 0.5, 50, 1.3863)
     assert vp.values[0].vp.strength == -0.5 and vp.values[0].coupled is True
 
 
 def test_tree_widgets_reach_the_decode(pack, demo):
     d = pack["drafting"]
-    assert d.JacobiWindow.execute(16, "random").values[0].tree.width == 1          # saved before the widgets
-    assert d.JacobiWindow.execute(64, "random", 1, 1, True).values[0].auto_tree is False   # saved before tree_auto
-    assert d.JacobiWindow.execute(64, "random", 1, 1, True, True).values[0].auto_tree is True
-    assert d.JacobiWindow.execute(64, "random", 3, 1, True, True).values[0].auto_tree is False   # the user's tree
-    window = d.JacobiWindow.execute(8, "random", 4, 2).values[0]
+    assert fixed_window(pack, 16).tree.width == 1
+    assert d.JacobiWindow.execute(64, True, False, 1, 1, "random").values[0].auto_tree is False
+    assert d.JacobiWindow.execute(64, True, True, 1, 1, "random").values[0].auto_tree is True
+    assert d.JacobiWindow.execute(64, True, True, 3, 1, "random").values[0].auto_tree is False   # the user's tree
+    window = fixed_window(pack, 8, 4, 2)
     assert (window.tree.width, window.tree.depth) == (4, 2)
     res = run(pack, demo, window=window, drafter=d.DrafterSJD.execute(True).values[0]).values[0].result
     assert res.stats.tree_tried > 0 and res.stats.tokens_per_forward > 8
@@ -95,7 +109,7 @@ def test_a_new_decode_node_runs_sjd_vp_with_the_automatic_window(pack, demo):
     """The three-node graph (model -> Speculative Decode -> image) is the fast one; the knob nodes override."""
     dec, d, s = pack["decode"], pack["drafting"], pack["settings"]
     method = next(i for i in dec.SpeculativeDecode.define_schema().inputs if i.name == "method")
-    assert method.optional and method.default == "SJD-VP"
+    assert not getattr(method, "optional", False) and method.default == "SJD-VP"
     assert method.options == ["AR", "SJD", "SJD-VP", "LANTERN", "LANTERN-VP", "GSD", "GSD-VP"]
     drafter, window = dec.method_or_nodes("SJD-VP", None, None)
     assert drafter == s.METHODS["sjd-vp"] and drafter.vp is not None and drafter.coupled
@@ -103,15 +117,35 @@ def test_a_new_decode_node_runs_sjd_vp_with_the_automatic_window(pack, demo):
     out = run(pack, demo, method="SJD-VP").values[0]
     assert out.method == "SJD-VP coupled" and out.result.stats.step_compression > 1
     assert out.result.stats.pass_cost is not None                     # priced: the report leads with time
-    sjd, fixed = d.DrafterSJD.execute(True).values[0], d.JacobiWindow.execute(8, "random").values[0]
+    sjd, fixed = d.DrafterSJD.execute(True).values[0], fixed_window(pack, 8)
     assert dec.method_or_nodes("GSD", sjd, fixed) == (sjd, fixed)
     assert dec.method_or_nodes("SJD-VP", sjd, None) == (sjd, s.DEFAULT_WINDOW)
     assert dec.method_or_nodes("LANTERN", None, fixed) == (s.METHODS["lantern"], fixed)
-    # a prompt saved before the widget reads AR: alone plain AR, with a verifier the window it always had
     assert dec.method_or_nodes("AR", None, None)[0] is None
-    assert dec.method_or_nodes("AR", sjd, None) == (sjd, s.WindowSettings(16, init="random"))
+    assert dec.method_or_nodes("AR", sjd, None) == (sjd, s.DEFAULT_WINDOW)        # the verifier node overrides
     with pytest.raises(ValueError, match="method='fast': choose one of"):
         run(pack, demo, method="fast")
+
+
+def test_a_run_is_one_engine_call_that_calibrates_once(pack, demo, monkeypatch):
+    """The node calls decode() once (the memory estimate apart), and decode calibrates once, returning what
+    it measured: the pass cost and, for the automatic window, the profile it chose by."""
+    engine = importlib.import_module(f"{stubs.PACKAGE}.sjdvp_core.engine.decode")
+    calls = {"decode": 0, "calibration": 0}
+
+    def counted(name, fn):
+        def call(*args, **kwargs):
+            calls[name] += 1
+            return fn(*args, **kwargs)
+        return call
+    monkeypatch.setattr(pack["decode"], "decode", counted("decode", pack["decode"].decode))
+    monkeypatch.setattr(engine, "calibration", counted("calibration", engine.calibration))
+    stats = run(pack, demo, method="SJD-VP").values[0].result.stats
+    assert calls == {"decode": 1, "calibration": 1}
+    assert stats.pass_cost is not None and stats.profile is not None and stats.auto_plans
+    assert stats.window == max(p.window for p in stats.profile.plans) <= pack["settings"].DEFAULT_WINDOW.size
+    run(pack, demo, method="AR")
+    assert calls == {"decode": 2, "calibration": 1}                          # AR is priced by nothing
 
 
 def test_decode_and_report_replay_their_ui_when_cached(pack, demo):
@@ -124,10 +158,13 @@ def test_decode_and_report_replay_their_ui_when_cached(pack, demo):
     out = run(pack, demo, drafter=pack["drafting"].DrafterSJD.execute(True).values[0])
     assert "forward passes" in out.ui["text"][0] and out.ui["sjdvp_report"][0]["step_compression"] > 1
     [shown] = out.ui["images"]
-    image = decode_nodes.DecodeImage.execute(out.values[0]).values[0]
+    image = to_image(pack, out.values[0])
     assert shown["type"] == "temp" and torch.allclose(shown["tensor"], image[:1], atol=1e-5)
     report = decode_nodes.Report.execute(out.values[0])
     assert report.ui["text"] == out.ui["text"] and "images" not in report.ui
+    # the node shows two lines (time, passes); its text output holds the full report
+    assert len(out.ui["text"][0].splitlines()) == 2 and report.values[0].startswith(out.ui["text"][0] + "\n")
+    assert "tokens per pass: mean" in report.values[0]
 
 
 def test_seed_is_folded_into_the_generators_range(pack, demo):
@@ -174,17 +211,17 @@ def test_pixels_out_of_memory_decode_one_image_at_a_time(pack, demo, monkeypatch
     images are the same; one image that does not fit says what to change."""
     oom, decode_image = pack["mm"].OOM_EXCEPTION, demo.adapter.decode_image
     tokens, single = run(pack, demo, batch_size=2).values[0], run(pack, demo).values[0]
-    whole = pack["decode"].DecodeImage.execute(tokens).values[0]
+    whole = to_image(pack, tokens)
 
     def small_card(codes, pixels=None):
         if len(codes) > 1:
             raise oom("CUDA out of memory")
         return decode_image(codes, pixels)
     monkeypatch.setattr(demo.adapter, "decode_image", small_card)
-    torch.testing.assert_close(pack["decode"].DecodeImage.execute(tokens).values[0], whole)   # to float rounding
+    torch.testing.assert_close(to_image(pack, tokens), whole)   # to float rounding
     monkeypatch.setattr(demo.adapter, "decode_image", lambda codes, pixels=None: small_card(codes.repeat(2, 1, 1)))
     with pytest.raises(oom, match="out of memory while turning tokens into pixels .* fewer images at once"):
-        pack["decode"].DecodeImage.execute(single)
+        to_image(pack, single)
 
 
 def test_decoding_pixels_loads_only_the_image_decoder(pack, demo):
@@ -203,7 +240,7 @@ def test_decoding_pixels_loads_only_the_image_decoder(pack, demo):
     from sjdvp_core.engine.budget import decode_bytes, state_bytes
     from sjdvp_core.engine.tree import scratch_nodes
     d = pack["drafting"]
-    window = d.JacobiWindow.execute(8, "random", 4, 1).values[0]
+    window = fixed_window(pack, 8, 4, 1)
     run(pack, demo, drafter=d.DrafterSJD.execute(True).values[0], window=window, batch_size=2)
     s = pack["settings"].decode_settings(d.DrafterSJD.execute(True).values[0], window, demo.adapter.default_sampling,
                                          0, 2)
@@ -212,7 +249,7 @@ def test_decoding_pixels_loads_only_the_image_decoder(pack, demo):
     assert scratch > 0 and need == decode_bytes(demo.adapter, s)
     assert need == demo.adapter.cache_bytes(4, scratch) + state_bytes(s, demo.adapter.layout) + \
         demo.adapter.forward_bytes(4, 8 + scratch, scratch)
-    image = pack["decode"].DecodeImage.execute(tokens).values[0]
+    image = to_image(pack, tokens)
     assert mm.loads[-1][0] == [demo.decoder_patcher] and image.shape == (1, 64, 64, 3)
 
 
@@ -492,7 +529,7 @@ def test_the_first_run_shows_its_measurement_and_an_interrupt_stops_it(pack, dem
         if len(calls) == 20:
             raise Interrupted
     monkeypatch.setattr(mm, "throw_exception_if_processing_interrupted", interrupt)
-    window = d.JacobiWindow.execute(16, "random").values[0]              # fixed: the pass cost alone
+    window = fixed_window(pack, 16)              # fixed: the pass cost alone
     drafter = d.DrafterSJD.execute(True).values[0]
     RecordingBar.bars.clear()
     with pytest.raises(Interrupted):

@@ -1,5 +1,4 @@
-"""Writes the UI-format workflows in workflows/ (ComfyUI lists them under Browse Templates) and the web
-extension's table of legacy widget values (web/js/legacy_values.js, from nodes/legacy.py).
+"""Writes the UI-format workflows in workflows/ (ComfyUI lists them under Browse Templates).
 
     python tools/make_workflows.py
 
@@ -8,7 +7,6 @@ tests/test_comfyui.py checks every file against a real server's node definitions
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import sys
@@ -63,7 +61,6 @@ EXAMPLES = {
                   Example("sjdvp_glm_image_edit", "GLM-Image", "GLM-Image edit", GLM_EDIT, size=(1024, 1024),
                           reference="example.png")),
 }
-LEGACY_JS = os.path.join(REPO, "web", "js", "legacy_values.js")
 
 SOCKETS = {  # node type -> (socket inputs, outputs)
     "SJDVP_LoadModel": ([], [("model", "SJDVP_MODEL")]),
@@ -72,8 +69,8 @@ SOCKETS = {  # node type -> (socket inputs, outputs)
     "SJDVP_DrafterLANTERN": ([], [("drafter", "SJDVP_DRAFTER")]),
     "SJDVP_DrafterGSD": ([], [("drafter", "SJDVP_DRAFTER")]),
     "SJDVP_VerificationPrediction": ([("drafter", "SJDVP_DRAFTER")], [("drafter", "SJDVP_DRAFTER")]),
-    "SJDVP_SpeculativeDecode": ([("model", "SJDVP_MODEL"), ("window", "SJDVP_WINDOW"), ("drafter", "SJDVP_DRAFTER"),
-                                 ("images", "IMAGE")], [("tokens", "SJDVP_TOKENS")]),
+    "SJDVP_SpeculativeDecode": ([("model", "SJDVP_MODEL"), ("images", "IMAGE"), ("window", "SJDVP_WINDOW"),
+                                 ("drafter", "SJDVP_DRAFTER")], [("tokens", "SJDVP_TOKENS")]),
     "SJDVP_DecodeImage": ([("tokens", "SJDVP_TOKENS")], [("image", "IMAGE")]),
     "SJDVP_Report": ([("tokens", "SJDVP_TOKENS")], [("text", "STRING"), ("commit_map", "IMAGE")]),
     "SaveImage": ([("images", "IMAGE")], []),
@@ -82,12 +79,12 @@ SOCKETS = {  # node type -> (socket inputs, outputs)
     "Note": ([], []),
 }
 _VP, _D = VPSettings(), DrafterSettings()
-VP_DEFAULTS = [_VP.growth_steps, _VP.beta, _VP.top_k, 1.0, round(_VP.max_score, 4), "auto" if _VP.auto else "fixed"]
+VP_DEFAULTS = ["auto" if _VP.auto else "fixed", 1.0, _VP.growth_steps, _VP.beta, _VP.top_k, round(_VP.max_score, 4)]
 SJD = ("SJDVP_DrafterSJD", [_D.coupled])
 
 
 W = DEFAULT_WINDOW
-WINDOW_WIDGETS = [W.size, W.init, W.tree.width, W.tree.depth, W.auto, W.auto_tree]   # a new node's: the default
+WINDOW_WIDGETS = [W.size, W.auto, W.auto_tree, W.tree.width, W.tree.depth, W.init]   # a new node's: the default
 LANTERN = ("SJDVP_DrafterLANTERN", [_D.lantern_k, _D.lantern_delta, _D.coupled])
 GSD = ("SJDVP_DrafterGSD", [_D.gsd_group, _D.gsd_max_gap, _D.gsd_max_distance or 0.0, _D.coupled])
 
@@ -162,9 +159,9 @@ def decode_branch(g: Graph, model: int, prompt: str, sampling: SamplingSettings,
     The decode uses the model's own sampling defaults (its widgets show them) and its method, unless window
     and drafter nodes are connected."""
     s = sampling
-    dec = g.add("SJDVP_SpeculativeDecode", [prompt, "", s.cfg_scale, s.temperature, s.top_k, s.top_p, seed, "fixed", 1,
-                                            *size, "model defaults", False, method, RUN.passes], (x, y), name,
-                size=DECODE_SIZE)
+    widgets = [prompt, "", method, seed, "fixed", 1, *size, "model defaults", s.cfg_scale, s.temperature, s.top_k,
+               s.top_p, False, RUN.passes]
+    dec = g.add("SJDVP_SpeculativeDecode", widgets, (x, y), name, size=DECODE_SIZE)
     g.connect(model, 0, dec, "model")
     if window is not None:
         g.connect(window, 0, dec, "window")
@@ -272,24 +269,13 @@ WORKFLOWS = {
 }
 
 
-def legacy_js() -> str:
-    """web/js/legacy_values.js: nodes/legacy.py's table for the web extension."""
-    spec = importlib.util.spec_from_file_location("legacy", os.path.join(REPO, "nodes", "legacy.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)          # plain data; importing the nodes package would need ComfyUI
-    return ("// Written by tools/make_workflows.py from nodes/legacy.py: do not edit.\n"
-            f"export const LEGACY = {json.dumps(module.LEGACY, indent=2)};\n")
-
-
 def main() -> None:
     os.makedirs(OUT, exist_ok=True)
     for name, workflow in WORKFLOWS.items():
         with open(os.path.join(OUT, name + ".json"), "w") as f:
             json.dump(workflow, f, indent=1)
             f.write("\n")
-    with open(LEGACY_JS, "w") as f:
-        f.write(legacy_js())
-    print(f"wrote {len(WORKFLOWS)} workflows to {OUT} and {os.path.relpath(LEGACY_JS, REPO)}")
+    print(f"wrote {len(WORKFLOWS)} workflows to {OUT}")
 
 
 if __name__ == "__main__":

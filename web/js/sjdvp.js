@@ -1,6 +1,5 @@
-// Three small helps: what a run found, shown where the artist looks; old workflows keeping their
-// meaning when a node gained a widget; widgets that the node's current choices (or the model connected
-// to it) make it ignore greyed out. None of them may ever break a frontend's loading of a workflow.
+// Two small helps: what a run found, shown where the artist looks; widgets that the node's current
+// choices (or the model connected to it) make it ignore greyed out. None of them may ever break a frontend's loading of a workflow.
 //  - Speed-up Report shows its report text on the node (a read-only text box, as core's "Preview as
 //    Text" does), and Speculative Decode and Speed-up Report carry a badge ("~X× faster (est., S s saved)
 //    · Y× fewer passes · T tok/pass · captured") built from the figures the nodes send as data
@@ -12,7 +11,6 @@
 import { api } from "../../../scripts/api.js";
 import { app } from "../../../scripts/app.js";
 import { IGNORED, greyable, ignoredWidgets, olderThan, settable } from "./ignored.js";
-import { LEGACY, legacyValues } from "./legacy.js";
 import { badgeText, nodeForOutputKey, reportOf, reportText } from "./report.js";
 
 const NODES = new Set(["SJDVP_SpeculativeDecode", "SJDVP_Report"]);
@@ -207,14 +205,7 @@ app.registerExtension({
     }
   }),
   async beforeRegisterNodeDef(nodeType, nodeData) {
-    if (nodeData.name in LEGACY) {
-      after(nodeType, "onConfigure", "restoring a saved workflow's values", (node, info) => {
-        const names = (node.widgets ?? []).map((w) => w.name);
-        const values = legacyValues(nodeData.name, names, info?.widgets_values?.length ?? names.length);
-        for (const w of node.widgets ?? []) if (w.name in values) w.value = values[w.name];
-      });
-    }
-    if (nodeData.name in IGNORED || nodeData.name === "SJDVP_LoadModel") {   // after the legacy values
+    if (nodeData.name in IGNORED || nodeData.name === "SJDVP_LoadModel") {
       after(nodeType, "onNodeCreated", "greying out ignored widgets", watchChoices);
       after(nodeType, "onConfigure", "greying out ignored widgets", watchChoices);
       after(nodeType, "onConnectionsChange", "greying out ignored widgets", greyAll);
