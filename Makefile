@@ -54,6 +54,7 @@ test-frontends: setup setup-comfy setup-browser
 
 lint: setup
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 bench: setup
 	$(BIN)/python -m benchmarks.compare_methods --model demo --out benchmarks/results/demo

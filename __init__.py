@@ -6,4 +6,5 @@ WEB_DIRECTORY = "./web"
 
 async def comfy_entrypoint():
     from .nodes import SJDVPExtension
+
     return SJDVPExtension()

@@ -12,6 +12,7 @@ A whole image: upstream's own split on an A800 (zai-org/GLM-Image issue #6: the 
 
     python -m benchmarks.glm_image_latency     # prints the table and writes benchmarks/results/glm_image_latency.md
 """
+
 from __future__ import annotations
 
 import json
@@ -23,10 +24,17 @@ from sjdvp_core.engine.cost import PassCost, monotone
 from .offload import measured_rows
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-MODEL = "GLM-Image token stage (1024 px)"        # its row in gpu_check.json
-TOKEN_STAGE_S, IMAGE_S = 50.3, 90.0             # upstream's A800 figures (issue #6)
-ROWS = (("ar", 1, "chain"), ("sjd", 32, "chain"), ("sjd-vp", 16, "chain"), ("sjd-vp", 32, "chain"),
-        ("sjd-vp", 64, "chain"), ("sjd-vp", 32, "6x1/8"), ("sjd-vp", 32, "8x1/6"))
+MODEL = "GLM-Image token stage (1024 px)"  # its row in gpu_check.json
+TOKEN_STAGE_S, IMAGE_S = 50.3, 90.0  # upstream's A800 figures (issue #6)
+ROWS = (
+    ("ar", 1, "chain"),
+    ("sjd", 32, "chain"),
+    ("sjd-vp", 16, "chain"),
+    ("sjd-vp", 32, "chain"),
+    ("sjd-vp", 64, "chain"),
+    ("sjd-vp", 32, "6x1/8"),
+    ("sjd-vp", 32, "8x1/6"),
+)
 
 
 def measured_cost() -> PassCost:
@@ -35,26 +43,40 @@ def measured_cost() -> PassCost:
         report = json.load(f)
     ms = next(r for r in report["forward"] if r["model"] == MODEL)["rows_1"]["ms"]
     tokens = sorted(int(k) for k in ms)
-    return PassCost(tuple(tokens), tuple(monotone([ms[str(k)] / 1e3 for k in tokens])),
-                    f"measured on {report['device']} (random weights)")
+    return PassCost(
+        tuple(tokens),
+        tuple(monotone([ms[str(k)] / 1e3 for k in tokens])),
+        f"measured on {report['device']} (random weights)",
+    )
 
 
 def table() -> str:
     shape, rows, measured = SHAPES["GLM-Image"], measured_rows(), measured_cost()
-    prices = {f"roofline {d}": (lambda k, d=DEVICES[d]: roofline_seconds(shape, d, k)) for d in ("H200", "RTX 4090")}
+    prices = {
+        f"roofline {d}": (lambda k, d=DEVICES[d]: roofline_seconds(shape, d, k))
+        for d in ("H200", "RTX 4090")
+    }
     prices["measured H200"] = measured
-    lines = ["| method, window, tree | step compression | tokens / row / pass | "
-             + " | ".join(f"{p}: token stage | {p}: whole image" for p in prices) + " |",
-             "|---|---|---|" + "---|---|" * len(prices)]
+    lines = [
+        "| method, window, tree | step compression | tokens / row / pass | "
+        + " | ".join(f"{p}: token stage | {p}: whole image" for p in prices)
+        + " |",
+        "|---|---|---|" + "---|---|" * len(prices),
+    ]
     for key in ROWS:
         r = rows[key]
         k = max(1, round(r["tokens_per_row"]))
         cells = []
         for price in prices.values():
             speedup = r["step_compression"] * price(1) / price(k)
-            cells.append(f"{speedup:.2f}x | {IMAGE_S / (IMAGE_S - TOKEN_STAGE_S + TOKEN_STAGE_S / speedup):.2f}x")
-        lines.append(f"| {', '.join(map(str, key))} | {r['step_compression']:.2f}x | {r['tokens_per_row']:.0f} | "
-                     + " | ".join(cells) + " |")
+            cells.append(
+                f"{speedup:.2f}x | {IMAGE_S / (IMAGE_S - TOKEN_STAGE_S + TOKEN_STAGE_S / speedup):.2f}x"
+            )
+        lines.append(
+            f"| {', '.join(map(str, key))} | {r['step_compression']:.2f}x | {r['tokens_per_row']:.0f} | "
+            + " | ".join(cells)
+            + " |"
+        )
     return "\n".join(lines)
 
 
@@ -62,8 +84,13 @@ def main() -> None:
     text = table()
     print(text)
     with open(os.path.join(HERE, "results", "glm_image_latency.md"), "w") as f:
-        f.write("# GLM-Image: modelled latency of the token stage and of a whole image\n\n"
-                + __doc__.split("\n\n    python")[0] + "\n\n`python -m benchmarks.glm_image_latency`\n\n" + text + "\n")
+        f.write(
+            "# GLM-Image: modelled latency of the token stage and of a whole image\n\n"
+            + __doc__.split("\n\n    python")[0]
+            + "\n\n`python -m benchmarks.glm_image_latency`\n\n"
+            + text
+            + "\n"
+        )
 
 
 if __name__ == "__main__":

@@ -1,17 +1,18 @@
-"""Does an acceptance profile measured at one sampling setting serve another? The automatic window chooses by a
-profile (committed tokens per pass of each candidate plan, calibration.acceptance_profile), measured once on the
-model's example image. For each other sampling setting (CFG scale, temperature, top-k) this decodes the
-benchmark's prompts with auto choosing by that setting's own profile and by the default sampling's, and
-prices both runs' steps on each cost (this CPU's measured one, and the roofline of Lumina-mGPT 7B on an H200
-and an RTX 4090): the mean modelled speed-up over AR, and the loss from using the default's profile.
+"""Does an acceptance profile measured at one sampling setting serve another? The automatic window
+chooses by a profile (committed tokens per pass of each candidate plan,
+calibration.acceptance_profile), measured once on the model's example image. For each other sampling
+setting (CFG scale, temperature, top-k) this decodes the benchmark's prompts with auto choosing by
+that setting's own profile and by the default sampling's, and prices both runs' steps on each cost
+(this CPU's measured one, and the roofline of Lumina-mGPT 7B on an H200 and an RTX 4090): the mean
+modelled speed-up over AR, and the loss from using the default's profile.
 
     python -m benchmarks.profile_reuse --out benchmarks/results/profile_reuse
 
-Steps, not wall clock: every figure is deterministic given the profiles and the seeds (the CPU's cost is
-measured once, or read from the calibration cache; SJDVP_CACHE points that elsewhere: the
+Steps, not wall clock: every figure is deterministic given the profiles and the seeds (the CPU's
+cost is measured once, or read from the calibration cache; SJDVP_CACHE points that elsewhere: the
 recorded run had SJDVP_CACHE=.cache/profile-reuse, a fresh folder, so it measured this CPU's cost
-anew).
-"""
+anew)."""
+
 from __future__ import annotations
 
 import argparse
@@ -29,12 +30,18 @@ from sjdvp_core.models.loading import load_model
 from . import shown
 from .latency import PROMPTS
 
-OTHERS = {"CFG 1.5": {"cfg_scale": 1.5}, "CFG 5": {"cfg_scale": 5.0}, "temperature 0.8": {"temperature": 0.8},
-          "top-k 64": {"top_k": 64}}
+OTHERS = {
+    "CFG 1.5": {"cfg_scale": 1.5},
+    "CFG 5": {"cfg_scale": 5.0},
+    "temperature 0.8": {"temperature": 0.8},
+    "top-k 64": {"top_k": 64},
+}
 
 
 def main(argv=None) -> list[dict]:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--seeds", type=int, default=4, help="seeds per prompt")
     ap.add_argument("--out", help="write <out>.md and <out>.json")
     args = ap.parse_args(argv)
@@ -44,9 +51,11 @@ def main(argv=None) -> list[dict]:
     def settings(sampling, seed=0, trees=False):
         return method_settings("sjd-vp", 128, sampling, seed, auto=True, auto_tree=trees)
 
-    costs = {"this CPU (measured)": pass_cost(adapter, settings(default)),
-             "H200 / Lumina-mGPT 7B": roofline("Lumina-mGPT 7B", "H200"),
-             "RTX 4090 / Lumina-mGPT 7B": roofline("Lumina-mGPT 7B", "RTX 4090")}
+    costs = {
+        "this CPU (measured)": pass_cost(adapter, settings(default)),
+        "H200 / Lumina-mGPT 7B": roofline("Lumina-mGPT 7B", "H200"),
+        "RTX 4090 / Lumina-mGPT 7B": roofline("Lumina-mGPT 7B", "RTX 4090"),
+    }
     rows = []
     for cost_name, cost in costs.items():
         # on the CPU no tree is worth its nodes (auto weighs none there), so the chain alone is run
@@ -60,11 +69,26 @@ def main(argv=None) -> list[dict]:
                 for which, profile in (("own", own), ("default", profiles["default"])):
                     chosen = contenders(profile, cost)
                     speedups[which] = statistics.mean(
-                        decode(adapter, prompt, settings(sampling, seed, trees), cost=cost, profile=chosen)
-                        .stats.estimated_speedup(cost) for prompt in PROMPTS for seed in range(args.seeds))
-                rows.append({"cost": cost_name, "trees": trees, "sampling": name,
-                             "own_profile": round(speedups["own"], 3), "default_profile": round(speedups["default"], 3),
-                             "loss": round(1 - speedups["default"] / speedups["own"], 4)})
+                        decode(
+                            adapter,
+                            prompt,
+                            settings(sampling, seed, trees),
+                            cost=cost,
+                            profile=chosen,
+                        ).stats.estimated_speedup(cost)
+                        for prompt in PROMPTS
+                        for seed in range(args.seeds)
+                    )
+                rows.append(
+                    {
+                        "cost": cost_name,
+                        "trees": trees,
+                        "sampling": name,
+                        "own_profile": round(speedups["own"], 3),
+                        "default_profile": round(speedups["default"], 3),
+                        "loss": round(1 - speedups["default"] / speedups["own"], 4),
+                    }
+                )
                 print(rows[-1], flush=True)
     if args.out:
         write(rows, args)
@@ -74,13 +98,20 @@ def main(argv=None) -> list[dict]:
 def write(rows: list[dict], args) -> None:
     with open(args.out + ".json", "w") as f:
         json.dump(rows, f, indent=1)
-    lines = [f"`python -m benchmarks.profile_reuse --out {shown(args.out)}` (demo model, "
-             f"coupled SJD-VP, auto window up to 128; {len(PROMPTS)} prompts x {args.seeds} "
-             "seeds; modelled speed-up over AR: the decode's steps priced by the cost; "
-             "loss: 1 - default's / own)", "",
-             "| cost | trees | sampling | own profile | default's profile | loss |", "|---|---|---|---|---|---|"]
-    lines += [f"| {r['cost']} | {'auto' if r['trees'] else 'chain'} | {r['sampling']} | {r['own_profile']:.3f}x | "
-              f"{r['default_profile']:.3f}x | {100 * r['loss']:+.1f}% |" for r in rows]
+    lines = [
+        f"`python -m benchmarks.profile_reuse --out {shown(args.out)}` (demo model, "
+        f"coupled SJD-VP, auto window up to 128; {len(PROMPTS)} prompts x {args.seeds} "
+        "seeds; modelled speed-up over AR: the decode's steps priced by the cost; "
+        "loss: 1 - default's / own)",
+        "",
+        "| cost | trees | sampling | own profile | default's profile | loss |",
+        "|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['cost']} | {'auto' if r['trees'] else 'chain'} | {r['sampling']} | {r['own_profile']:.3f}x | "
+        f"{r['default_profile']:.3f}x | {100 * r['loss']:+.1f}% |"
+        for r in rows
+    ]
     with open(args.out + ".md", "w") as f:
         f.write("\n".join(lines) + "\n")
 

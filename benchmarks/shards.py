@@ -1,6 +1,7 @@
 """Benchmark jobs sharded across processes with torch.distributed: under torchrun every rank takes
 every world-th job and rank 0 gathers the records (gloo on CPUs, nccl on GPUs); without torchrun it
 is one process doing everything."""
+
 from __future__ import annotations
 
 import os
@@ -10,8 +11,8 @@ import torch.distributed as dist
 
 
 def init(device: str) -> tuple[int, int, str]:
-    """-> (rank, world size, this rank's device), joining the process group when torchrun started us.
-    On GPUs each rank takes the GPU of its local rank (nccl needs one GPU per rank)."""
+    """-> (rank, world size, this rank's device), joining the process group when torchrun started
+    us. On GPUs each rank takes the GPU of its local rank (nccl needs one GPU per rank)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world == 1:
         return 0, 1, device

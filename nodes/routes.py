@@ -1,5 +1,6 @@
-"""The pack's one HTTP route, read by its web extension (web/js/sjdvp.js): which model choices draw their pixels
-with a DiT, so Tokens to Image greys out the DiT's widgets for every other family."""
+"""The pack's one HTTP route, read by its web extension (web/js/sjdvp.js): which model choices draw
+their pixels with a DiT, so Tokens to Image greys out the DiT's widgets for every other family."""
+
 from aiohttp import web
 from server import PromptServer
 

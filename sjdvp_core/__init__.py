@@ -1,8 +1,9 @@
 """sjdvp_core: speculative Jacobi decoding (SJD, LANTERN, GSD, Verification Prediction) for
 autoregressive image models. Pure torch; ComfyUI is never imported here.
 
-Subpackages: engine (the algorithm), models (the families and their registry), hub (catalogue, downloads,
-the check command), cli (the generate command), demo (the built-in model)."""
+Subpackages: engine (the algorithm), models (the families and their registry), hub (catalogue,
+downloads, the check command), cli (the generate command), demo (the built-in model)."""
+
 from .engine.adapter import ModelAdapter, TokenLayout
 from .engine.decode import DecodeResult, decode
 from .engine.settings import (
@@ -18,6 +19,19 @@ from .engine.settings import (
 from .engine.stats import DecodeStats
 from .models.loading import load_model
 
-__all__ = ["ModelAdapter", "TokenLayout", "DecodeResult", "decode", "DecodeSettings", "DrafterSettings",
-           "SamplingSettings", "TreeSettings", "VPSettings", "WindowSettings", "DEFAULT_WINDOW", "method_settings",
-           "DecodeStats", "load_model"]
+__all__ = [
+    "ModelAdapter",
+    "TokenLayout",
+    "DecodeResult",
+    "decode",
+    "DecodeSettings",
+    "DrafterSettings",
+    "SamplingSettings",
+    "TreeSettings",
+    "VPSettings",
+    "WindowSettings",
+    "DEFAULT_WINDOW",
+    "method_settings",
+    "DecodeStats",
+    "load_model",
+]

@@ -1,4 +1,5 @@
 """`python -m sjdvp_core.batch` (and torchrun -m): many images, resumable (sjdvp_core.cli.batch)."""
+
 import sys
 
 from .cli.batch import main

@@ -1,4 +1,5 @@
 """`python -m sjdvp_core.check <folder>`: check a model folder (sjdvp_core.hub.check)."""
+
 import sys
 
 from .hub.check import main

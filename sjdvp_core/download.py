@@ -1,4 +1,5 @@
 """`python -m sjdvp_core.download <entry>`: download a catalogue entry (sjdvp_core.hub.download)."""
+
 import sys
 
 from .hub.download import main

@@ -1,8 +1,9 @@
-"""Side-by-side timing, one way for the command line and every benchmark: the contenders take turns in every
-round, after untimed warm-up rounds, and each is summarised by its median, so that a drift of the machine's
-speed (clocks, other load) moves them all alike and one slow run does not decide a ratio. On a GPU each run
-is bracketed by synchronisations, so it is timed to the end of its kernels.
+"""Side-by-side timing, one way for the command line and every benchmark: the contenders take turns in
+every round, after untimed warm-up rounds, and each is summarised by its median, so that a drift of
+the machine's speed (clocks, other load) moves them all alike and one slow run does not decide a
+ratio. On a GPU each run is bracketed by synchronisations, so it is timed to the end of its kernels.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -16,6 +17,7 @@ import torch
 @dataclass
 class Timed:
     """One contender's runs: the seconds of each timed run and what the last run returned."""
+
     seconds: list[float] = field(default_factory=list)
     result: Any = None
 
@@ -25,20 +27,26 @@ class Timed:
 
     def to_json(self) -> dict:
         """The timing fields of a benchmark's JSON row."""
-        return {"seconds": round(self.median, 4), "runs_s": [round(s, 4) for s in self.seconds],
-                "repeats": len(self.seconds)}
+        return {
+            "seconds": round(self.median, 4),
+            "runs_s": [round(s, 4) for s in self.seconds],
+            "repeats": len(self.seconds),
+        }
 
 
 def synchronize(device=None) -> Callable[[], None]:
     """What waits for a device's queued work: CUDA's synchronize, nothing on a CPU."""
-    on_cuda = torch.device(device).type == "cuda" if device is not None else torch.cuda.is_available()
+    on_cuda = (
+        torch.device(device).type == "cuda" if device is not None else torch.cuda.is_available()
+    )
     return torch.cuda.synchronize if on_cuda else (lambda: None)
 
 
-def interleaved(runs: Mapping[Hashable, Callable[[], Any]], repeats: int, warmup: int = 1,
-                device=None) -> dict[Hashable, Timed]:
-    """Every run of `runs` once per round, in order, for `warmup` untimed rounds and then `repeats` timed ones
-    -> per key its Timed (the seconds of its timed runs, its last result)."""
+def interleaved(
+    runs: Mapping[Hashable, Callable[[], Any]], repeats: int, warmup: int = 1, device=None
+) -> dict[Hashable, Timed]:
+    """Every run of `runs` once per round, in order, for `warmup` untimed rounds and then `repeats`
+    timed ones -> per key its Timed (the seconds of its timed runs, its last result)."""
     if repeats < 1:
         raise ValueError(f"repeats={repeats}: time each contender at least once")
     sync = synchronize(device)

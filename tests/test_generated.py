@@ -1,4 +1,6 @@
-"""The shipped workflows stay as tools/make_workflows.py writes them (defaults from the engine's settings)."""
+"""The shipped workflows stay as tools/make_workflows.py writes them (defaults from the engine's
+settings)."""
+
 import importlib.util
 import json
 import os
@@ -8,9 +10,11 @@ from tests.comfy.server import REPO
 
 
 def _generator():
-    spec = importlib.util.spec_from_file_location("make_workflows", os.path.join(REPO, "tools", "make_workflows.py"))
+    spec = importlib.util.spec_from_file_location(
+        "make_workflows", os.path.join(REPO, "tools", "make_workflows.py")
+    )
     module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module   # its dataclasses look their module up by name
+    sys.modules[spec.name] = module  # its dataclasses look their module up by name
     spec.loader.exec_module(module)
     return module
 

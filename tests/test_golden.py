@@ -1,17 +1,19 @@
-"""Golden numerics: our hand-written LlamaGen GPT, LlamaGen VQ, Chameleon VQGAN and MoVQGAN against outputs that the
-upstream reference code computed on the same tiny random weights and inputs.
+"""Golden numerics: our hand-written LlamaGen GPT, LlamaGen VQ, Chameleon VQGAN and MoVQGAN against
+outputs that the upstream reference code computed on the same tiny random weights and inputs.
 
 Each tests/golden/<name>.safetensors holds the state dict upstream ran (in upstream's key names, as
-"state.<key>"; float16 storage of float16-exact values, run as float32), the inputs ("input.*"), upstream's
-outputs ("output.*") and a "golden" metadata entry (JSON): upstream repository, file, commit and git blob,
-the tiny config, the seed, the call protocol and every adaptation needed to run upstream on CPU at tiny size.
-The weights go through our user-facing loaders in upstream's checkpoint layouts, so this also pins key names.
+"state.<key>"; float16 storage of float16-exact values, run as float32), the inputs ("input.*"),
+upstream's outputs ("output.*") and a "golden" metadata entry (JSON): upstream repository, file,
+commit and git blob, the tiny config, the seed, the call protocol and every adaptation needed to run
+upstream on CPU at tiny size. The weights go through our user-facing loaders in upstream's
+checkpoint layouts, so this also pins key names.
 
-The recorder is deliberately not in this repository (no upstream code is committed here); the metadata says
-what it ran. To re-record: copy upstream's gpt.py, vq_model.py (+ utils/drop_path.py), Chameleon's vqgan.py
-and Lumina-mGPT 2.0's movqgan/ package at the recorded commits into a scratch folder, build the same configs
-with the same seeds, run the recorded protocol, and save the same tensor names.
-"""
+The recorder is deliberately not in this repository (no upstream code is committed here); the
+metadata says what it ran. To re-record: copy upstream's gpt.py, vq_model.py (+ utils/drop_path.py),
+Chameleon's vqgan.py and Lumina-mGPT 2.0's movqgan/ package at the recorded commits into a scratch
+folder, build the same configs with the same seeds, run the recorded protocol, and save the same
+tensor names."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -34,7 +36,7 @@ from sjdvp_core.models.lumina2 import movqgan
 
 GOLDEN = Path(__file__).parent / "golden"
 NAMES = ("llamagen_gpt_c2i", "llamagen_gpt_t2i", "llamagen_vq", "chameleon_vqgan", "movqgan")
-TOL = dict(atol=1e-5, rtol=1e-5)   # fp32 on CPU; the outputs are of order 1
+TOL = dict(atol=1e-5, rtol=1e-5)  # fp32 on CPU; the outputs are of order 1
 
 
 def read_golden(name: str):
@@ -42,7 +44,7 @@ def read_golden(name: str):
     with safe_open(GOLDEN / f"{name}.safetensors", framework="pt") as f:
         meta = json.loads(f.metadata()["golden"])
         tensors = {k: f.get_tensor(k) for k in f.keys()}
-    part = lambda prefix: {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}  # noqa: E731
+    part = lambda prefix: {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}  # noqa: E731
     state = {k: v.float() for k, v in part("state.").items()}
     state.update({k: torch.zeros(shape) for k, shape in meta["dropped_from_state"].items()})
     return state, part("input."), part("output."), meta
@@ -53,13 +55,17 @@ def test_golden_files_name_their_upstream():
     for name in NAMES:
         _, _, outputs, meta = read_golden(name)
         up = meta["upstream"]
-        assert up["repo"].startswith("github.com/") and len(up["commit"]) == 40 and up["path"].endswith(".py")
+        assert (
+            up["repo"].startswith("github.com/")
+            and len(up["commit"]) == 40
+            and up["path"].endswith(".py")
+        )
         assert outputs and "seed" in meta and meta["config"]
         total += (GOLDEN / f"{name}.safetensors").stat().st_size
     assert total < 1.6e6
 
 
-# --- LlamaGen GPT -----------------------------------------------------------------------------------
+# --- LlamaGen GPT ---------------------------------------------------------------------------------
 def gpt_config(meta) -> dict:
     fields = {f.name for f in dataclasses.fields(GPTConfig)}
     return {k: v for k, v in meta["config"].items() if k in fields}
@@ -69,12 +75,16 @@ def load_golden_gpt(name: str, tmp_path):
     state, inputs, outputs, meta = read_golden(name)
     config = gpt_config(meta)
     if config["dim"] // config["n_head"] == 64:
-        # LlamaGen's head size: the official .pt layout loads with the config read off the weights alone
+        # LlamaGen's head size: the official .pt layout loads with the config read off the weights
+        # alone
         path = tmp_path / f"{config['model_type']}_tiny_256.pt"
         torch.save({"model": state, "optimizer": {}, "steps": 1}, path)
         gpt = load_gpt(str(path), image_tokens=config["block_size"])
-        assert {k: getattr(gpt.config, k) for k in config if k not in ("multiple_of", "ffn_dim_multiplier")} == \
-            {k: v for k, v in config.items() if k not in ("multiple_of", "ffn_dim_multiplier")}
+        assert {
+            k: getattr(gpt.config, k)
+            for k in config
+            if k not in ("multiple_of", "ffn_dim_multiplier")
+        } == {k: v for k, v in config.items() if k not in ("multiple_of", "ffn_dim_multiplier")}
     else:
         # other head sizes cannot be read off the weights: safetensors with a config entry
         path = tmp_path / f"{name}.safetensors"
@@ -94,15 +104,21 @@ def check_gpt(gpt, inputs, outputs):
     gpt.setup_caches(R, prefix_valid=mask)
     assert_close(gpt.prefill(gpt.embed_condition(cond)), outputs["prefill_logits"], **TOL)
     for i in range(steps):
-        logits = gpt.decode(tokens[:, i:i + 1], torch.full((R, 1), T + i))
+        logits = gpt.decode(tokens[:, i : i + 1], torch.full((R, 1), T + i))
         assert_close(logits[:, 0], outputs["decode_logits"][:, i], **TOL)
     # the same tokens as one Jacobi window
     gpt.setup_caches(R, prefix_valid=mask)
     gpt.prefill(gpt.embed_condition(cond))
-    assert_close(gpt.decode(tokens, T + torch.arange(steps).expand(R, -1)), outputs["decode_logits"], **TOL)
+    assert_close(
+        gpt.decode(tokens, T + torch.arange(steps).expand(R, -1)), outputs["decode_logits"], **TOL
+    )
     gpt.release_caches()
     # teacher-forced full sequence (upstream's training forward)
-    assert_close(gpt(gpt.embed_condition(inputs["train_cond"]), inputs["train_tokens"]), outputs["train_logits"], **TOL)
+    assert_close(
+        gpt(gpt.embed_condition(inputs["train_cond"]), inputs["train_tokens"]),
+        outputs["train_logits"],
+        **TOL,
+    )
 
 
 def test_golden_llamagen_gpt_c2i_gqa(tmp_path):
@@ -114,12 +130,13 @@ def test_golden_llamagen_gpt_c2i_gqa(tmp_path):
 def test_golden_llamagen_gpt_t2i_caption_prefix(tmp_path):
     gpt, inputs, outputs = load_golden_gpt("llamagen_gpt_t2i", tmp_path)
     assert gpt.config.model_type == "t2i" and gpt.config.cls_token_num == 120
-    assert not inputs["emb_masks"].all()           # a left-padded caption, junk in its padding
+    assert not inputs["emb_masks"].all()  # a left-padded caption, junk in its padding
     check_gpt(gpt, inputs, outputs)
 
 
 def half_split_rope(x, rope):
-    """A plausible mistake: rotate (x[i], x[i + D/2]) (HF Llama's rotate_half) instead of (x[2i], x[2i+1])."""
+    """A plausible mistake: rotate (x[i], x[i + D/2]) (HF Llama's rotate_half) instead of (x[2i],
+    x[2i+1])."""
     x1, x2 = x.float().chunk(2, -1)
     cos, sin = rope[:, :, None, :, 0], rope[:, :, None, :, 1]
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1).type_as(x)
@@ -134,8 +151,8 @@ def columns_first(table, c):
 @pytest.mark.parametrize("mistake", ["half_split_pairs", "columns_first", "gqa_tiled_heads"])
 @torch.inference_mode()
 def test_golden_gpt_catches_a_wrong_rope_or_head_mapping(tmp_path, monkeypatch, mistake):
-    """The comparison has teeth: one plausible slip in the rotary pairing, the row/column split or the GQA
-    head mapping changes the logits far beyond the tolerance."""
+    """The comparison has teeth: one plausible slip in the rotary pairing, the row/column split or
+    the GQA head mapping changes the logits far beyond the tolerance."""
     gpt, inputs, outputs = load_golden_gpt("llamagen_gpt_c2i", tmp_path)
     ref = gpt(gpt.embed_condition(inputs["train_cond"]), inputs["train_tokens"])
     assert_close(ref, outputs["train_logits"], **TOL)
@@ -143,28 +160,42 @@ def test_golden_gpt_catches_a_wrong_rope_or_head_mapping(tmp_path, monkeypatch, 
         monkeypatch.setattr(llamagen_gpt, "apply_rope", half_split_rope)
     elif mistake == "columns_first":
         gpt.rope = columns_first(gpt.rope, gpt.config)
-    else:   # kv head h serves query heads h, h + kv_heads, ... instead of h * group .. (h + 1) * group - 1
-        monkeypatch.setattr(torch.Tensor, "repeat_interleave",
-                            lambda t, n, dim: t.repeat(*[n if d == dim else 1 for d in range(t.dim())]))
+    # kv head h serves query heads h, h + kv_heads, ... instead of h * group .. (h + 1) * group - 1
+    else:
+        monkeypatch.setattr(
+            torch.Tensor,
+            "repeat_interleave",
+            lambda t, n, dim: t.repeat(*[n if d == dim else 1 for d in range(t.dim())]),
+        )
     wrong = gpt(gpt.embed_condition(inputs["train_cond"]), inputs["train_tokens"])
     assert (wrong - outputs["train_logits"]).abs().max() > 1e-2
 
 
-# --- LlamaGen VQ --------------------------------------------------------------------------------------
+# --- LlamaGen VQ ----------------------------------------------------------------------------------
 def test_golden_llamagen_vq(tmp_path):
     state, inputs, outputs, meta = read_golden("llamagen_vq")
     c = meta["config"]
     assert c["encoder_ch_mult"] == c["decoder_ch_mult"] == [1, 1, 2, 2, 4] and c["codebook_l2_norm"]
-    config = VQConfig(codebook_size=c["codebook_size"], codebook_embed_dim=c["codebook_embed_dim"], ch=c["ch"],
-                      ch_mult=c["decoder_ch_mult"], z_channels=c["z_channels"], num_res_blocks=c["num_res_blocks"],
-                      norm_groups=c["norm_groups"])
-    # the official .pt layout: everything but the GroupNorm group count (code, not weights) is read off the keys
+    config = VQConfig(
+        codebook_size=c["codebook_size"],
+        codebook_embed_dim=c["codebook_embed_dim"],
+        ch=c["ch"],
+        ch_mult=c["decoder_ch_mult"],
+        z_channels=c["z_channels"],
+        num_res_blocks=c["num_res_blocks"],
+        norm_groups=c["norm_groups"],
+    )
+    # the official .pt layout: everything but the GroupNorm group count (code, not weights) is read
+    # off the keys
     inferred = vq_config_from_state(state, {}, "vq_ds16_c2i.pt")
     assert dataclasses.replace(inferred, norm_groups=config.norm_groups) == config
     # the tiny width needs fewer groups than 32, which only a config entry can say: load that way
     path = tmp_path / "vq_tiny.safetensors"
-    save_file({k: v for k, v in state.items() if k != "quantize.codebook_used"}, str(path),
-              metadata={"config": json.dumps(config.to_dict())})
+    save_file(
+        {k: v for k, v in state.items() if k != "quantize.codebook_used"},
+        str(path),
+        metadata={"config": json.dumps(config.to_dict())},
+    )
     vq = load_vq(str(path), encoder=True)
     with torch.inference_mode():
         assert_close(vq.decode_code(inputs["codes"]), outputs["decoded"], **TOL)
@@ -172,21 +203,27 @@ def test_golden_llamagen_vq(tmp_path):
         assert torch.equal(vq.encode(inputs["images"]), outputs["indices"])
 
 
-# --- Chameleon VQGAN ----------------------------------------------------------------------------------
+# --- Chameleon VQGAN ------------------------------------------------------------------------------
 def write_vqgan_folder(folder: Path, state, meta) -> str:
     p = meta["config"]
     dd = "\n".join(f"      {k}: {json.dumps(v)}" for k, v in p["ddconfig"].items())
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "vqgan.yaml").write_text(
         f"model:\n  target: taming.models.vqgan.VQModel\n  params:\n    embed_dim: {p['embed_dim']}\n"
-        f"    n_embed: {p['n_embed']}\n    ddconfig:\n{dd}\n")
-    torch.save({"epoch": 1, "global_step": 1, "state_dict": state}, folder / "vqgan.ckpt")   # Lightning layout
+        f"    n_embed: {p['n_embed']}\n    ddconfig:\n{dd}\n"
+    )
+    torch.save(
+        {"epoch": 1, "global_step": 1, "state_dict": state}, folder / "vqgan.ckpt"
+    )  # Lightning layout
     return str(folder)
 
 
 def test_golden_chameleon_vqgan(tmp_path):
     state, inputs, outputs, meta = read_golden("chameleon_vqgan")
-    assert len(meta["config"]["ddconfig"]["ch_mult"]) >= 3 and meta["config"]["ddconfig"]["attn_resolutions"]
+    assert (
+        len(meta["config"]["ddconfig"]["ch_mult"]) >= 3
+        and meta["config"]["ddconfig"]["attn_resolutions"]
+    )
     vqgan = load_vqgan(write_vqgan_folder(tmp_path / "tokenizer", state, meta))
     assert any(len(level.attn) for level in vqgan.decoder.up)
     with torch.inference_mode():
@@ -196,38 +233,54 @@ def test_golden_chameleon_vqgan(tmp_path):
 
 
 def test_golden_vqgan_catches_reversed_up_blocks(tmp_path, monkeypatch):
-    """With equal widths per level, running `up` in the wrong order raises nothing: only the numbers tell."""
+    """With equal widths per level, running `up` in the wrong order raises nothing: only the
+    numbers tell."""
     state, inputs, outputs, meta = read_golden("chameleon_vqgan")
     vqgan = load_vqgan(write_vqgan_folder(tmp_path / "tokenizer", state, meta))
 
     def forward_wrong_order(self, z):
         h = self.mid(self.conv_in(z))
-        for level in self.up:                       # level 0 first: the slip
+        for level in self.up:  # level 0 first: the slip
             h = level(h)
         return self.conv_out(chameleon_vqgan.swish(self.norm_out(h)))
 
     monkeypatch.setattr(chameleon_vqgan.Decoder, "forward", forward_wrong_order)
     with torch.inference_mode():
         wrong = vqgan.decode_code(inputs["codes"])
-    assert wrong.shape == outputs["decoded"].shape and (wrong - outputs["decoded"]).abs().max() > 1e-2
+    assert (
+        wrong.shape == outputs["decoded"].shape and (wrong - outputs["decoded"]).abs().max() > 1e-2
+    )
 
 
 @torch.inference_mode()
 def test_golden_vqgan_codebook_agrees_with_transformers(tmp_path):
-    """transformers' ChameleonVQVAE has the encoder and quantizer but no decoder; the parts it shares with our
-    decoding side (codebook under quantize.embedding, post_quant_conv) take the same weights by the same keys,
-    and its nearest-code search maps the golden code vectors back to the golden codes (plain L2, no l2-normalising)."""
+    """transformers' ChameleonVQVAE has the encoder and quantizer but no decoder; the parts it
+    shares with our decoding side (codebook under quantize.embedding, post_quant_conv) take the
+    same weights by the same keys, and its nearest-code search maps the golden code vectors back
+    to the golden codes (plain L2, no l2-normalising)."""
     from transformers import ChameleonVQVAE, ChameleonVQVAEConfig
+
     state, inputs, outputs, meta = read_golden("chameleon_vqgan")
     p, dd = meta["config"], meta["config"]["ddconfig"]
-    hf = ChameleonVQVAE(ChameleonVQVAEConfig(
-        embed_dim=p["embed_dim"], num_embeddings=p["n_embed"], latent_channels=dd["z_channels"],
-        base_channels=dd["ch"], channel_multiplier=dd["ch_mult"], num_res_blocks=dd["num_res_blocks"],
-        attn_resolutions=dd["attn_resolutions"], resolution=dd["resolution"], in_channels=dd["in_channels"],
-        double_latent=dd["double_z"]))
+    hf = ChameleonVQVAE(
+        ChameleonVQVAEConfig(
+            embed_dim=p["embed_dim"],
+            num_embeddings=p["n_embed"],
+            latent_channels=dd["z_channels"],
+            base_channels=dd["ch"],
+            channel_multiplier=dd["ch_mult"],
+            num_res_blocks=dd["num_res_blocks"],
+            attn_resolutions=dd["attn_resolutions"],
+            resolution=dd["resolution"],
+            in_channels=dd["in_channels"],
+            double_latent=dd["double_z"],
+        )
+    )
     shared = {k: v for k, v in state.items() if k.startswith(("quantize.", "post_quant_conv."))}
     missing, unexpected = hf.load_state_dict(shared, strict=False)
-    assert not unexpected and not [k for k in missing if k.startswith(("quantize.", "post_quant_conv."))]
+    assert not unexpected and not [
+        k for k in missing if k.startswith(("quantize.", "post_quant_conv."))
+    ]
     quant, _, indices = hf.quantize(outputs["quant"])
     assert torch.equal(indices.view_as(inputs["codes"]), inputs["codes"])
     assert_close(quant, outputs["quant"], **TOL)
@@ -235,9 +288,10 @@ def test_golden_vqgan_codebook_agrees_with_transformers(tmp_path):
     assert_close(ours.post_quant_conv(outputs["quant"]), hf.post_quant_conv(quant), **TOL)
 
 
-# --- MoVQGAN (Lumina-mGPT 2.0's image decoder) ---------------------------------------------------------
+# --- MoVQGAN (Lumina-mGPT 2.0's image decoder) ----------------------------------------------------
 def write_movqgan(folder: Path, state) -> str:
-    """The released layout: a plain state dict in movqgan_270M.ckpt, here in the model folder's movqgan/."""
+    """The released layout: a plain state dict in movqgan_270M.ckpt, here in the model folder's
+    movqgan/."""
     (folder / "movqgan").mkdir(parents=True, exist_ok=True)
     torch.save(state, folder / "movqgan" / "movqgan_270M.ckpt")
     return movqgan.find_movqgan(str(folder), "movqgan_270M.ckpt")
@@ -247,18 +301,22 @@ def test_golden_movqgan(tmp_path):
     state, inputs, outputs, meta = read_golden("movqgan")
     dd = meta["config"]["ddconfig"]
     vq = movqgan.load_movqgan(write_movqgan(tmp_path, state))
-    assert vq.config.channels == tuple(dd["ch"] * m for m in dd["ch_mult"]) and vq.config.attn_levels == (3,)
+    assert vq.config.channels == tuple(
+        dd["ch"] * m for m in dd["ch_mult"]
+    ) and vq.config.attn_levels == (3,)
     assert vq.config.blocks == dd["num_res_blocks"] + 1 and vq.config.downsample == 8
     with torch.inference_mode():
         assert_close(vq.decode_code(inputs["codes"]), outputs["decoded"], **TOL)
 
 
 def test_golden_movqgan_catches_an_unmodulated_norm(tmp_path, monkeypatch):
-    """The spatial modulation is what MoVQ adds to taming's decoder: a plain GroupNorm in its place runs
-    without an error, and only the numbers tell."""
+    """The spatial modulation is what MoVQ adds to taming's decoder: a plain GroupNorm in its place
+    runs without an error, and only the numbers tell."""
     state, inputs, outputs, _ = read_golden("movqgan")
     vq = movqgan.load_movqgan(write_movqgan(tmp_path, state))
     monkeypatch.setattr(movqgan.SpatialNorm, "forward", lambda self, f, zq: self.norm_layer(f))
     with torch.inference_mode():
         wrong = vq.decode_code(inputs["codes"])
-    assert wrong.shape == outputs["decoded"].shape and (wrong - outputs["decoded"]).abs().max() > 1e-2
+    assert (
+        wrong.shape == outputs["decoded"].shape and (wrong - outputs["decoded"]).abs().max() > 1e-2
+    )

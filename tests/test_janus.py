@@ -1,7 +1,8 @@
-"""Janus-Pro: a tiny random model folder laid out as deepseek-community/Janus-Pro-*B is (config.json,
-byte-level BPE tokenizer.json, safetensors), loaded through the user-facing loader; the official
-prompt and padded CFG twin; AR == transformers' own generate; rollback == recompute; decoded images. The
-contract every family keeps is test_family_contract.py's."""
+"""Janus-Pro: a tiny random model folder laid out as deepseek-community/Janus-Pro-*B is
+(config.json, byte-level BPE tokenizer.json, safetensors), loaded through the user-facing loader;
+the official prompt and padded CFG twin; AR == transformers' own generate; rollback == recompute;
+decoded images. The contract every family keeps is test_family_contract.py's."""
+
 import pytest
 import torch
 from torch.nn import functional as F
@@ -32,7 +33,10 @@ def test_folder_is_detected_listed_and_loaded(folder, adapter):
     assert detect_family(folder) == "janus"
     assert list_models([str(folder) + "/.."]) == ["demo", "Janus-Pro-1B"]
     assert isinstance(adapter, JanusAdapter) and adapter.family == "Janus-Pro"
-    assert adapter.layout.length == 16 and adapter.layout.grid.shape == (4, 4)   # 32 px / patch 8; Pro: 24 x 24
+    assert adapter.layout.length == 16 and adapter.layout.grid.shape == (
+        4,
+        4,
+    )  # 32 px / patch 8; Pro: 24 x 24
     assert (adapter.layout.forced < 0).all() and adapter.layout.special_tokens.numel() == 0
     assert adapter.default_sampling == SamplingSettings(cfg_scale=5.0, top_k=0)
     with pytest.raises(ValueError, match="a Janus-Pro folder takes no options"):
@@ -42,7 +46,9 @@ def test_folder_is_detected_listed_and_loaded(folder, adapter):
 def test_prompt_and_its_padded_unconditional_twin(adapter):
     tok = adapter.tokenizer
     cond, uncond = adapter.prompt_ids(["a red fox"], None, cfg=True)
-    assert cond == [adapter.bos] + tok.encode("<|User|>: a red fox\n\n<|Assistant|>:<begin_of_image>")
+    assert cond == [adapter.bos] + tok.encode(
+        "<|User|>: a red fox\n\n<|Assistant|>:<begin_of_image>"
+    )
     assert cond[-1] == tok.id(BOI) and len(uncond) == len(cond)
     assert uncond == [cond[0]] + [tok.id(PAD)] * (len(cond) - 2) + [cond[-1]]
     _, negative = adapter.prompt_ids(["a red fox"], ["blurry"], cfg=True)
@@ -53,8 +59,13 @@ def test_ar_equals_transformers_generate(adapter):
     """Same prompt, same CFG twin, same guidance: transformers' image generation, greedy."""
     rows = adapter.prompt_ids(PROMPTS, None, cfg=False)
     ids, valid = left_pad(rows, adapter.pad_id)
-    expected = adapter.model.generate(input_ids=ids, attention_mask=valid.long(), generation_mode="image",
-                                      do_sample=False, guidance_scale=5.0)
+    expected = adapter.model.generate(
+        input_ids=ids,
+        attention_mask=valid.long(),
+        generation_mode="image",
+        do_sample=False,
+        guidance_scale=5.0,
+    )
     sampling = SamplingSettings(cfg_scale=5.0, greedy=True, temperature=0.0)
     ours = decode(adapter, PROMPTS, method_settings("sjd", 4, sampling, batch_size=2))
     assert torch.equal(ours.tokens, expected)
@@ -64,10 +75,14 @@ def test_windows_with_rollback_match_recompute(adapter):
     model, rows = adapter.model, adapter.prompt_ids(PROMPTS, None, cfg=True)
 
     def reference(r, generated):
-        x = torch.cat([model.get_input_embeddings()(torch.tensor(rows[r])),
-                       model.prepare_embeddings_for_image_generation(generated)])
+        x = torch.cat(
+            [
+                model.get_input_embeddings()(torch.tensor(rows[r])),
+                model.prepare_embeddings_for_image_generation(generated),
+            ]
+        )
         hidden = model.model.language_model(inputs_embeds=x[None]).last_hidden_state[0]
-        return model.model.generation_head(hidden[len(rows[r]) - 1:]).float()
+        return model.model.generation_head(hidden[len(rows[r]) - 1 :]).float()
 
     assert_windows_match_recompute(adapter, PROMPTS, True, reference)
 
@@ -80,7 +95,9 @@ def test_decode_image_and_codebook(adapter):
     assert torch.allclose(image, expected.clamp(0, 1), atol=1e-5)
     book = adapter.codebook()
     assert book.shape == (16, 8) and book is adapter.codebook()
-    assert torch.allclose(book, F.normalize(adapter.model.model.vqmodel.quantize.embedding.weight, dim=-1))
+    assert torch.allclose(
+        book, F.normalize(adapter.model.model.vqmodel.quantize.embedding.weight, dim=-1)
+    )
 
 
 def test_other_or_broken_configs_are_not_taken_for_a_family(tmp_path):

@@ -1,6 +1,7 @@
-"""The memory table (README.md and docs/memory.md, tools/memory_table.py) is the estimator's output on each
-release's real architecture, and those architectures are the releases': their weights, counted at the dtype the release
-stores, come to its download size."""
+"""The memory table (README.md and docs/memory.md, tools/memory_table.py) is the estimator's output
+on each release's real architecture, and those architectures are the releases': their weights,
+counted at the dtype the release stores, come to its download size."""
+
 import importlib.util
 import os
 import sys
@@ -15,8 +16,12 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 @pytest.fixture(scope="module")
 def tool():
-    spec = importlib.util.spec_from_file_location("memory_table", os.path.join(REPO, "tools", "memory_table.py"))
-    module = sys.modules["memory_table"] = importlib.util.module_from_spec(spec)   # its dataclass looks itself up
+    spec = importlib.util.spec_from_file_location(
+        "memory_table", os.path.join(REPO, "tools", "memory_table.py")
+    )
+    module = sys.modules["memory_table"] = importlib.util.module_from_spec(
+        spec
+    )  # its dataclass looks itself up
     spec.loader.exec_module(module)
     return module
 
@@ -32,11 +37,12 @@ def _decoder_bytes(adapter) -> int:
     return sum(t.numel() * t.element_size() for t in adapter.image_decoder.state_dict().values())
 
 
-# release -> (the dtype its files store, bytes of its weight files, whether our image decoder is among them)
+# release -> (the dtype its files store, bytes of its weight files, whether our image decoder is
+# among them)
 STORED = {
-    "Emu3-Gen": ("fp32", catalogue.EMU3_BYTES, True),                      # model + vision tokenizer
+    "Emu3-Gen": ("fp32", catalogue.EMU3_BYTES, True),  # model + vision tokenizer
     "LlamaGen-c2i-XL-384": ("fp32", 3_099_048_319 + catalogue.VQ_DS16_BYTES, True),
-    "Lumina-mGPT-7B-768": ("bf16", catalogue.LUMINA_BYTES, False),         # the VQGAN comes from elsewhere
+    "Lumina-mGPT-7B-768": ("bf16", catalogue.LUMINA_BYTES, False),  # the VQGAN comes from elsewhere
     "Lumina-mGPT-2.0": ("bf16", catalogue.LUMINA2_BYTES, False),
 }
 
@@ -49,7 +55,7 @@ def test_release_architectures_come_to_their_download_size(tool, name):
     counted = weight_need(adapter, dtype, dtype)
     if not with_decoder:
         counted -= _decoder_bytes(adapter)
-    assert abs(counted / download - 1) < 0.002, (counted, download)     # measured: within 0.1%
+    assert abs(counted / download - 1) < 0.002, (counted, download)  # measured: within 0.1%
 
 
 def test_quantised_precisions_fit_smaller_cards(tool):

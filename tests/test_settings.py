@@ -39,7 +39,9 @@ BAD = [
 ]
 
 
-@pytest.mark.parametrize("cls,kwargs,name", BAD, ids=[f"{c.__name__}-{n}-{list(k.values())[0]}" for c, k, n in BAD])
+@pytest.mark.parametrize(
+    "cls,kwargs,name", BAD, ids=[f"{c.__name__}-{n}-{list(k.values())[0]}" for c, k, n in BAD]
+)
 def test_invalid_setting_names_itself(cls, kwargs, name):
     with pytest.raises(ValueError, match=rf"^{name}=.* must be "):
         cls(**kwargs)
@@ -49,7 +51,14 @@ def test_valid_edges_are_accepted():
     WindowSettings(size=1), WindowSettings(size=128)
     SamplingSettings(temperature=0.0, greedy=True, top_p=1.0, cfg_scale=0.0)
     VPSettings(beta=0.0, strength=-2.0)
-    DrafterSettings(verifier="lantern", lantern_delta=0.0), DrafterSettings(verifier="gsd", gsd_group=1)
+    (
+        DrafterSettings(verifier="lantern", lantern_delta=0.0),
+        DrafterSettings(verifier="gsd", gsd_group=1),
+    )
     assert DrafterSettings(verifier="gsd", vp=VPSettings(), coupled=False).name == "GSD-VP"
-    assert DrafterSettings().coupled and DrafterSettings().name == "SJD coupled"   # coupled is the default
-    assert DrafterSettings(vp=VPSettings(strength=-0.7), coupled=True).name == "SJD-VP(-0.7) coupled"
+    assert (
+        DrafterSettings().coupled and DrafterSettings().name == "SJD coupled"
+    )  # coupled is the default
+    assert (
+        DrafterSettings(vp=VPSettings(strength=-0.7), coupled=True).name == "SJD-VP(-0.7) coupled"
+    )

@@ -1,4 +1,5 @@
 """The momentum statistic on hand-made verification outcomes."""
+
 import math
 
 import torch

@@ -28,7 +28,9 @@ def test_forcing_restriction_and_not_in_place():
     before = logits.clone()
     p = target_probs(logits, torch.tensor([[-1, 3]]), 3, SamplingSettings())
     assert torch.equal(logits, before)
-    assert p[0, 0, 3] == 0 and torch.allclose(p[0, 0, :3], torch.tensor([1.0, 2.0, 3.0]).softmax(-1))
+    assert p[0, 0, 3] == 0 and torch.allclose(
+        p[0, 0, :3], torch.tensor([1.0, 2.0, 3.0]).softmax(-1)
+    )
     assert p[0, 1].tolist() == [0.0, 0.0, 0.0, 1.0]
 
 
@@ -37,7 +39,9 @@ def test_temperature_top_k_and_greedy():
     p = target_probs(logits, torch.tensor([[-1]]), 3, SamplingSettings(temperature=0.5, top_k=2))
     expected = torch.tensor([-INF, 2.0, 4.0]).softmax(-1)
     assert torch.allclose(p[0, 0, :3], expected)
-    g = target_probs(logits, torch.tensor([[-1]]), 3, SamplingSettings(greedy=True, temperature=0.0))
+    g = target_probs(
+        logits, torch.tensor([[-1]]), 3, SamplingSettings(greedy=True, temperature=0.0)
+    )
     assert g[0, 0].tolist() == [0.0, 0.0, 1.0, 0.0]
 
 
@@ -49,7 +53,7 @@ def test_window_vectorised_equals_per_position():
     full = target_probs(logits, forced, 10, s)
     for b in range(3):
         for w in range(5):
-            one = target_probs(logits[b:b + 1, w:w + 1], forced[b:b + 1, w:w + 1], 10, s)
+            one = target_probs(logits[b : b + 1, w : w + 1], forced[b : b + 1, w : w + 1], 10, s)
             assert torch.allclose(full[b, w], one[0, 0])
 
 

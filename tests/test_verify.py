@@ -21,8 +21,8 @@ def test_latent_neighbours_are_nearest_first_and_cached():
     codebook = torch.tensor([[0.0], [1.0], [3.0], [10.0]])
     nb = latent_neighbours(codebook, 2)
     assert nb.tolist() == [[1, 2], [0, 2], [1, 0], [2, 1]]
-    assert nb.dtype == torch.int16                 # a quarter of int64: the table is kept with the model
-    model = torch.nn.Linear(1, 1)                  # the weights the table lives with
+    assert nb.dtype == torch.int16  # a quarter of int64: the table is kept with the model
+    model = torch.nn.Linear(1, 1)  # the weights the table lives with
     cached = model_neighbours(model, codebook, 2)
     assert torch.equal(cached, nb)
     # computed once per model, whatever tensor its codebook comes in, and reused for smaller k
@@ -37,7 +37,9 @@ def test_lantern_adds_neighbour_mass_within_delta():
     q = torch.tensor([[[0.5, 0.2, 0.2, 0.1]]])
     x = torch.tensor([[0]])
     for delta, expected in [(0.0, 0.2), (0.1, 0.3), (0.15, 0.5)]:
-        v = Verifier(DrafterSettings(verifier="lantern", lantern_delta=delta, lantern_k=3), codebook, 4)
+        v = Verifier(
+            DrafterSettings(verifier="lantern", lantern_delta=delta, lantern_k=3), codebook, 4
+        )
         assert torch.allclose(v.accept_prob(p, q, x), torch.tensor([[expected]]))
 
 
@@ -59,7 +61,8 @@ def test_gsd_cluster_by_rank_and_gap():
     # G = 3: ranks 0..2 -> tokens 0, 1, 2: p(C) = 0.75, q(C) = 0.8
     g3 = Verifier(DrafterSettings(verifier="gsd", gsd_group=3), None, 5).accept_prob(p, q, x)
     assert torch.allclose(g3, torch.tensor([[0.75 / 0.8]]))
-    # a tight gap keeps only tokens within 0.06 of p(x) = 0.25: tokens 0 (0.30) and 2 (0.20)... and x
+    # a tight gap keeps only tokens within 0.06 of p(x) = 0.25: tokens 0 (0.30) and 2 (0.20)... and
+    # x
     tight = DrafterSettings(verifier="gsd", gsd_group=5, gsd_max_gap=0.051)
     gt = Verifier(tight, None, 5).accept_prob(p, q, x)
     assert torch.allclose(gt, torch.tensor([[0.75 / 0.8]]))
@@ -79,10 +82,14 @@ def test_gsd_counts_a_top_ranked_draft_once():
 
 
 def test_verifier_table_and_method_list_agree_with_the_settings():
-    """A verifier is one class in verify.VERIFIERS; the settings' names and the method list follow it."""
+    """A verifier is one class in verify.VERIFIERS; the settings' names and the method list
+    follow it."""
     from sjdvp_core.engine.settings import METHODS
     from sjdvp_core.engine.settings import VERIFIERS as NAMES
     from sjdvp_core.engine.verify import VERIFIERS
+
     assert tuple(VERIFIERS) == NAMES
     assert list(METHODS) == ["ar"] + [n + s for n in NAMES for s in ("", "-vp")]
-    assert [Verifier(DrafterSettings(verifier=n), torch.randn(4, 2), 4).rule.name for n in NAMES] == list(NAMES)
+    assert [
+        Verifier(DrafterSettings(verifier=n), torch.randn(4, 2), 4).rule.name for n in NAMES
+    ] == list(NAMES)

@@ -1,9 +1,10 @@
-"""The engine's shape as issue #62 measures it against gpt-fast: files and lines, mean line length and the
-share over 100 characters, long module docstrings, the engine files one Jacobi iteration runs code from
-(traced on the demo model), and the sizes of README.md and CHANGELOG.md.
+"""The engine's shape as issue #62 measures it against gpt-fast: files and lines, mean line length and
+the share over 100 characters, long module docstrings, the engine files one Jacobi iteration runs
+code from (traced on the demo model), and the sizes of README.md and CHANGELOG.md.
 
     python tools/code_shape.py
 """
+
 from __future__ import annotations
 
 import ast
@@ -24,14 +25,18 @@ def line_figures(folder: str) -> dict:
         doc = ast.get_docstring(ast.parse(text), clean=False)
         if doc and doc.count("\n") + 1 >= 10:
             long_docs.append(name)
-    return {"files": len(files), "lines": sum(1 for _ in lengths),
-            "mean line length": round(sum(lengths) / len(lengths), 1),
-            "share over 100": f"{100 * sum(n > 100 for n in lengths) / len(lengths):.1f}%",
-            "docstrings of 10+ lines": len(long_docs)}
+    return {
+        "files": len(files),
+        "lines": sum(1 for _ in lengths),
+        "mean line length": round(sum(lengths) / len(lengths), 1),
+        "share over 100": f"{100 * sum(n > 100 for n in lengths) / len(lengths):.1f}%",
+        "docstrings of 10+ lines": len(long_docs),
+    }
 
 
 def iteration_files() -> list[str]:
-    """The engine files whose functions run during one iteration of an SJD-VP decode of the demo model."""
+    """The engine files whose functions run during one iteration of an SJD-VP decode of the demo
+    model."""
     sys.path.insert(0, ROOT)
     import torch
 
@@ -49,12 +54,13 @@ def iteration_files() -> list[str]:
         def profile(frame, event, arg):
             if event == "call" and frame.f_code.co_filename.startswith(ENGINE):
                 seen.add(os.path.basename(frame.f_code.co_filename))
+
         sys.setprofile(profile)
         try:
             return iterate(self, state)
         finally:
             sys.setprofile(None)
-            loop.JacobiDecoder.iterate = iterate   # one iteration is enough
+            loop.JacobiDecoder.iterate = iterate  # one iteration is enough
 
     settings = method_settings("sjd-vp", window=16, sampling=DEMO_SAMPLING)
     loop.JacobiDecoder.iterate = traced

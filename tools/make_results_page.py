@@ -11,6 +11,7 @@ them (tests/test_docs.py checks it is up to date).
 A new result: add its row to INDEX (its files, what it shows, the command that regenerates it
 from the repository's root), then run this.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,14 +25,14 @@ RESULTS = os.path.join(REPO, "benchmarks", "results")
 README = os.path.join(RESULTS, "README.md")
 PAGE = os.path.join(REPO, "docs", "results.md")
 LINK = re.compile(r"\]\(([^)#]+\.md)\)")
-ABSOLUTE = re.compile(r"(?<![\w.~-])/(?:work|home|tmp|root|Users)/")   # a machine's folders
+ABSOLUTE = re.compile(r"(?<![\w.~-])/(?:work|home|tmp|root|Users)/")  # a machine's folders
 
 
 class Result(NamedTuple):
-    files: tuple[str, ...]   # in benchmarks/results; the first is the one to read
+    files: tuple[str, ...]  # in benchmarks/results; the first is the one to read
     what: str
-    command: str = ""        # run from the repository's root; "" for a file written by hand
-    note: str = ""           # how the recorded run differs, or where the commands are
+    command: str = ""  # run from the repository's root; "" for a file written by hand
+    note: str = ""  # how the recorded run differs, or where the commands are
 
 
 def plots(stem: str, *kinds: str) -> tuple[str, ...]:
@@ -41,125 +42,215 @@ def plots(stem: str, *kinds: str) -> tuple[str, ...]:
 
 ALL_PLOTS = ("acceptance", "latency", "step_compression")
 COMPARE = "python -m benchmarks.compare_methods --model demo"
-RANDOM = "--inits random"           # how fresh drafts started before 6aa58e7
+RANDOM = "--inits random"  # how fresh drafts started before 6aa58e7
 NO_INITS = "recorded with random fresh drafts, which this benchmark can no longer choose"
 PRINTED = "printed: its rows pasted under the file's prose"
 BY_HAND = "written by hand from the runs below; each table's command is in the file"
-AUDIT = ("python -m benchmarks.compare_engines --before <worktree of b384f60> "
-         "--methods sjd sjd-vp --windows 16 32 --coupling on --threads 2")
-AUDIT_NOTE = ("in a checkout of 81416c8, VP auto's audits (reverted), "
-              "with 3dc8804's compare_engines.py")
+AUDIT = (
+    "python -m benchmarks.compare_engines --before <worktree of b384f60> "
+    "--methods sjd sjd-vp --windows 16 32 --coupling on --threads 2"
+)
+AUDIT_NOTE = (
+    "in a checkout of 81416c8, VP auto's audits (reverted), with 3dc8804's compare_engines.py"
+)
 STEP = "python -m benchmarks.gpu_check --tiny --sections engine --repeats 9 --out"
 OUT = "--out benchmarks/results/"
 
 INDEX = (
-    Result(("latency.md", "latency.json"),
-           "wall-clock on this CPU and modelled GPU latency of every method, fixed and "
-           "automatic windows, eager and compiled",
-           f"python -m benchmarks.latency --seeds 2 --repeats 3 --model-seeds 12 {OUT}latency"),
-    Result(plots("demo", *ALL_PLOTS),
-           "every method at windows 16, 32 and 64, independent and coupled drafts: passes, "
-           "acceptance, latency, prompt match, distance from AR",
-           f"{COMPARE} --repeats 3 {RANDOM} {OUT}demo"),
-    Result(plots("draft_init", "step_compression"),
-           "how fresh drafts start (random, copy left, copy above) at windows 8, 16 and 32",
-           f"{COMPARE} --methods sjd sjd-vp --windows 8 16 32 --coupling on "
-           "--inits random repeat_left repeat_above --prompts 6 --seeds 2 --threads 2 "
-           f"{OUT}draft_init"),
-    Result(plots("trees", *ALL_PLOTS),
-           "draft trees of widths 4 and 6 against chains, independent and coupled drafts",
-           f"{COMPARE} --methods sjd sjd-vp --windows 32 64 --coupling off on "
-           f"--trees 1x1 4x1 6x1 {RANDOM} {OUT}trees"),
-    Result(plots("trees_budget", "step_compression"),
-           "capped trees under a GPU's knee: how long each alternative's branch should be",
-           f"{COMPARE} --methods sjd-vp --windows 32 --coupling on "
-           f"--trees 6x1/4 6x1/6 6x1/8 6x1/12 8x1/6 --seeds 8 {OUT}trees_budget"),
-    Result(("trees_branch.md",), "tree width 8 and capped branches (coupled SJD)",
-           f"{COMPARE} --methods sjd --windows 32 64 --coupling on "
-           f"--trees 6x1 8x1 6x1/4 6x1/8 {RANDOM}", PRINTED),
-    Result(plots("trees_depth", *ALL_PLOTS), "trees branching at two slots against one",
-           f"{COMPARE} --methods sjd sjd-vp --windows 32 64 --coupling on --trees 4x2 6x2 "
-           f"{RANDOM} {OUT}trees_depth"),
-    Result(plots("trees_continued", *ALL_PLOTS), "trees with continued drafts",
-           f"{COMPARE} --methods sjd sjd-vp --windows 32 64 --coupling continued --trees 6x1 "
-           f"{RANDOM} {OUT}trees_continued"),
-    Result(plots("trees_relaxed", *ALL_PLOTS), "trees under LANTERN and GSD",
-           f"{COMPARE} --methods lantern gsd --windows 32 64 --coupling on --trees 1x1 4x1 "
-           f"{RANDOM} {OUT}trees_relaxed"),
-    Result(("trees_probe.md",), "a first probe of tree shapes (3 images a row)",
-           f"{COMPARE} --methods sjd sjd-vp --windows 32 --coupling on "
-           f"--trees 1x1 2x1 3x1 4x1 4x2 6x1 4x1n --prompts 3 --seeds 1 {RANDOM}", PRINTED),
-    Result(plots("continuation", *ALL_PLOTS),
-           "coupled drafts with and without SJD-PAC's continuation",
-           f"{COMPARE} --methods sjd sjd-vp lantern gsd --windows 32 64 "
-           f"--coupling off on continued {RANDOM} {OUT}continuation"),
-    Result(("vp_sweep.md",), "VP's knobs one at a time around the defaults",
-           f"python -m benchmarks.sweep_vp --prompts 12 {OUT}vp_sweep", NO_INITS),
-    Result(("vp_sweep_toy_trend.md",),
-           "the same sweep on a toy whose probabilities trend (where shrinkage hurts)",
-           "python -m benchmarks.sweep_vp --model toy-trend --window 16 --prompts 4 --seeds 3 "
-           f"{OUT}vp_sweep_toy_trend", NO_INITS),
-    Result(("quality.md",), "how far the relaxed verifiers' images drift from AR's",
-           f"python -m benchmarks.quality {OUT}quality", NO_INITS),
-    Result(("profile_reuse.md", "profile_reuse.json"),
-           "the automatic window with one acceptance profile reused across sampling settings",
-           "SJDVP_CACHE=.cache/profile-reuse python -m benchmarks.profile_reuse "
-           f"{OUT}profile_reuse",
-           "a fresh calibration cache, so this CPU's pass cost is measured anew"),
-    Result(("engine_cost.md",),
-           "the engine's own step: operations and milliseconds per iteration, round by round",
-           "", BY_HAND),
-    Result(("engine_ops.json",), "the engine's operations per iteration and compiled kernels",
-           f"python -m benchmarks.engine_ops --compiled {OUT}engine_ops"),
-    Result(("engine_cost.json",),
-           "engine ms per iteration before the redesign (e83fa5c) and after, side by side",
-           "python -m benchmarks.compare_engines --before <worktree of e83fa5c> --out engine_cost",
-           "in a checkout of c79f745; its JSON copied here, its table engine_cost.md's last "
-           "section"),
-    Result(("engine_compiled_cpu.json",),
-           "the engine's step eager against compiled at each family's vocabulary, on this CPU",
-           "python -m benchmarks.gpu_check --tiny --skip-demo --repeats 9 "
-           "--out benchmarks/results/engine_compiled_cpu.json",
-           "in a checkout of 5fea7e3, whose `--out` names the file; `--skip-demo` is gone, and "
-           "`--tiny --sections engine` now writes these rows in another layout"),
-    Result(("engine_vp_step.md",),
-           "SJD-VP's engine step against coupled SJD's: VP auto's audits (cheaper steps, more "
-           "passes on trees: reverted), and the top-k fusion", "", BY_HAND),
-    Result(("engine_vp_audit_demo.json",), "VP auto's audits against b384f60: the demo, eager",
-           f"{AUDIT} --prompts 3 --seeds 4 {OUT}engine_vp_audit_demo", AUDIT_NOTE),
-    Result(("engine_vp_audit_demo_compiled.json",), "the same, the compiled step",
-           f"{AUDIT} --prompts 3 --seeds 4 --compile {OUT}engine_vp_audit_demo_compiled",
-           AUDIT_NOTE),
-    Result(("engine_vp_audit_8192.json",), "the same at 8192 image tokens (no model), eager",
-           f"{AUDIT} --vocab 8192 --seeds 9 {OUT}engine_vp_audit_8192", AUDIT_NOTE),
-    Result(("engine_vp_audit_8192_compiled.json",),
-           "the same at 8192 image tokens, the compiled step",
-           f"{AUDIT} --vocab 8192 --seeds 9 --compile {OUT}engine_vp_audit_8192_compiled",
-           AUDIT_NOTE),
-    Result(("engine_vp_audit_latency.md", "engine_vp_audit_latency.json"),
-           "the latency table with VP auto's audits (why they were reverted)",
-           "SJDVP_CACHE=.cache/vp-audit python -m benchmarks.latency --seeds 2 --repeats 3 "
-           f"--model-seeds 12 {OUT}engine_vp_audit_latency",
-           "in a checkout of 81416c8, reverted"),
-    Result(("engine_vp_step_before.json",), "the engine's step before VP's top-k fusion",
-           f"{STEP} engine_vp_step_before",
-           "in a checkout of 03535f1 with 9e781e5's gpu_check.py; its JSON copied here"),
-    Result(("engine_vp_step_after.json",), "the engine's step after VP's top-k fusion",
-           f"{STEP} engine_vp_step_after", "in a checkout of 9e781e5; its JSON copied here"),
-    Result(("gpu_check.md", "gpu_check.json"),
-           "measured on an H200: every family's pass cost t(k) to 256, peak memory against the "
-           "estimator, int8 / NF4, offload, the demo's wall-clock, the engine's step",
-           f"python -m benchmarks.gpu_check {OUT}gpu_check",
-           "on a GPU; this record: the two runs named in the file, gpu_check.py of 1a7a7d8"),
-    Result(("glm_image_latency.md",),
-           "GLM-Image: modelled token-stage and whole-image speed-up (demo's steps, "
-           "GLM-Image's pass cost)",
-           "python -m benchmarks.glm_image_latency", "from latency.json and gpu_check.json"),
-    Result(("offload.md",), "modelled latency with weights offloaded to CPU memory",
-           "python -m benchmarks.offload", "from latency.json"),
-    Result(("readme_picture.md",),
-           "the README's picture: AR and SJD-VP from one prompt and seed, timed",
-           "python tools/make_readme_picture.py --repeats 5"),
+    Result(
+        ("latency.md", "latency.json"),
+        "wall-clock on this CPU and modelled GPU latency of every method, fixed and "
+        "automatic windows, eager and compiled",
+        f"python -m benchmarks.latency --seeds 2 --repeats 3 --model-seeds 12 {OUT}latency",
+    ),
+    Result(
+        plots("demo", *ALL_PLOTS),
+        "every method at windows 16, 32 and 64, independent and coupled drafts: passes, "
+        "acceptance, latency, prompt match, distance from AR",
+        f"{COMPARE} --repeats 3 {RANDOM} {OUT}demo",
+    ),
+    Result(
+        plots("draft_init", "step_compression"),
+        "how fresh drafts start (random, copy left, copy above) at windows 8, 16 and 32",
+        f"{COMPARE} --methods sjd sjd-vp --windows 8 16 32 --coupling on "
+        "--inits random repeat_left repeat_above --prompts 6 --seeds 2 --threads 2 "
+        f"{OUT}draft_init",
+    ),
+    Result(
+        plots("trees", *ALL_PLOTS),
+        "draft trees of widths 4 and 6 against chains, independent and coupled drafts",
+        f"{COMPARE} --methods sjd sjd-vp --windows 32 64 --coupling off on "
+        f"--trees 1x1 4x1 6x1 {RANDOM} {OUT}trees",
+    ),
+    Result(
+        plots("trees_budget", "step_compression"),
+        "capped trees under a GPU's knee: how long each alternative's branch should be",
+        f"{COMPARE} --methods sjd-vp --windows 32 --coupling on "
+        f"--trees 6x1/4 6x1/6 6x1/8 6x1/12 8x1/6 --seeds 8 {OUT}trees_budget",
+    ),
+    Result(
+        ("trees_branch.md",),
+        "tree width 8 and capped branches (coupled SJD)",
+        f"{COMPARE} --methods sjd --windows 32 64 --coupling on "
+        f"--trees 6x1 8x1 6x1/4 6x1/8 {RANDOM}",
+        PRINTED,
+    ),
+    Result(
+        plots("trees_depth", *ALL_PLOTS),
+        "trees branching at two slots against one",
+        f"{COMPARE} --methods sjd sjd-vp --windows 32 64 --coupling on --trees 4x2 6x2 "
+        f"{RANDOM} {OUT}trees_depth",
+    ),
+    Result(
+        plots("trees_continued", *ALL_PLOTS),
+        "trees with continued drafts",
+        f"{COMPARE} --methods sjd sjd-vp --windows 32 64 --coupling continued --trees 6x1 "
+        f"{RANDOM} {OUT}trees_continued",
+    ),
+    Result(
+        plots("trees_relaxed", *ALL_PLOTS),
+        "trees under LANTERN and GSD",
+        f"{COMPARE} --methods lantern gsd --windows 32 64 --coupling on --trees 1x1 4x1 "
+        f"{RANDOM} {OUT}trees_relaxed",
+    ),
+    Result(
+        ("trees_probe.md",),
+        "a first probe of tree shapes (3 images a row)",
+        f"{COMPARE} --methods sjd sjd-vp --windows 32 --coupling on "
+        f"--trees 1x1 2x1 3x1 4x1 4x2 6x1 4x1n --prompts 3 --seeds 1 {RANDOM}",
+        PRINTED,
+    ),
+    Result(
+        plots("continuation", *ALL_PLOTS),
+        "coupled drafts with and without SJD-PAC's continuation",
+        f"{COMPARE} --methods sjd sjd-vp lantern gsd --windows 32 64 "
+        f"--coupling off on continued {RANDOM} {OUT}continuation",
+    ),
+    Result(
+        ("vp_sweep.md",),
+        "VP's knobs one at a time around the defaults",
+        f"python -m benchmarks.sweep_vp --prompts 12 {OUT}vp_sweep",
+        NO_INITS,
+    ),
+    Result(
+        ("vp_sweep_toy_trend.md",),
+        "the same sweep on a toy whose probabilities trend (where shrinkage hurts)",
+        "python -m benchmarks.sweep_vp --model toy-trend --window 16 --prompts 4 --seeds 3 "
+        f"{OUT}vp_sweep_toy_trend",
+        NO_INITS,
+    ),
+    Result(
+        ("quality.md",),
+        "how far the relaxed verifiers' images drift from AR's",
+        f"python -m benchmarks.quality {OUT}quality",
+        NO_INITS,
+    ),
+    Result(
+        ("profile_reuse.md", "profile_reuse.json"),
+        "the automatic window with one acceptance profile reused across sampling settings",
+        f"SJDVP_CACHE=.cache/profile-reuse python -m benchmarks.profile_reuse {OUT}profile_reuse",
+        "a fresh calibration cache, so this CPU's pass cost is measured anew",
+    ),
+    Result(
+        ("engine_cost.md",),
+        "the engine's own step: operations and milliseconds per iteration, round by round",
+        "",
+        BY_HAND,
+    ),
+    Result(
+        ("engine_ops.json",),
+        "the engine's operations per iteration and compiled kernels",
+        f"python -m benchmarks.engine_ops --compiled {OUT}engine_ops",
+    ),
+    Result(
+        ("engine_cost.json",),
+        "engine ms per iteration before the redesign (e83fa5c) and after, side by side",
+        "python -m benchmarks.compare_engines --before <worktree of e83fa5c> --out engine_cost",
+        "in a checkout of c79f745; its JSON copied here, its table engine_cost.md's last section",
+    ),
+    Result(
+        ("engine_compiled_cpu.json",),
+        "the engine's step eager against compiled at each family's vocabulary, on this CPU",
+        "python -m benchmarks.gpu_check --tiny --skip-demo --repeats 9 "
+        "--out benchmarks/results/engine_compiled_cpu.json",
+        "in a checkout of 5fea7e3, whose `--out` names the file; `--skip-demo` is gone, and "
+        "`--tiny --sections engine` now writes these rows in another layout",
+    ),
+    Result(
+        ("engine_vp_step.md",),
+        "SJD-VP's engine step against coupled SJD's: VP auto's audits (cheaper steps, more "
+        "passes on trees: reverted), and the top-k fusion",
+        "",
+        BY_HAND,
+    ),
+    Result(
+        ("engine_vp_audit_demo.json",),
+        "VP auto's audits against b384f60: the demo, eager",
+        f"{AUDIT} --prompts 3 --seeds 4 {OUT}engine_vp_audit_demo",
+        AUDIT_NOTE,
+    ),
+    Result(
+        ("engine_vp_audit_demo_compiled.json",),
+        "the same, the compiled step",
+        f"{AUDIT} --prompts 3 --seeds 4 --compile {OUT}engine_vp_audit_demo_compiled",
+        AUDIT_NOTE,
+    ),
+    Result(
+        ("engine_vp_audit_8192.json",),
+        "the same at 8192 image tokens (no model), eager",
+        f"{AUDIT} --vocab 8192 --seeds 9 {OUT}engine_vp_audit_8192",
+        AUDIT_NOTE,
+    ),
+    Result(
+        ("engine_vp_audit_8192_compiled.json",),
+        "the same at 8192 image tokens, the compiled step",
+        f"{AUDIT} --vocab 8192 --seeds 9 --compile {OUT}engine_vp_audit_8192_compiled",
+        AUDIT_NOTE,
+    ),
+    Result(
+        ("engine_vp_audit_latency.md", "engine_vp_audit_latency.json"),
+        "the latency table with VP auto's audits (why they were reverted)",
+        "SJDVP_CACHE=.cache/vp-audit python -m benchmarks.latency --seeds 2 --repeats 3 "
+        f"--model-seeds 12 {OUT}engine_vp_audit_latency",
+        "in a checkout of 81416c8, reverted",
+    ),
+    Result(
+        ("engine_vp_step_before.json",),
+        "the engine's step before VP's top-k fusion",
+        f"{STEP} engine_vp_step_before",
+        "in a checkout of 03535f1 with 9e781e5's gpu_check.py; its JSON copied here",
+    ),
+    Result(
+        ("engine_vp_step_after.json",),
+        "the engine's step after VP's top-k fusion",
+        f"{STEP} engine_vp_step_after",
+        "in a checkout of 9e781e5; its JSON copied here",
+    ),
+    Result(
+        ("gpu_check.md", "gpu_check.json"),
+        "measured on an H200: every family's pass cost t(k) to 256, peak memory against the "
+        "estimator, int8 / NF4, offload, the demo's wall-clock, the engine's step",
+        f"python -m benchmarks.gpu_check {OUT}gpu_check",
+        "on a GPU; this record: the two runs named in the file, gpu_check.py of 1a7a7d8",
+    ),
+    Result(
+        ("glm_image_latency.md",),
+        "GLM-Image: modelled token-stage and whole-image speed-up (demo's steps, "
+        "GLM-Image's pass cost)",
+        "python -m benchmarks.glm_image_latency",
+        "from latency.json and gpu_check.json",
+    ),
+    Result(
+        ("offload.md",),
+        "modelled latency with weights offloaded to CPU memory",
+        "python -m benchmarks.offload",
+        "from latency.json",
+    ),
+    Result(
+        ("readme_picture.md",),
+        "the README's picture: AR and SJD-VP from one prompt and seed, timed",
+        "python tools/make_readme_picture.py --repeats 5",
+    ),
 )
 
 HEAD = """\
@@ -196,8 +287,10 @@ def command_cell(r: Result) -> str:
 
 def readme() -> str:
     """benchmarks/results/README.md: every file of every row, linked, with its command."""
-    rows = [f"| {', '.join(f'[{f}]({f})' for f in r.files)} | {r.what} | {command_cell(r)} |"
-            for r in INDEX]
+    rows = [
+        f"| {', '.join(f'[{f}]({f})' for f in r.files)} | {r.what} | {command_cell(r)} |"
+        for r in INDEX
+    ]
     return "\n".join([HEAD, "| file | what it shows | command |", "|---|---|---|", *rows]) + "\n"
 
 
@@ -207,8 +300,9 @@ def index() -> str:
     lines = ["| file | what it shows |", "|---|---|"]
     for r in INDEX:
         kinds = [os.path.splitext(f)[1][1:] for f in r.files[1:]]
-        more = ", ".join(f"{kinds.count(k)} {k}" if kinds.count(k) > 1 else k
-                         for k in dict.fromkeys(kinds))
+        more = ", ".join(
+            f"{kinds.count(k)} {k}" if kinds.count(k) > 1 else k for k in dict.fromkeys(kinds)
+        )
         first = f"[{r.files[0]}](../benchmarks/results/{r.files[0]})"
         lines.append(f"| {first}{f' (+ {more})' if more else ''} | {r.what} |")
     return "\n".join(lines)
@@ -233,15 +327,19 @@ def page() -> str:
         "## Every result\n\n"
         "The command that writes each: "
         "[benchmarks/results/README.md](../benchmarks/results/README.md).\n\n"
-        f"{index()}\n")
+        f"{index()}\n"
+    )
 
 
 def problems() -> list[str]:
     """What --check reports: the folder and INDEX disagreeing, absolute paths, stale pages."""
     indexed = [f for r in INDEX for f in r.files]
     present = sorted(set(os.listdir(RESULTS)) - {"README.md"})
-    found = [f"not indexed (add it to INDEX in tools/make_results_page.py): {f}"
-             for f in present if f not in indexed]
+    found = [
+        f"not indexed (add it to INDEX in tools/make_results_page.py): {f}"
+        for f in present
+        if f not in indexed
+    ]
     found += [f"indexed but missing: {f}" for f in indexed if f not in present]
     found += [f"indexed twice: {f}" for f in dict.fromkeys(indexed) if indexed.count(f) > 1]
     for f in present:
@@ -250,14 +348,17 @@ def problems() -> list[str]:
     for path, text in ((README, readme()), (PAGE, page())):
         with open(path, encoding="utf-8") as f:
             if f.read() != text:
-                found.append("out of date (run python tools/make_results_page.py): "
-                             + os.path.relpath(path, REPO))
+                found.append(
+                    "out of date (run python tools/make_results_page.py): "
+                    + os.path.relpath(path, REPO)
+                )
     return found
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--check", action="store_true", help="write nothing; fail on what is wrong")
     if ap.parse_args(argv).check:
         found = problems()

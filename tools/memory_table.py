@@ -1,15 +1,17 @@
 """The memory table (README.md's Models section and docs/memory.md): what each release needs at each
 precision, and which cards it fits.
 
-Each release's own architecture (its config's sizes, sjdvp_core/models/releases.py) is built on the meta
-device, so no weight is read or allocated, and the estimator auto uses (models.memory.need: the weights at that
-precision + a default decode's KV cache, forward transients and loop state) is run on it. Where this table and
-a loaded model disagree, the loaded model is right: tests/test_memory.py checks the estimator against measured
-peaks, and tests/test_memory_table.py checks each architecture here against its release's download size.
+Each release's own architecture (its config's sizes, sjdvp_core/models/releases.py) is built on the
+meta device, so no weight is read or allocated, and the estimator auto uses (models.memory.need: the
+weights at that precision + a default decode's KV cache, forward transients and loop state) is run
+on it. Where this table and a loaded model disagree, the loaded model is right: tests/test_memory.py
+checks the estimator against measured peaks, and tests/test_memory_table.py checks each architecture
+here against its release's download size.
 
     python tools/memory_table.py            # print the table (markdown)
     python tools/memory_table.py --write    # and put it in README.md and docs/memory.md, between their markers
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,23 +27,37 @@ from sjdvp_core.models.memory import Need, need, pixel_weight_need  # noqa: E402
 
 CARDS_GB = (8, 12, 16, 24, 48, 80)
 PRECISIONS = ("bf16", "int8", "nf4")
-RESERVE = 1.0e9       # what a card keeps for the CUDA context and the framework (ComfyUI's own reserve is ~1 GB)
-BEGIN, END = "<!-- memory table: python tools/memory_table.py --write -->", "<!-- end of memory table -->"
+# what a card keeps for the CUDA context and the framework (ComfyUI's own reserve is ~1 GB)
+RESERVE = 1.0e9
+BEGIN, END = (
+    "<!-- memory table: python tools/memory_table.py --write -->",
+    "<!-- end of memory table -->",
+)
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PAGES = (os.path.join(REPO, "README.md"), os.path.join(REPO, "docs", "memory.md"))   # each holds the table
+PAGES = (
+    os.path.join(REPO, "README.md"),
+    os.path.join(REPO, "docs", "memory.md"),
+)  # each holds the table
 
 
 @dataclass(frozen=True)
 class Release:
-    name: str            # a catalogue entry's name (or the release's, where the catalogue has none yet)
+    name: str  # a catalogue entry's name (or the release's, where the catalogue has none yet)
     build: Callable
     image: str
-    pixels: bool = False   # a pixel model apart: its weights alone (it runs after the decode, on its own)
+    pixels: bool = (
+        False  # a pixel model apart: its weights alone (it runs after the decode, on its own)
+    )
 
 
 RELEASES = (
     Release("GLM-Image (token stage)", releases.glm_image, "1024 x 1024"),
-    Release("GLM-Image (DiT + glyph encoder, weights)", releases.glm_image_dit, "1024 x 1024", pixels=True),
+    Release(
+        "GLM-Image (DiT + glyph encoder, weights)",
+        releases.glm_image_dit,
+        "1024 x 1024",
+        pixels=True,
+    ),
     Release("Lumina-mGPT-7B-768", releases.lumina_mgpt_7b, "768 x 768"),
     Release("Lumina-mGPT-2.0", releases.lumina_mgpt_2, "768 x 768"),
     Release("Emu3-Gen", releases.emu3_gen, "720 x 720"),
@@ -67,9 +83,12 @@ def fits(total: int) -> str:
 
 
 def table() -> str:
-    """Markdown: per release, the decode's share and each precision's total with the smallest card it fits."""
-    lines = ["| release | image | decode | " + " | ".join(PRECISIONS) + " |",
-             "|---|---|---|" + "---|" * len(PRECISIONS)]
+    """Markdown: per release, the decode's share and each precision's total with the smallest
+    card it fits."""
+    lines = [
+        "| release | image | decode | " + " | ".join(PRECISIONS) + " |",
+        "|---|---|---|" + "---|" * len(PRECISIONS),
+    ]
     for r in RELEASES:
         n = needs(r)
         cells = " | ".join(f"{n[p].total / 1e9:.1f} GB: {fits(n[p].total)}" for p in PRECISIONS)
@@ -85,8 +104,11 @@ def readme_with(text: str, readme: str) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--write", action="store_true",
-                        help="put the table in README.md and docs/memory.md between their markers")
+    parser.add_argument(
+        "--write",
+        action="store_true",
+        help="put the table in README.md and docs/memory.md between their markers",
+    )
     args = parser.parse_args()
     text = table()
     print(text)

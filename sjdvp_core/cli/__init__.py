@@ -1,1 +1,2 @@
-"""Command lines (`python -m sjdvp_core`, `.check`, `.download` are entry points onto these packages)."""
+"""Command lines (`python -m sjdvp_core`, `.check`, `.download` are entry points onto these
+packages)."""

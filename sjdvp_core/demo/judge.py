@@ -1,6 +1,7 @@
 """The demo's judge: a small CNN that names the shape, colour and background of a 64x64 scene. It
 gives the prompt-match score (all three right) for images from any decoding method, with no
 external model."""
+
 from __future__ import annotations
 
 import torch
@@ -16,8 +17,13 @@ class Judge(nn.Module):
     def __init__(self, width: int = 32):
         super().__init__()
         chans = [3, width, 2 * width, 2 * width, 4 * width]
-        self.features = nn.Sequential(*[m for a, b in zip(chans, chans[1:])
-                                        for m in (nn.Conv2d(a, b, 3, stride=2, padding=1), nn.GELU())])
+        self.features = nn.Sequential(
+            *[
+                m
+                for a, b in zip(chans, chans[1:])
+                for m in (nn.Conv2d(a, b, 3, stride=2, padding=1), nn.GELU())
+            ]
+        )
         self.head = nn.Linear(chans[-1], sum(HEADS))
 
     def forward(self, images: Tensor) -> tuple[Tensor, ...]:

@@ -1,11 +1,13 @@
 """Train the built-in demo model: a small VQ tokenizer (LlamaGen VQ architecture, f4: 64x64 RGB ->
-16x16 codes), a small LlamaGen c2i GPT over the 96 scene prompts, and a judge (a classifier of shape,
-colour and background) for the prompt-match score. Seeded and resumable: each phase checkpoints to
---out and continues from there; the final weights go to sjdvp_core/demo/weights as safetensors.
+16x16 codes), a small LlamaGen c2i GPT over the 96 scene prompts, and a judge (a classifier of
+shape, colour and background) for the prompt-match score. Seeded and resumable: each phase
+checkpoints to --out and continues from there; the final weights go to sjdvp_core/demo/weights as
+safetensors.
 
     python -m sjdvp_core.demo.train --out runs/demo            # all phases
     python -m sjdvp_core.demo.train --out runs/demo --phase gpt --threads 1
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,10 +27,25 @@ from . import scenes
 from .judge import HEADS, Judge, judge_loss
 
 WEIGHTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "weights")
-VQ_CONFIG = VQConfig(codebook_size=512, codebook_embed_dim=8, ch=32, ch_mult=[1, 2, 2], z_channels=64,
-                     num_res_blocks=1, norm_groups=16)
-GPT_CONFIG = GPTConfig(dim=192, n_layer=6, n_head=6, multiple_of=64, num_classes=len(scenes.CLASSES),
-                       vocab_size=VQ_CONFIG.codebook_size, block_size=256, cls_token_num=1)
+VQ_CONFIG = VQConfig(
+    codebook_size=512,
+    codebook_embed_dim=8,
+    ch=32,
+    ch_mult=[1, 2, 2],
+    z_channels=64,
+    num_res_blocks=1,
+    norm_groups=16,
+)
+GPT_CONFIG = GPTConfig(
+    dim=192,
+    n_layer=6,
+    n_head=6,
+    multiple_of=64,
+    num_classes=len(scenes.CLASSES),
+    vocab_size=VQ_CONFIG.codebook_size,
+    block_size=256,
+    cls_token_num=1,
+)
 STEPS = {"vq": 1200, "gpt": 2500, "judge": 3000}
 BATCH = {"vq": 32, "gpt": 32, "judge": 64}
 
@@ -36,7 +53,9 @@ BATCH = {"vq": 32, "gpt": 32, "judge": 64}
 def lr_at(step: int, total: int, peak: float, warmup: int = 100) -> float:
     if step < warmup:
         return peak * (step + 1) / warmup
-    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, total - warmup))))
+    return peak * (
+        0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, total - warmup)))
+    )
 
 
 def batch(phase: str, step: int, seed: int):
@@ -65,10 +84,10 @@ class Checkpoint:
 
 
 class FactorisedClasses(nn.Module):
-    """Training-time parametrisation of the c2i class table as shape + colour + background embeddings,
-    each seen far more often than one of 96 classes (a 96-row table barely learned in our budget: its
-    conditional first-token loss stayed above the null class's). Materialised into the plain LlamaGen
-    table for export, so the shipped model is an ordinary c2i LlamaGen."""
+    """Training-time parametrisation of the c2i class table as shape + colour + background
+    embeddings, each seen far more often than one of 96 classes (a 96-row table barely learned in
+    our budget: its conditional first-token loss stayed above the null class's). Materialised
+    into the plain LlamaGen table for export, so the shipped model is an ordinary c2i LlamaGen."""
 
     def __init__(self, dim: int):
         super().__init__()
@@ -79,7 +98,7 @@ class FactorisedClasses(nn.Module):
 
     def table(self) -> torch.Tensor:
         rows = sum(part.weight[scenes.CLASS_PARTS[:, i]] for i, part in enumerate(self.parts))
-        return torch.cat([rows, self.null[None]])                               # [num_classes + 1, dim]
+        return torch.cat([rows, self.null[None]])  # [num_classes + 1, dim]
 
 
 class DemoGPT(nn.Module):
@@ -98,7 +117,7 @@ class DemoGPT(nn.Module):
 
 
 def vq_step(vq: LlamaGenVQ, images, usage) -> torch.Tensor:
-    z = F.normalize(vq.encode_latent(images), dim=1)                         # [B, D, h, w]
+    z = F.normalize(vq.encode_latent(images), dim=1)  # [B, D, h, w]
     codes = vq.quantize.nearest(z)
     zq = vq.quantize.lookup(codes)
     usage += torch.bincount(codes.flatten(), minlength=usage.numel())
@@ -129,8 +148,9 @@ def train_phase(phase: str, out: str, seed: int, log_every: int = 50):
         vq.load_state_dict(torch.load(os.path.join(out, "vq.pt"), weights_only=True)["model"])
         vq.eval().requires_grad_(False)
         model, peak = (DemoGPT(), 1e-3) if phase == "gpt" else (Judge(), 2e-3)
-    opt = torch.optim.AdamW(model.parameters(), lr=peak, weight_decay=0.05 if phase == "gpt" else 0.0,
-                            betas=(0.9, 0.95))
+    opt = torch.optim.AdamW(
+        model.parameters(), lr=peak, weight_decay=0.05 if phase == "gpt" else 0.0, betas=(0.9, 0.95)
+    )
     ckpt = Checkpoint(out, phase)
     start = ckpt.load(model, opt)
     usage = torch.zeros(VQ_CONFIG.codebook_size, dtype=torch.long)
@@ -144,7 +164,7 @@ def train_phase(phase: str, out: str, seed: int, log_every: int = 50):
         elif phase == "gpt":
             with torch.no_grad():
                 tokens = vq.encode(images).flatten(1)
-            drop = torch.rand(len(classes), generator=g) < 0.1                 # CFG: learn the null class
+            drop = torch.rand(len(classes), generator=g) < 0.1  # CFG: learn the null class
             logits = model(torch.where(drop, GPT_CONFIG.num_classes, classes), tokens)
             loss = F.cross_entropy(logits.reshape(-1, GPT_CONFIG.vocab_size), tokens.flatten())
         else:
@@ -157,8 +177,11 @@ def train_phase(phase: str, out: str, seed: int, log_every: int = 50):
         if phase == "vq" and (step + 1) % 50 == 0:
             restart_dead_codes(model, usage, z, g)
         if (step + 1) % log_every == 0 or step + 1 == total:
-            print(f"{phase} step {step + 1}/{total} loss {running / log_every:.4f} "
-                  f"{(time.time() - t0) / (step + 1 - start):.2f}s/step", flush=True)
+            print(
+                f"{phase} step {step + 1}/{total} loss {running / log_every:.4f} "
+                f"{(time.time() - t0) / (step + 1 - start):.2f}s/step",
+                flush=True,
+            )
             running = 0.0
             ckpt.save(model, opt, step + 1)
     ckpt.save(model, opt, total)
@@ -175,8 +198,11 @@ def export(out: str) -> None:
             demo.load_state_dict(state)
             state = demo.materialise().state_dict()
         meta = {"config": json.dumps(config.to_dict())} if config is not None else {}
-        save_file({k: v.contiguous() for k, v in state.items()},
-                  os.path.join(WEIGHTS, f"demo_{phase}.safetensors"), meta)
+        save_file(
+            {k: v.contiguous() for k, v in state.items()},
+            os.path.join(WEIGHTS, f"demo_{phase}.safetensors"),
+            meta,
+        )
     print("exported to", WEIGHTS)
 
 
@@ -193,9 +219,13 @@ def main(out: str = "runs/demo", phase: str = "all", seed: int = 0, threads: int
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--out", default="runs/demo", help="checkpoint folder (resumes from it)")
     ap.add_argument("--phase", default="all", choices=["all", "vq", "gpt", "judge", "export"])
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=None, help="torch threads (1 leaves a core free)")
+    ap.add_argument(
+        "--threads", type=int, default=None, help="torch threads (1 leaves a core free)"
+    )
     main(**vars(ap.parse_args()))

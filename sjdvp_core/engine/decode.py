@@ -1,5 +1,6 @@
 """`decode`: generate images with the Jacobi loop (loop.py), calibrating the device first where an
 automatic window needs it or the caller asks for a priced report (calibration.py)."""
+
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -18,44 +19,60 @@ from .tree import scratch_nodes
 __all__ = ["DecodeResult", "decode"]
 
 
-def decode(adapter: ModelAdapter, conditions: Sequence[Any] | Any, settings: DecodeSettings,
-           negatives: Sequence[Any] | Any | None = None, progress: ProgressFn | None = None,
-           timing: bool = False, cost: PassCost | None = None, profile: Profile | None = None,
-           priced: bool = False, measuring: MeasureFn | None = None) -> DecodeResult:
+def decode(
+    adapter: ModelAdapter,
+    conditions: Sequence[Any] | Any,
+    settings: DecodeSettings,
+    negatives: Sequence[Any] | Any | None = None,
+    progress: ProgressFn | None = None,
+    timing: bool = False,
+    cost: PassCost | None = None,
+    profile: Profile | None = None,
+    priced: bool = False,
+    measuring: MeasureFn | None = None,
+) -> DecodeResult:
     """Generate settings.batch_size images.
 
-    conditions: one per image, or one shared by all (the family's prompt, class id, ...); negatives
-    likewise, the CFG branch where the family has one. progress(done, total, codes) is called after
-    every iteration with the tokens committed so far and the image cells known ([B, h, w] codebook
-    indices, -1 where undecided); it may raise to abort. timing: split the time into forward / verify
-    / draft (on a GPU this waits for the device three times per iteration).
+    conditions: one per image, or one shared by all (the family's prompt, class id, ...);
+    negatives likewise, the CFG branch where the family has one. progress(done, total, codes) is
+    called after every iteration with the tokens committed so far and the image cells known ([B,
+    h, w] codebook indices, -1 where undecided); it may raise to abort. timing: split the time
+    into forward / verify / draft (on a GPU this waits for the device three times per iteration).
     cost, profile: what an automatic window chooses by; default: measured on this device once and
-    cached (calibration.py), with `measuring` told the progress. priced: measure the pass cost of a
-    fixed window too, so the report prices the speed-up in seconds. The result's stats carry the cost
-    and profile the decode used; the same cost, profile and seed give the same image."""
+    cached (calibration.py), with `measuring` told the progress. priced: measure the pass cost of
+    a fixed window too, so the report prices the speed-up in seconds. The result's stats carry
+    the cost and profile the decode used; the same cost, profile and seed give the same image."""
     if not isinstance(settings, DecodeSettings):
-        raise ValueError(f"settings is a {type(settings).__module__}.{type(settings).__name__}: give "
-                         f"a {DecodeSettings.__module__}.DecodeSettings (method_settings makes one for "
-                         "a named method)")
+        raise ValueError(
+            f"settings is a {type(settings).__module__}.{type(settings).__name__}: give "
+            f"a {DecodeSettings.__module__}.DecodeSettings (method_settings makes one for "
+            "a named method)"
+        )
     B = settings.batch_size
     conditions = per_image(conditions, B, "conditions")
     negatives = None if negatives is None else per_image(negatives, B, "negatives")
     speculative = settings.window.size > 1
     auto = settings.window.auto and speculative
     if auto or (priced and speculative and cost is None):
-        adapter.prompt_length(conditions, negatives, settings.sampling.uses_cfg)  # said before measuring
+        adapter.prompt_length(
+            conditions, negatives, settings.sampling.uses_cfg
+        )  # said before measuring
         cost, profile = calibration(adapter, settings, cost, profile, measuring)
     tree = largest_tree(profile.plans) if auto else settings.window.tree
     widest = max(p.window for p in profile.plans) if auto else settings.window.size
     scratch = scratch_nodes(widest, tree)
     if scratch and not adapter.trees:
-        raise ValueError(f"{adapter.family}: this model adapter cannot score draft trees; set tree "
-                         "width to 1")
+        raise ValueError(
+            f"{adapter.family}: this model adapter cannot score draft trees; set tree width to 1"
+        )
     with torch.inference_mode():
         try:
-            layout, first_logits = adapter.start(conditions, negatives, settings.sampling.uses_cfg,
-                                                 scratch)
-            decoder = JacobiDecoder(adapter, settings, layout, timing, cost, profile if auto else None)
+            layout, first_logits = adapter.start(
+                conditions, negatives, settings.sampling.uses_cfg, scratch
+            )
+            decoder = JacobiDecoder(
+                adapter, settings, layout, timing, cost, profile if auto else None
+            )
             result = decoder.run(first_logits, progress)
         finally:
             adapter.finish()

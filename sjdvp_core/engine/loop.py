@@ -1,11 +1,12 @@
 """The Jacobi loop (Teng et al. 2024, arXiv 2410.01699): one iteration on one page.
 
-Per image b with n_b committed tokens, an iteration reads top to bottom: choose the plan (auto.py), run the
-forward over the last committed token and the drafts after it (a chain, or a draft tree), turn logits into
-targets p, verify the drafts left to right (verify.py), commit, re-draft (drafting.py). All randomness is
-drawn from one seeded generator before each step, so a chain's step after its forward is a pure function
-that torch.compile or a CUDA graph may take. docs/design.md, "The loop", says more.
-"""
+Per image b with n_b committed tokens, an iteration reads top to bottom: choose the plan (auto.py),
+run the forward over the last committed token and the drafts after it (a chain, or a draft tree),
+turn logits into targets p, verify the drafts left to right (verify.py), commit, re-draft
+(drafting.py). All randomness is drawn from one seeded generator before each step, so a chain's step
+after its forward is a pure function that torch.compile or a CUDA graph may take. docs/design.md,
+"The loop", says more."""
+
 from __future__ import annotations
 
 import time
@@ -83,15 +84,24 @@ class Clock:
 class JacobiDecoder:
     """One decode's fixed parts and its loop (`run`). Use `decode()` rather than this class.
 
-    Three sizes: the user's cap (settings.window.size), the widest plan this decode may run (`width`,
-    what the canvas and the drafts are allocated for: the cap, or auto's widest contender), and each
-    iteration's plan.window."""
+    Three sizes: the user's cap (settings.window.size), the widest plan this decode may run
+    (`width`, what the canvas and the drafts are allocated for: the cap, or auto's widest
+    contender), and each iteration's plan.window."""
 
-    def __init__(self, adapter: ModelAdapter, settings: DecodeSettings, layout: TokenLayout,
-                 timing: bool = False, cost: PassCost | None = None,
-                 profile: Profile | None = None, clock: Clock | None = None):
+    def __init__(
+        self,
+        adapter: ModelAdapter,
+        settings: DecodeSettings,
+        layout: TokenLayout,
+        timing: bool = False,
+        cost: PassCost | None = None,
+        profile: Profile | None = None,
+        clock: Clock | None = None,
+    ):
         self.adapter, self.s, self.device = adapter, settings, adapter.device
-        self.passes = Passes(adapter, settings.passes)  # the model's forward, captured where it can be
+        self.passes = Passes(
+            adapter, settings.passes
+        )  # the model's forward, captured where it can be
         auto = settings.window.auto and cost is not None and profile is not None
         self.chooser = PlanChooser(cost, profile) if auto else None
         self.plan = Plan(settings.window.size, settings.window.tree)
@@ -99,17 +109,24 @@ class JacobiDecoder:
         self.B = settings.batch_size
         self.local = LocalLayout(layout, self.width + 1, self.device)
         self.offsets = torch.arange(self.width + 1, device=self.device)  # a step's slot offsets
-        self.drafter = Drafter(settings.drafter, settings.window.init, self.local, self.width - 1,
-                               self.device)
+        self.drafter = Drafter(
+            settings.drafter, settings.window.init, self.local, self.width - 1, self.device
+        )
         codebook = adapter.codebook()  # a memory manager may keep the image decoder elsewhere
-        self.verifier = Verifier(settings.drafter, None if codebook is None else codebook.to(self.device),
-                                 self.local.num_image, adapter.module)
+        self.verifier = Verifier(
+            settings.drafter,
+            None if codebook is None else codebook.to(self.device),
+            self.local.num_image,
+            adapter.module,
+        )
         self.gen = torch.Generator(device=self.device).manual_seed(settings.seed)
         self.clock = clock or Clock(self.device, timing)  # a calibration's test gives its own
         self.same_noise = Drafter.follows_noise(settings.drafter)
         self.warm = warmed(layout.jacobi_span)
         # compiled: a chain's step after its forward is one graph; a tree's re-draft its own
-        self.redraft = compiled(self.drafter.redraft, "draft") if settings.compile else self.drafter.redraft
+        self.redraft = (
+            compiled(self.drafter.redraft, "draft") if settings.compile else self.drafter.redraft
+        )
         self.graph = compiled(self.after_forward, "step") if settings.compile else None
 
     # --- the loop -------------------------------------------------------------------------------
@@ -133,8 +150,14 @@ class JacobiDecoder:
         trace = torch.tensor(loop.trace).t().contiguous()  # [B, iterations]
         at = torch.arange(L).expand(B, -1).contiguous()
         commit_iter = torch.searchsorted(trace, at, right=True).clamp(max=it - 1)
-        stats = DecodeStats(length=L, window=self.width, forward_passes=it, ar_passes=end,
-                            row_forward_passes=loop.row_passes.cpu(), commit_iter=commit_iter)
+        stats = DecodeStats(
+            length=L,
+            window=self.width,
+            forward_passes=it,
+            ar_passes=end,
+            row_forward_passes=loop.row_passes.cpu(),
+            commit_iter=commit_iter,
+        )
         stats.vp_auto = self.drafter.auto.summary() if self.drafter.auto is not None else None
         stats.auto_plans = {p.label: count for p, count in loop.plans.items()} or None
         stats.passes = self.passes.kind
@@ -147,24 +170,37 @@ class JacobiDecoder:
     def begin(self, first_logits: Tensor) -> Loop:
         """The first token of every image (from the prefill's logits) and the first drafts."""
         if bool(first_logits.isnan().any()):  # a NaN target draws token 0 everywhere: a flat image
-            raise ValueError(f"{self.adapter.family}: the model's logits are NaN, its activations "
-                             "overflow at this precision (fp16 does on some models): load it in bf16 "
-                             "or fp32")
+            raise ValueError(
+                f"{self.adapter.family}: the model's logits are NaN, its activations "
+                "overflow at this precision (fp16 does on some models): load it in bf16 "
+                "or fp32"
+            )
         B, dev = self.B, self.device
         canvas = torch.zeros(B, self.local.length + self.width + 1, dtype=torch.long, device=dev)
         at_zero = torch.zeros(B, 1, dtype=torch.long, device=dev)
         first_p = self.targets(first_logits[:, None], at_zero)[:, 0]
-        if bool(first_p.isnan().any()):  # finite logits, scaled past float's range: a flat image too
+        if bool(
+            first_p.isnan().any()
+        ):  # finite logits, scaled past float's range: a flat image too
             s = self.s.sampling
-            raise ValueError(f"temperature={s.temperature:g} with cfg_scale={s.cfg_scale:g} scales "
-                             "the logits past float's range: raise the temperature (or lower the cfg); "
-                             "for the most likely token every time, use greedy sampling")
+            raise ValueError(
+                f"temperature={s.temperature:g} with cfg_scale={s.cfg_scale:g} scales "
+                "the logits past float's range: raise the temperature (or lower the cfg); "
+                "for the most likely token every time, use greedy sampling"
+            )
         canvas[:, 0] = sample(first_p, self.gen)
         n = torch.ones(B, dtype=torch.long, device=dev)
         first = self.plan if self.chooser is None else self.chooser.choice
         window = self.drafter.start(n, canvas, self.gen, first.window - 1)
-        loop = Loop(canvas, n, [1] * B, [[1] * B], torch.ones(B, dtype=torch.long, device=dev),
-                    window, Recorder(max(self.width - 1, 1), dev))
+        loop = Loop(
+            canvas,
+            n,
+            [1] * B,
+            [[1] * B],
+            torch.ones(B, dtype=torch.long, device=dev),
+            window,
+            Recorder(max(self.width - 1, 1), dev),
+        )
         if self.s.compile:
             hold_in_place(*self.written(loop))
         return loop
@@ -180,8 +216,9 @@ class JacobiDecoder:
             window = self.drafter.resize(window, plan.window - 1, loop.n, loop.canvas, self.gen)
         # how far each row may accept drafts: to the end of the image grid, nothing outside it
         end, (lo, hi) = self.local.free_end, self.local.span
-        limit_host = [min(plan.window - 1, max(hi - c, 0)) if lo <= c < end else 0
-                      for c in loop.n_host]
+        limit_host = [
+            min(plan.window - 1, max(hi - c, 0)) if lo <= c < end else 0 for c in loop.n_host
+        ]
         limit, active = torch.tensor(limit_host, device=self.device), loop.n < end
         reach = max(limit_host)
         t0 = self.clock.now()
@@ -191,10 +228,11 @@ class JacobiDecoder:
             out = self.chain_step(loop, plan, window, limit, active)
         self.record(loop, plan, active, t0, out)
 
-    # --- a chain's step: the plan's full window in one forward (one shape per plan) -----------------
-    def chain_step(self, loop: Loop, plan: Plan, window: Window, limit: Tensor,
-                   active: Tensor) -> Outcome:
-        at = loop.n[:, None] + self.offsets[:plan.window]
+    # --- a chain's step: the plan's full window in one forward (one shape per plan) ---------------
+    def chain_step(
+        self, loop: Loop, plan: Plan, window: Window, limit: Tensor, active: Tensor
+    ) -> Outcome:
+        at = loop.n[:, None] + self.offsets[: plan.window]
         logits = self.forward(loop.canvas, at)
         t1 = self.clock.now()
         # the step's randomness in the generator's order: the verification's, then the drafts'
@@ -219,43 +257,76 @@ class JacobiDecoder:
         tokens = self.local.vocab[canvas.gather(1, at - 1)]
         return self.passes.forward(self.rows(tokens), self.rows(positions))
 
-    def after_forward(self, rec: Recorder, logits: Tensor, at: Tensor, window: Window,
-                      canvas: Tensor, n: Tensor, limit: Tensor, active: Tensor, u: Tensor,
-                      u_next: Tensor, draws) -> tuple[Tensor, Tensor, Window]:
+    def after_forward(
+        self,
+        rec: Recorder,
+        logits: Tensor,
+        at: Tensor,
+        window: Window,
+        canvas: Tensor,
+        n: Tensor,
+        limit: Tensor,
+        active: Tensor,
+        u: Tensor,
+        u_next: Tensor,
+        draws,
+    ) -> tuple[Tensor, Tensor, Window]:
         """`verify`, then the re-draft (draws: Drafter.draws) -> (tokens committed [B], the new
         counts [B], the next window): what compile or a CUDA graph takes as one."""
         p, m = self.verify(rec, logits, at, window, canvas, n, limit, active, u, u_next)
         n = n + m
         return m, n, self.drafter.redraft(window, p, m, n, active, canvas, draws)
 
-    def verify(self, rec: Recorder, logits: Tensor, at: Tensor, window: Window, canvas: Tensor,
-               n: Tensor, limit: Tensor, active: Tensor, u: Tensor,
-               u_next: Tensor) -> tuple[Tensor, Tensor]:
+    def verify(
+        self,
+        rec: Recorder,
+        logits: Tensor,
+        at: Tensor,
+        window: Window,
+        canvas: Tensor,
+        n: Tensor,
+        limit: Tensor,
+        active: Tensor,
+        u: Tensor,
+        u_next: Tensor,
+    ) -> tuple[Tensor, Tensor]:
         """Targets, `accept` (uniforms: verify.accept_uniforms), the commit and its statistics ->
         (p [B, w, V], tokens committed [B]). Pure but for the canvas and the statistics."""
         w = at.shape[1]
         p = self.targets(logits, at)  # [B, w, V]
-        k, nxt, accepted = accept(window.tokens[:, :w - 1], window.q[:, :w - 1], p, limit,
-                                  self.verifier, u, u_next)
+        k, nxt, accepted = accept(
+            window.tokens[:, : w - 1], window.q[:, : w - 1], p, limit, self.verifier, u, u_next
+        )
         m = self.commit(canvas, n, active, k, nxt)
         self.observe(rec, window, p, k, accepted, limit, m)
         return p, m
 
     # --- a draft tree's step (tree.py): reach + 1 slots; p along the path taken -------------------
-    def tree_step(self, loop: Loop, plan: Plan, window: Window, limit: Tensor, active: Tensor,
-                  reach: int) -> Outcome:
+    def tree_step(
+        self, loop: Loop, plan: Plan, window: Window, limit: Tensor, active: Tensor, reach: int
+    ) -> Outcome:
         """The accepted alternative is written to the canvas and its branch's cache entries kept."""
         canvas, n, w, local = loop.canvas, loop.n, reach + 1, self.local
         shape = tree_shape(w, plan.tree, self.device)
-        cand = propose(window, canvas, n, local, shape, plan.tree.guesses, self.same_noise, self.gen)
+        cand = propose(
+            window, canvas, n, local, shape, plan.tree.guesses, self.same_noise, self.gen
+        )
         inputs = tree_inputs(canvas.gather(1, (n - 1)[:, None])[:, 0], window.tokens, cand, shape)
         positions = self.rows(((n - 1)[:, None] + shape.offsets).clamp(max=local.length - 1))
         tokens = self.rows(local.vocab[inputs])
         logits = self.passes.forward_tree(tokens, positions, shape.ancestors, w)
         t1 = self.clock.now()
         p_all = self.targets(logits, n[:, None] + shape.offsets)  # [B, N, V]
-        out = verify_tree(window.tokens[:, :w - 1], window.q[:, :w - 1], p_all, cand, shape, limit,
-                          self.verifier, self.gen)
+        out = verify_tree(
+            window.tokens[:, : w - 1],
+            window.q[:, : w - 1],
+            p_all,
+            cand,
+            shape,
+            limit,
+            self.verifier,
+            self.gen,
+        )
         choice = out.choice.clamp(max=shape.alts - 1)
         pick, at = (out.level * shape.alts + choice)[:, None], (n + out.level)[:, None]
         taken = cand.tokens.flatten(1).gather(1, pick)
@@ -270,7 +341,7 @@ class JacobiDecoder:
         tree = (out.tried, out.took, cand.guess[choice])
         return Outcome(m, n, window, shape.nodes, t1, t2, tree=tree)
 
-    # --- the pieces both steps share ---------------------------------------------------------------
+    # --- the pieces both steps share --------------------------------------------------------------
     def targets(self, logits: Tensor, at: Tensor) -> Tensor:
         """Model logits [R, N, V_model] predicting positions at [B, N] -> p [B, N, V]."""
         s, local = self.s.sampling, self.local
@@ -288,10 +359,19 @@ class JacobiDecoder:
         canvas.scatter_(1, at[:, None], nxt[:, None])
         return k + (active & (at < self.local.free_end))
 
-    def observe(self, rec: Recorder, window: Window, p: Tensor, k: Tensor, accepted: Tensor,
-                limit: Tensor, m: Tensor) -> None:
-        """Statistics and VP auto's scores: they look at what verification decided, never steer it."""
-        slots = self.offsets[:p.shape[1]]
+    def observe(
+        self,
+        rec: Recorder,
+        window: Window,
+        p: Tensor,
+        k: Tensor,
+        accepted: Tensor,
+        limit: Tensor,
+        m: Tensor,
+    ) -> None:
+        """Statistics and VP auto's scores: they look at what verification decided, never steer
+        it."""
+        slots = self.offsets[: p.shape[1]]
         rec.entropy += (torch.special.entr(p).sum(-1) * (slots < m[:, None])).sum()
         d = accepted.shape[1]
         if d == 0:
@@ -305,7 +385,8 @@ class JacobiDecoder:
                 self.drafter.auto.observe(p[:, :d], window.candidates[:, :, :d], fused)
 
     def record(self, loop: Loop, plan: Plan, active: Tensor, t0: float, out: Outcome) -> None:
-        """The loop's state and statistics after a step; auto's record of what the plan committed."""
+        """The loop's state and statistics after a step; auto's record of what the plan
+        committed."""
         rec = loop.rec
         rec.scored.append(out.scored)
         rec.committed.append(out.m)

@@ -1,11 +1,11 @@
 """The target distribution p: logits -> probabilities, vectorised over [B, W, V], in fp32.
 
-Order: CFG mix -> structural forcing and image-vocabulary restriction (one additive mask) -> temperature
--> top-k -> top-p.
-Temperature comes before the truncations as in LlamaGen's sampler and transformers' warpers (top-k is
-unaffected by the order; top-p is not, and this is the order those models were tuned with).
-Each stage returns a new tensor. Greedy decoding turns p into a one-hot on the argmax.
-"""
+Order: CFG mix -> structural forcing and image-vocabulary restriction (one additive mask) ->
+temperature -> top-k -> top-p. Temperature comes before the truncations as in LlamaGen's sampler and
+transformers' warpers (top-k is unaffected by the order; top-p is not, and this is the order those
+models were tuned with). Each stage returns a new tensor. Greedy decoding turns p into a one-hot on
+the argmax."""
+
 from __future__ import annotations
 
 import torch
@@ -27,8 +27,8 @@ def cfg_mix(logits: Tensor, scale: float, cfg: bool) -> Tensor:
 
 
 def structure_mask(forced: Tensor, num_image: int, size: int) -> Tensor:
-    """forced [...] local id or -1 -> [..., size] additive mask (0 kept, -inf dropped): a forced slot keeps
-    only its token, a free slot only image tokens (local ids < num_image)."""
+    """forced [...] local id or -1 -> [..., size] additive mask (0 kept, -inf dropped): a forced
+    slot keeps only its token, a free slot only image tokens (local ids < num_image)."""
     vocab = torch.arange(size, device=forced.device)
     keep = torch.where(forced[..., None] >= 0, vocab == forced[..., None], vocab < num_image)
     return torch.zeros(keep.shape, device=forced.device).masked_fill(~keep, NEG_INF)
@@ -54,8 +54,8 @@ def top_p_filter(logits: Tensor, top_p: float) -> Tensor:
 
 
 def process_logits(logits: Tensor, mask: Tensor, s: SamplingSettings) -> Tensor:
-    """Mixed logits [B, W, V] and their structure_mask -> filtered logits: forcing and image restriction,
-    temperature, top-k, top-p."""
+    """Mixed logits [B, W, V] and their structure_mask -> filtered logits: forcing and image
+    restriction, temperature, top-k, top-p."""
     logits = logits + mask
     if s.greedy:
         return logits
@@ -78,11 +78,12 @@ def uniform(shape, generator: torch.Generator, device) -> Tensor:
 
 
 def draw(probs: Tensor, u: Tensor) -> Tensor:
-    """One draw per row of probs [..., V] by inverting its CDF at u [...] (uniforms, see `uniform`): the
-    first token whose cumulative mass exceeds u times the row's total. A token of probability 0 is never
-    drawn, and the count stays below V: u < 1 puts u times the total (rounded) below the total. A pure
-    function of its inputs, so the step that calls it can be compiled (torch.compile and CUDA graphs take
-    no torch.Generator); the cumulative sum runs in u's dtype (float64 but on mps)."""
+    """One draw per row of probs [..., V] by inverting its CDF at u [...] (uniforms, see `uniform`):
+    the first token whose cumulative mass exceeds u times the row's total. A token of probability
+    0 is never drawn, and the count stays below V: u < 1 puts u times the total (rounded) below
+    the total. A pure function of its inputs, so the step that calls it can be compiled
+    (torch.compile and CUDA graphs take no torch.Generator); the cumulative sum runs in u's dtype
+    (float64 but on mps)."""
     cdf = probs.cumsum(-1, dtype=u.dtype)
     return (cdf <= u[..., None] * cdf[..., -1:]).sum(-1)
 

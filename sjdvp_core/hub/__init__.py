@@ -1,1 +1,2 @@
-"""Getting models: the catalogue of releases, resumable verified downloads, and the check command."""
+"""Getting models: the catalogue of releases, resumable verified downloads, and the check
+command."""

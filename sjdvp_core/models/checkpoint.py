@@ -1,6 +1,7 @@
-"""Reading weight files users have, safely: safetensors, or .pt / .pth / .bin / .ckpt pickles of tensors
-through torch.load(weights_only=True), never unpickling objects; and loading them strictly, with a
-message that says what is wrong and what to do."""
+"""Reading weight files users have, safely: safetensors, or .pt / .pth / .bin / .ckpt pickles of
+tensors through torch.load(weights_only=True), never unpickling objects; and loading them
+strictly, with a message that says what is wrong and what to do."""
+
 from __future__ import annotations
 
 import argparse
@@ -17,10 +18,12 @@ from torch import Tensor
 
 log = logging.getLogger(__name__)
 WEIGHT_EXT = (".pt", ".pth", ".bin", ".safetensors")
-# training buffers some releases carry beside their weights (LlamaGen's RoPE table and mask, its VQ's usage counter)
+# training buffers some releases carry beside their weights (LlamaGen's RoPE table and mask, its
+# VQ's usage counter)
 DROPPED_KEYS = ("freqs_cis", "causal_mask", "quantize.codebook_used")
-# LlamaGen's training scripts (train_c2i.py, train_t2i.py, vq_train.py) save their argparse options as
-# "args" beside the weights: the one object besides tensors and plain data we let torch.load rebuild
+# LlamaGen's training scripts (train_c2i.py, train_t2i.py, vq_train.py) save their argparse options
+# as "args" beside the weights: the one object besides tensors and plain data we let torch.load
+# rebuild
 SAFE_GLOBALS = [argparse.Namespace]
 
 
@@ -36,37 +39,54 @@ def read_state_dict(path: str, expected: str) -> tuple[dict[str, Tensor], dict[s
     try:
         if path.endswith(".safetensors"):
             from safetensors import safe_open
+
             with safe_open(path, framework="pt") as f:
                 obj, meta = {k: f.get_tensor(k) for k in f.keys()}, dict(f.metadata() or {})
         else:
             with torch.serialization.safe_globals(SAFE_GLOBALS):
-                obj = torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
+                obj = torch.load(
+                    path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path)
+                )
     except pickle.UnpicklingError as e:
         raise CheckpointError(_refused_pickle(path, expected)) from e
     except Exception as e:  # corrupt or truncated
-        raise CheckpointError(f"{path}: cannot be read as {expected} ({type(e).__name__}: {e}). "
-                              "Re-download the file, or convert it to .safetensors.") from e
-    for key in ("model", "module", "state_dict"):   # DDP, DeepSpeed and plain wrappers
+        raise CheckpointError(
+            f"{path}: cannot be read as {expected} ({type(e).__name__}: {e}). "
+            "Re-download the file, or convert it to .safetensors."
+        ) from e
+    for key in ("model", "module", "state_dict"):  # DDP, DeepSpeed and plain wrappers
         if isinstance(obj, dict) and isinstance(obj.get(key), dict):
             obj = obj[key]
             break
     if not isinstance(obj, dict) or not all(isinstance(v, Tensor) for v in obj.values()):
         raise CheckpointError(f"{path}: holds no state dict of tensors; expected {expected}")
-    return {re.sub(r"^(module\.|_orig_mod\.)+", "", k): v for k, v in obj.items()
-            if not k.endswith(DROPPED_KEYS)}, meta
+    return {
+        re.sub(r"^(module\.|_orig_mod\.)+", "", k): v
+        for k, v in obj.items()
+        if not k.endswith(DROPPED_KEYS)
+    }, meta
 
 
 def _refused_pickle(path: str, expected: str) -> str:
     """Why torch refused to unpickle a file: the objects it holds beyond tensors and plain data."""
     try:
         allowed = {f"{g.__module__}.{g.__qualname__}" for g in SAFE_GLOBALS}
-        names = [n for n in torch.serialization.get_unsafe_globals_in_checkpoint(path) if n not in allowed]
+        names = [
+            n
+            for n in torch.serialization.get_unsafe_globals_in_checkpoint(path)
+            if n not in allowed
+        ]
     except Exception:  # not even its pickle can be walked: corrupt or truncated
         names = []
-    held = f"it holds Python objects ({', '.join(names)}) that are never unpickled here" if names else \
-        "it cannot be read as a checkpoint of tensors"
-    return (f"{path}: {held}; expected {expected}. If the file is from a source you trust, re-save only its "
-            "tensors (e.g. as .safetensors), or re-download the released file.")
+    held = (
+        f"it holds Python objects ({', '.join(names)}) that are never unpickled here"
+        if names
+        else "it cannot be read as a checkpoint of tensors"
+    )
+    return (
+        f"{path}: {held}; expected {expected}. If the file is from a source you trust, re-save only its "
+        "tensors (e.g. as .safetensors), or re-download the released file."
+    )
 
 
 def load_strict(model: torch.nn.Module, state: dict[str, Tensor], path: str, expected: str) -> None:
@@ -75,34 +95,51 @@ def load_strict(model: torch.nn.Module, state: dict[str, Tensor], path: str, exp
     unexpected = sorted(set(state) - set(own))
     wrong = sorted(k for k in set(own) & set(state) if own[k].shape != state[k].shape)
     if missing or unexpected or wrong:
-        detail = "; ".join(f"{name}: {', '.join(keys[:4])}{' ...' if len(keys) > 4 else ''}"
-                           for name, keys in (("missing", missing), ("unexpected", unexpected),
-                                              ("wrong shape", wrong)) if keys)
+        detail = "; ".join(
+            f"{name}: {', '.join(keys[:4])}{' ...' if len(keys) > 4 else ''}"
+            for name, keys in (
+                ("missing", missing),
+                ("unexpected", unexpected),
+                ("wrong shape", wrong),
+            )
+            if keys
+        )
         raise CheckpointError(f"{path}: does not match {expected} ({detail})")
     model.load_state_dict(state, strict=True, assign=True)
 
 
 def load_decoder(build, state: dict[str, Tensor], path: str, expected: str) -> torch.nn.Module:
-    """An image decoder built by `build()` (on the meta device) from a release's checkpoint: every tensor it
-    has must be there with its shape; tensors it has no place for (the encoding side's, a later version's
-    buffers) are listed in a warning and skipped, as upstream's non-strict loads skip them."""
+    """An image decoder built by `build()` (on the meta device) from a release's checkpoint: every
+    tensor it has must be there with its shape; tensors it has no place for (the encoding side's,
+    a later version's buffers) are listed in a warning and skipped, as upstream's non-strict
+    loads skip them."""
     with torch.device("meta"):
         model = build()
     extra = sorted(set(state) - set(model.state_dict()))
     if extra:
-        log.warning("%s: ignoring %d tensors the decoder does not use: %s%s", path, len(extra), ", ".join(extra[:8]),
-                    " ..." if len(extra) > 8 else "")
+        log.warning(
+            "%s: ignoring %d tensors the decoder does not use: %s%s",
+            path,
+            len(extra),
+            ", ".join(extra[:8]),
+            " ..." if len(extra) > 8 else "",
+        )
     load_strict(model, {k: v for k, v in state.items() if k not in extra}, path, expected)
     return model.eval()
 
 
 def index_shards(index: str, repo: str | None = None) -> list[str]:
-    """The shard files a weights index (`*.index.json`) names; a CheckpointError where it names none."""
+    """The shard files a weights index (`*.index.json`) names; a CheckpointError where it names
+    none."""
     data = read_json(index)
     weight_map = data.get("weight_map") if isinstance(data, dict) else None
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
-        where = f"the Hugging Face repository {repo}" if repo else "the model's Hugging Face repository"
-        raise CheckpointError(f"{index}: a weights index without its weight_map; download it again from {where}")
+        where = (
+            f"the Hugging Face repository {repo}" if repo else "the model's Hugging Face repository"
+        )
+        raise CheckpointError(
+            f"{index}: a weights index without its weight_map; download it again from {where}"
+        )
     return sorted(set(weight_map.values()))
 
 
@@ -117,12 +154,15 @@ def read_json(path: str) -> dict:
 
 @contextlib.contextmanager
 def config_errors(what: str, repo: str):
-    """A config.json that is JSON but not the model's (a field of the wrong type, a section that is a list) as a
-    CheckpointError that names it, not a traceback from inside the configuration classes."""
+    """A config.json that is JSON but not the model's (a field of the wrong type, a section that is
+    a list) as a CheckpointError that names it, not a traceback from inside the configuration
+    classes."""
     try:
         yield
     except CheckpointError:
         raise
     except Exception as e:  # whatever the configuration classes raise on a value they cannot take
-        raise CheckpointError(f"{what}: cannot be read as the model's configuration ({type(e).__name__}: "
-                              f"{' '.join(str(e).split())}); download the config.json of {repo} again") from e
+        raise CheckpointError(
+            f"{what}: cannot be read as the model's configuration ({type(e).__name__}: "
+            f"{' '.join(str(e).split())}); download the config.json of {repo} again"
+        ) from e

@@ -1,7 +1,9 @@
-"""Model folders on disk: the marker an unfinished download leaves, so that nothing lists or loads a model
-before its last file is in place and verified (sjdvp_core.hub.download writes it). A folder model's marker
-lies in its folder; a model file in a folder that several entries share (LlamaGen GPTs beside one tokenizer)
-has a marker of its own there, so that one entry's unfinished download leaves its complete siblings loadable."""
+"""Model folders on disk: the marker an unfinished download leaves, so that nothing lists or loads a
+model before its last file is in place and verified (sjdvp_core.hub.download writes it). A folder
+model's marker lies in its folder; a model file in a folder that several entries share (LlamaGen
+GPTs beside one tokenizer) has a marker of its own there, so that one entry's unfinished download
+leaves its complete siblings loadable."""
+
 from __future__ import annotations
 
 import json
@@ -18,8 +20,11 @@ def marker(folder: str, model: str | None = None) -> str:
 
 def file_markers(folder: str) -> list[str]:
     """The markers of model files' unfinished downloads in folder."""
-    return sorted(os.path.join(folder, n) for n in os.listdir(folder)
-                  if n != INCOMPLETE and n.startswith(_PREFIX) and n.endswith(_SUFFIX))
+    return sorted(
+        os.path.join(folder, n)
+        for n in os.listdir(folder)
+        if n != INCOMPLETE and n.startswith(_PREFIX) and n.endswith(_SUFFIX)
+    )
 
 
 def incomplete(folder: str, model: str | None = None) -> bool:
@@ -28,9 +33,9 @@ def incomplete(folder: str, model: str | None = None) -> bool:
 
 
 def unfinished_marker(path: str) -> str | None:
-    """The marker of the unfinished download that path (a folder or a model file) is part of, if any: the
-    file's own, any model file's in the folder given (the folder may resolve to it), or a folder's on the way
-    up."""
+    """The marker of the unfinished download that path (a folder or a model file) is part of, if
+    any: the file's own, any model file's in the folder given (the folder may resolve to it), or
+    a folder's on the way up."""
     path = os.path.abspath(path)
     if os.path.isdir(path):
         folder = path
@@ -51,7 +56,8 @@ def unfinished_marker(path: str) -> str | None:
 
 
 def read_marker(path: str) -> dict:
-    """A marker's record ({"entry": name, "done": {file: hash}}); {} where it is missing or unreadable."""
+    """A marker's record ({"entry": name, "done": {file: hash}}); {} where it is missing or
+    unreadable."""
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
@@ -69,7 +75,9 @@ def incomplete_message(path: str) -> str:
     """What to do about the unfinished download whose marker is at path."""
     folder = os.path.dirname(path)
     name = marked_entry(path) or os.path.basename(folder)
-    return (f"{folder}: an unfinished download of {name} (the marker {os.path.basename(path)} is still there). "
-            f"Choose '{name}' in the loader again, or run `python -m sjdvp_core.download {name} --dir "
-            f"{os.path.dirname(folder)}`, to resume it; what is already downloaded is kept. If you finished it "
-            f"by hand, delete {path}")
+    return (
+        f"{folder}: an unfinished download of {name} (the marker {os.path.basename(path)} is still there). "
+        f"Choose '{name}' in the loader again, or run `python -m sjdvp_core.download {name} --dir "
+        f"{os.path.dirname(folder)}`, to resume it; what is already downloaded is kept. If you finished it "
+        f"by hand, delete {path}"
+    )

@@ -1,11 +1,13 @@
 """A real browser on a real ComfyUI: Chromium from the distribution's packages driven by Playwright
 (pip), pointed at the system binary (no browser download). Used by tests/test_browser.py.
 
-The frontends: the one ComfyUI 0.3.75 ships (comfyui-frontend-package 1.32.9, in .venv-comfy: the oldest the pack
-supports) and others from PyPI, served by the same server with --front-end-root (downloaded at test time into
-.cache/frontends/, never committed). Every run drives three (the oldest, one of the 1.41-1.52 line whose
-control widgets' `disabled` is a getter only, the newest); SJDVP_FRONTENDS=all (`make test-frontends`) the whole
-matrix, or a comma-separated list of versions."""
+The frontends: the one ComfyUI 0.3.75 ships (comfyui-frontend-package 1.32.9, in .venv-comfy: the
+oldest the pack supports) and others from PyPI, served by the same server with --front-end-root
+(downloaded at test time into .cache/frontends/, never committed). Every run drives three (the
+oldest, one of the 1.41-1.52 line whose control widgets' `disabled` is a getter only, the
+newest); SJDVP_FRONTENDS=all (`make test-frontends`) the whole matrix, or a comma-separated list
+of versions."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -20,19 +22,27 @@ import zipfile
 
 from tests.comfy.server import REPO
 
-NEWEST_FRONTEND = "1.58.1"          # comfyui-frontend-package, newest on PyPI when this was written
-BUNDLED_FRONTEND = "1.32.9"         # ComfyUI 0.3.75's own (requirements-comfyui.txt): served without --front-end-root
+NEWEST_FRONTEND = "1.58.1"  # comfyui-frontend-package, newest on PyPI when this was written
+BUNDLED_FRONTEND = (
+    "1.32.9"  # ComfyUI 0.3.75's own (requirements-comfyui.txt): served without --front-end-root
+)
 # one of each minor line a ComfyUI release of the last year shipped, at its last patch
 MATRIX = [BUNDLED_FRONTEND, "1.41.21", "1.44.19", "1.49.6", "1.52.7", "1.55.18", NEWEST_FRONTEND]
 EVERY_RUN = [BUNDLED_FRONTEND, "1.49.6", NEWEST_FRONTEND]
 SCREENSHOTS = os.path.join(REPO, ".cache", "screenshots")
-INSTALL_HINT = ("the browser tests need Chromium and Playwright: as root `apt-get install chromium` "
-                "(make test does this), and `pip install playwright` (requirements-dev.txt); "
-                "or set SJDVP_CHROMIUM to a Chromium binary")
+INSTALL_HINT = (
+    "the browser tests need Chromium and Playwright: as root `apt-get install chromium` "
+    "(make test does this), and `pip install playwright` (requirements-dev.txt); "
+    "or set SJDVP_CHROMIUM to a Chromium binary"
+)
 
 
 def chromium() -> str | None:
-    for path in (os.environ.get("SJDVP_CHROMIUM"), shutil.which("chromium"), shutil.which("chromium-browser")):
+    for path in (
+        os.environ.get("SJDVP_CHROMIUM"),
+        shutil.which("chromium"),
+        shutil.which("chromium-browser"),
+    ):
         if path and os.path.exists(path):
             return path
     return None
@@ -48,7 +58,8 @@ def missing() -> str | None:
 
 
 def frontends() -> list[str]:
-    """The frontend versions this run drives (SJDVP_FRONTENDS: unset, "all", or versions separated by commas)."""
+    """The frontend versions this run drives (SJDVP_FRONTENDS: unset, "all", or versions
+    separated by commas)."""
     asked = os.environ.get("SJDVP_FRONTENDS", "").strip()
     if not asked:
         return EVERY_RUN
@@ -56,16 +67,32 @@ def frontends() -> list[str]:
 
 
 def frontend_root(version: str = NEWEST_FRONTEND) -> str:
-    """The static build of comfyui-frontend-package==version, unpacked once into .cache/frontends/."""
+    """The static build of comfyui-frontend-package==version, unpacked once into
+    .cache/frontends/."""
     root = os.path.join(REPO, ".cache", "frontends", version, "static")
     if os.path.isfile(os.path.join(root, "index.html")):
         return root
     with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
-                        f"comfyui-frontend-package=={version}", "-d", tmp], check=True, timeout=600)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "-q",
+                "--no-deps",
+                f"comfyui-frontend-package=={version}",
+                "-d",
+                tmp,
+            ],
+            check=True,
+            timeout=600,
+        )
         wheel = next(os.path.join(tmp, f) for f in os.listdir(tmp) if f.endswith(".whl"))
         with zipfile.ZipFile(wheel) as z:
-            z.extractall(tmp, [m for m in z.namelist() if m.startswith("comfyui_frontend_package/static/")])
+            z.extractall(
+                tmp, [m for m in z.namelist() if m.startswith("comfyui_frontend_package/static/")]
+            )
         os.makedirs(os.path.dirname(root), exist_ok=True)
         shutil.move(os.path.join(tmp, "comfyui_frontend_package", "static"), root)
     return root
@@ -163,15 +190,21 @@ def overlaps(boxes: list[dict]) -> list[tuple[str, str]]:
     """Pairs of nodes whose boxes overlap (touching edges are fine)."""
     out = []
     for i, a in enumerate(boxes):
-        for b in boxes[i + 1:]:
+        for b in boxes[i + 1 :]:
             (ax, ay, aw, ah), (bx, by, bw, bh) = a["box"], b["box"]
-            if ax < bx + bw - 0.5 and bx < ax + aw - 0.5 and ay < by + bh - 0.5 and by < ay + ah - 0.5:
+            if (
+                ax < bx + bw - 0.5
+                and bx < ax + aw - 0.5
+                and ay < by + bh - 0.5
+                and by < ay + ah - 0.5
+            ):
                 out.append((f"{a['type']}#{a['id']}", f"{b['type']}#{b['id']}"))
     return out
 
 
 def wait_for(page, predicate, timeout: float, what: str, interval: float = 0.25):
-    """Poll a Python predicate (returning a truthy value) until it holds; the last value otherwise."""
+    """Poll a Python predicate (returning a truthy value) until it holds; the last value
+    otherwise."""
     deadline = time.time() + timeout
     while True:
         value = predicate()

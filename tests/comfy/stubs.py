@@ -1,8 +1,9 @@
-"""Just enough of ComfyUI (comfy, comfy_api.latest, folder_paths) for the node layer to import and run
-in-process, as ComfyUI's own unit tests stub what they do not exercise: schemas are recorded as plain
-namespaces, the memory manager records what it was asked to load, no interrupt is ever pending.
-`load_pack()` imports this repository as the package ComfyUI would (its node files import the engine
-relatively)."""
+"""Just enough of ComfyUI (comfy, comfy_api.latest, folder_paths) for the node layer to import and
+run in-process, as ComfyUI's own unit tests stub what they do not exercise: schemas are recorded
+as plain namespaces, the memory manager records what it was asked to load, no interrupt is ever
+pending. `load_pack()` imports this repository as the package ComfyUI would (its node files
+import the engine relatively)."""
+
 from __future__ import annotations
 
 import enum
@@ -45,17 +46,28 @@ class _PreviewText:
 
 class _PreviewImage:
     """Core saves a temp PNG per image; the stub keeps the tensor where the file name would be."""
+
     def __init__(self, image, animated: bool = False, cls=None):
         assert image.ndim == 4 and image.shape[-1] == 3, image.shape
         self.image, self.animated = image, animated
 
     def as_dict(self) -> dict:
-        return {"images": [{"filename": "ComfyUI_temp_00001_.png", "subfolder": "", "type": "temp",
-                            "tensor": self.image}], "animated": (self.animated,)}
+        return {
+            "images": [
+                {
+                    "filename": "ComfyUI_temp_00001_.png",
+                    "subfolder": "",
+                    "type": "temp",
+                    "tensor": self.image,
+                }
+            ],
+            "animated": (self.animated,),
+        }
 
 
 class MemoryManager(types.ModuleType):
     """comfy.model_management: records every load_models_gpu call."""
+
     OOM_EXCEPTION = type("OutOfMemoryError", (RuntimeError,), {})
 
     def __init__(self):
@@ -76,6 +88,7 @@ class MemoryManager(types.ModuleType):
 
     def get_torch_device(self):
         import torch
+
         return torch.device("cpu")
 
     unet_offload_device = get_torch_device
@@ -101,16 +114,21 @@ class MemoryManager(types.ModuleType):
         pass
 
 
-class PreviewMethod(enum.Enum):     # ComfyUI's LatentPreviewMethod, the values the pack reads
+class PreviewMethod(enum.Enum):  # ComfyUI's LatentPreviewMethod, the values the pack reads
     NONE = "none"
     AUTO = "auto"
 
 
 class ModelPatcher:
     def __init__(self, model, load_device, offload_device, size=0):
-        self.model, self.load_device, self.offload_device, self.size = model, load_device, offload_device, size
+        self.model, self.load_device, self.offload_device, self.size = (
+            model,
+            load_device,
+            offload_device,
+            size,
+        )
 
-    def get_ram_usage(self):            # ComfyUI's: the size it was given
+    def get_ram_usage(self):  # ComfyUI's: the size it was given
         return self.size
 
 
@@ -122,13 +140,25 @@ class ProgressBar:
         self.updates.append((value, total, preview is not None))
 
 
-STUBBED = ("comfy", "comfy.cli_args", "comfy.model_management", "comfy.model_patcher", "comfy.utils", "folder_paths",
-           "comfy_api", "comfy_api.latest", "comfy_api.latest.io", "comfy_api.latest.ui")
+STUBBED = (
+    "comfy",
+    "comfy.cli_args",
+    "comfy.model_management",
+    "comfy.model_patcher",
+    "comfy.utils",
+    "folder_paths",
+    "comfy_api",
+    "comfy_api.latest",
+    "comfy_api.latest.io",
+    "comfy_api.latest.ui",
+)
 
 
 def uninstall() -> None:
     """Take the stubs and the pack imported over them out of sys.modules."""
-    for name in [n for n in sys.modules if n in STUBBED or n == PACKAGE or n.startswith(PACKAGE + ".")]:
+    for name in [
+        n for n in sys.modules if n in STUBBED or n == PACKAGE or n.startswith(PACKAGE + ".")
+    ]:
         del sys.modules[name]
 
 
@@ -141,8 +171,13 @@ def install(models_root: str | None = None) -> MemoryManager:
     utils = types.ModuleType("comfy.utils")
     utils.ProgressBar = ProgressBar
     cli_args = types.ModuleType("comfy.cli_args")
-    cli_args.args = SimpleNamespace(preview_method=PreviewMethod.AUTO)     # as the test server starts
-    comfy.cli_args, comfy.model_management, comfy.model_patcher, comfy.utils = cli_args, mm, patcher, utils
+    cli_args.args = SimpleNamespace(preview_method=PreviewMethod.AUTO)  # as the test server starts
+    comfy.cli_args, comfy.model_management, comfy.model_patcher, comfy.utils = (
+        cli_args,
+        mm,
+        patcher,
+        utils,
+    )
     paths = types.ModuleType("folder_paths")
     paths.models_dir = models_root or tempfile.mkdtemp(prefix="sjdvp-models-")
     paths.roots = {}
@@ -159,14 +194,18 @@ def install(models_root: str | None = None) -> MemoryManager:
     latest.io, latest.ui, latest.ComfyExtension = io, ui, type("ComfyExtension", (), {})
     api = types.ModuleType("comfy_api")
     api.latest = latest
-    sys.modules.update(dict(zip(STUBBED, (comfy, cli_args, mm, patcher, utils, paths, api, latest, io, ui))))
+    sys.modules.update(
+        dict(zip(STUBBED, (comfy, cli_args, mm, patcher, utils, paths, api, latest, io, ui)))
+    )
     return mm
 
 
 def load_pack():
-    """Import this repository as ComfyUI does (a package named after its folder), with the stubs in place."""
-    spec = importlib.util.spec_from_file_location(PACKAGE, os.path.join(REPO, "__init__.py"),
-                                                  submodule_search_locations=[REPO])
+    """Import this repository as ComfyUI does (a package named after its folder), with the stubs
+    in place."""
+    spec = importlib.util.spec_from_file_location(
+        PACKAGE, os.path.join(REPO, "__init__.py"), submodule_search_locations=[REPO]
+    )
     module = importlib.util.module_from_spec(spec)
     sys.modules[PACKAGE] = module
     spec.loader.exec_module(module)

@@ -1,10 +1,14 @@
 """UI-format workflows against a server's node definitions (/object_info): validation (node types
 exist, links type-check, widget counts match) and conversion to the API ("prompt") format, as the
 frontend's "Export (API)" does."""
+
 from __future__ import annotations
 
 WIDGET_TYPES = {"INT", "FLOAT", "STRING", "BOOLEAN", "COMBO"}
-VIRTUAL = {"Note", "MarkdownNote"}   # the frontend's own nodes: never sent to the server, not in /object_info
+VIRTUAL = {
+    "Note",
+    "MarkdownNote",
+}  # the frontend's own nodes: never sent to the server, not in /object_info
 
 
 def inputs_in_order(info: dict) -> list[tuple[str, object, dict]]:
@@ -24,10 +28,13 @@ def is_widget(kind) -> bool:
 
 
 def widget_slots(info: dict) -> list[tuple[str, bool]]:
-    """(input name, is it followed by a value of the frontend's own: a control_after_generate mode, or an
-    image_upload button's) for each widget."""
-    return [(name, bool(opts.get("control_after_generate") or opts.get("image_upload")))
-            for name, kind, opts in inputs_in_order(info) if is_widget(kind)]
+    """(input name, is it followed by a value of the frontend's own: a control_after_generate mode,
+    or an image_upload button's) for each widget."""
+    return [
+        (name, bool(opts.get("control_after_generate") or opts.get("image_upload")))
+        for name, kind, opts in inputs_in_order(info)
+        if is_widget(kind)
+    ]
 
 
 def validate(workflow: dict, object_info: dict) -> list[str]:
@@ -42,8 +49,10 @@ def validate(workflow: dict, object_info: dict) -> list[str]:
             continue
         expected = sum(1 + extra for _, extra in widget_slots(info))
         if len(node.get("widgets_values", [])) != expected:
-            problems.append(f"node {node['id']} ({node['type']}): {len(node.get('widgets_values', []))} widget "
-                            f"values, the node has {expected}")
+            problems.append(
+                f"node {node['id']} ({node['type']}): {len(node.get('widgets_values', []))} widget "
+                f"values, the node has {expected}"
+            )
         sockets = {name: kind for name, kind, _ in inputs_in_order(info) if not is_widget(kind)}
         for inp in node.get("inputs", []):
             if inp["name"] not in sockets:
@@ -55,11 +64,17 @@ def validate(workflow: dict, object_info: dict) -> list[str]:
         src_info = object_info.get(nodes[src]["type"], {})
         outputs = src_info.get("output", [])
         if src_slot >= len(outputs) or outputs[src_slot] != kind:
-            problems.append(f"link {link_id}: output {src_slot} of {nodes[src]['type']} is not {kind}")
+            problems.append(
+                f"link {link_id}: output {src_slot} of {nodes[src]['type']} is not {kind}"
+            )
         target = nodes[dst]["inputs"][dst_slot]
-        sockets = {name: k for name, k, _ in inputs_in_order(object_info.get(nodes[dst]["type"], {}))}
+        sockets = {
+            name: k for name, k, _ in inputs_in_order(object_info.get(nodes[dst]["type"], {}))
+        }
         if sockets.get(target["name"]) != kind:
-            problems.append(f"link {link_id}: input {target['name']} of {nodes[dst]['type']} does not take {kind}")
+            problems.append(
+                f"link {link_id}: input {target['name']} of {nodes[dst]['type']} does not take {kind}"
+            )
     return problems
 
 
@@ -73,11 +88,16 @@ def to_api(workflow: dict, object_info: dict) -> dict:
         info = object_info[node["type"]]
         inputs, values = {}, list(node.get("widgets_values", []))
         for name, extra in widget_slots(info):
-            if not values:      # saved before this widget existed: the node's default keeps the old meaning
+            if (
+                not values
+            ):  # saved before this widget existed: the node's default keeps the old meaning
                 break
             inputs[name] = values.pop(0)
             if extra:
-                values.pop(0)  # the control_after_generate mode ("fixed", "randomize", ...) or the upload button
+                values.pop(
+                    0
+                    # the control_after_generate mode ("fixed", "randomize", ...) or the upload button
+                )
         for inp in node.get("inputs", []):
             if inp.get("link") is not None:
                 _, src, src_slot, *_ = links[inp["link"]]

@@ -1,5 +1,6 @@
 """The workflows the pack ships (workflows/*.json, in the UI format the frontend saves), read as the
 ComfyUI tests load them before converting them to API prompts (tests/comfy/workflow_format.py)."""
+
 from __future__ import annotations
 
 import json

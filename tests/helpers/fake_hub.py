@@ -1,27 +1,38 @@
-"""A tiny Hugging Face Hub on 127.0.0.1 for download tests: the endpoints huggingface_hub 2.4 uses to list
-and fetch a model repository (`/api/models/{repo}/revision/{rev}?blobs=True`, `/{repo}/resolve/{rev}/{file}`
-with HEAD, GET and Range), its error headers (X-Error-Code: RepoNotFound / GatedRepo), and faults to inject
-(a connection cut after n bytes, a body shorter or different than listed). Serves from memory; records
-every request; stops itself after `lifetime` seconds whatever happens."""
+"""A tiny Hugging Face Hub on 127.0.0.1 for download tests: the endpoints huggingface_hub 2.4 uses
+to list and fetch a model repository (`/api/models/{repo}/revision/{rev}?blobs=True`,
+`/{repo}/resolve/{rev}/{file}` with HEAD, GET and Range), its error headers (X-Error-Code:
+RepoNotFound / GatedRepo), and faults to inject (a connection closed or reset after n bytes, a
+body shorter or different than listed, a Range ignored as some proxies do). Serves from memory;
+records every request; stops itself after `lifetime` seconds whatever happens."""
+
 from __future__ import annotations
 
 import hashlib
 import json
 import re
+import socket
+import struct
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import unquote, urlsplit
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
-LFS_FROM = 1024        # files this large are listed as LFS (sha256), smaller ones by git blob hash
+LFS_FROM = 1024  # files this large are listed as LFS (sha256), smaller ones by git blob hash
 
 
 class FakeHub:
     def __init__(self, lifetime: float = 120.0):
         self.repos: dict[str, dict[str, bytes]] = {}
         self.gated: set[str] = set()
-        self.cut: dict[tuple[str, str], int] = {}       # (repo, file) -> bytes sent before the connection drops
-        self.served: dict[tuple[str, str], bytes] = {}  # (repo, file) -> body served instead of the listed one
+        self.cut: dict[
+            tuple[str, str], int
+        ] = {}  # (repo, file) -> bytes sent before the connection drops
+        self.reset: set[tuple[str, str]] = set()  # (repo, file) whose cut is a reset (RST)
+        self.served: dict[
+            tuple[str, str], bytes
+        ] = {}  # (repo, file) -> body served instead of the listed one
+        self.no_ranges: set[tuple[str, str]] = set()  # (repo, file) whose Range is ignored (200)
         self.requests: list[tuple[str, str, str | None]] = []
         hub = self
 
@@ -41,7 +52,9 @@ class FakeHub:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
         self.timer = threading.Timer(lifetime, self.stop)
         self.timer.daemon = True
 
@@ -63,9 +76,11 @@ class FakeHub:
 
     def gets(self, repo: str, name: str) -> list[str | None]:
         """The Range header of every GET of one file (None: the whole file)."""
-        return [r for m, p, r in self.requests if m == "GET" and p == f"/{repo}/resolve/{COMMIT}/{name}"]
+        return [
+            r for m, p, r in self.requests if m == "GET" and p == f"/{repo}/resolve/{COMMIT}/{name}"
+        ]
 
-    # --- protocol -------------------------------------------------------------------------------------
+    # --- protocol ---------------------------------------------------------------------------------
     def _handle(self, h: BaseHTTPRequestHandler, head: bool) -> None:
         path = unquote(urlsplit(h.path).path)
         self.requests.append(("HEAD" if head else "GET", path, h.headers.get("Range")))
@@ -94,13 +109,25 @@ class FakeHub:
         for name, data in sorted(self.repos[repo].items()):
             s = {"rfilename": name, "size": len(data)}
             if len(data) >= LFS_FROM:
-                s["lfs"] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 134}
+                s["lfs"] = {
+                    "sha256": hashlib.sha256(data).hexdigest(),
+                    "size": len(data),
+                    "pointerSize": 134,
+                }
                 s["blobId"] = hashlib.sha1(b"pointer" + data).hexdigest()
             else:
                 s["blobId"] = hashlib.sha1(f"blob {len(data)}\0".encode() + data).hexdigest()
             siblings.append(s)
-        body = json.dumps({"id": repo, "modelId": repo, "sha": COMMIT, "private": False,
-                           "gated": "manual" if repo in self.gated else False, "siblings": siblings}).encode()
+        body = json.dumps(
+            {
+                "id": repo,
+                "modelId": repo,
+                "sha": COMMIT,
+                "private": False,
+                "gated": "manual" if repo in self.gated else False,
+                "siblings": siblings,
+            }
+        ).encode()
         h.send_response(200)
         h.send_header("Content-Type", "application/json")
         h.send_header("Content-Length", str(len(body)))
@@ -111,14 +138,18 @@ class FakeHub:
         if repo not in self.repos:
             return self._error(h, 401, "RepoNotFound", "Repository not found")
         if repo in self.gated:
-            return self._error(h, 403, "GatedRepo", f"Access to model {repo} is restricted and you are not in "
-                                                   "the authorized list")
+            return self._error(
+                h,
+                403,
+                "GatedRepo",
+                f"Access to model {repo} is restricted and you are not in the authorized list",
+            )
         if name not in self.repos[repo]:
             return self._error(h, 404, "EntryNotFound", "Entry not found")
         listed = self.repos[repo][name]
         data = self.served.get((repo, name), listed)
         start, status = 0, 200
-        rng = h.headers.get("Range")
+        rng = None if (repo, name) in self.no_ranges else h.headers.get("Range")
         if rng:
             start = int(re.fullmatch(r"bytes=(\d+)-", rng).group(1))
             if start >= len(data):
@@ -144,6 +175,11 @@ class FakeHub:
             h.wfile.write(body[:cut])
             h.wfile.flush()
             h.close_connection = True
-            h.connection.shutdown(2)            # the connection drops mid-file
+            if (repo, name) not in self.reset:
+                h.connection.shutdown(2)  # the connection drops mid-file: an early end
+                return
+            time.sleep(0.2)  # the client reads what was sent, then ECONNRESET
+            h.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            h.connection.close()
             return
         h.wfile.write(body)

@@ -1,6 +1,7 @@
 """Upstream's Lumina-mGPT generation (1.0 and 2.0 alike), the reference both families' tests
 compare against: its MultiModalLogitsProcessor's allowed tokens, its unbatched CFG loop, and the
 window steps with rollback against a recompute of the model's own forward without a cache."""
+
 from __future__ import annotations
 
 import torch
@@ -55,6 +56,6 @@ def assert_lumina_windows_match_recompute(adapter) -> None:
     def reference(r, generated):
         ids = torch.cat([torch.tensor(rows[r]), generated])
         hidden = model.model(input_ids=ids[None]).last_hidden_state
-        return model.lm_head(hidden[0, len(rows[r]) - 1:]).float()
+        return model.lm_head(hidden[0, len(rows[r]) - 1 :]).float()
 
     assert_windows_match_recompute(adapter, PROMPTS, True, reference)

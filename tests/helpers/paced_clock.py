@@ -1,5 +1,6 @@
-"""A clock for the calibration tests: each iteration of the loop costs what the test says, so a measured
-pass cost is a function of the test's numbers and never of how fast this machine ran."""
+"""A clock for the calibration tests: each iteration of the loop costs what the test says, so a
+measured pass cost is a function of the test's numbers and never of how fast this machine ran."""
+
 from __future__ import annotations
 
 from sjdvp_core.engine.loop import JacobiDecoder
@@ -21,4 +22,5 @@ class PacedClock:
         def paced(decoder, loop):
             iterate(decoder, loop)
             self.t += seconds(decoder)
+
         monkeypatch.setattr(JacobiDecoder, "iterate", paced)

@@ -2,6 +2,7 @@
 (quantisation, the memory estimator): FAMILIES[name](folder) writes the model into the existing
 folder (the built-in demo needs none) and returns (what load_model takes, its options, the prompts
 or classes to decode)."""
+
 from __future__ import annotations
 
 import torch
@@ -19,8 +20,10 @@ from tests.helpers.tiny_lumina2 import write_lumina2
 
 def llamagen_c2i(d):
     """The class-conditional release's files as safetensors in d; decodes classes 1 and 7."""
-    save_file({k: v.contiguous() for k, v in random_gpt().state_dict().items()},
-              str(d / "c2i_B_256.safetensors"))
+    save_file(
+        {k: v.contiguous() for k, v in random_gpt().state_dict().items()},
+        str(d / "c2i_B_256.safetensors"),
+    )
     save_file(random_vq().state_dict(), str(d / "vq_ds16_c2i.safetensors"))
     return str(d), {}, [1, 7]
 
@@ -28,12 +31,24 @@ def llamagen_c2i(d):
 def llamagen_t2i(d):
     """A text-to-image GPT (120 caption tokens from a 32-wide T5), its VQ and flan-t5-xl/ in d."""
     torch.manual_seed(1)
-    gpt = LlamaGenGPT(GPTConfig(dim=128, n_layer=2, n_head=2, vocab_size=64, block_size=16,
-                                model_type="t2i", caption_dim=32, cls_token_num=120))
+    gpt = LlamaGenGPT(
+        GPTConfig(
+            dim=128,
+            n_layer=2,
+            n_head=2,
+            vocab_size=64,
+            block_size=16,
+            model_type="t2i",
+            caption_dim=32,
+            cls_token_num=120,
+        )
+    )
     for p in gpt.parameters():
         torch.nn.init.normal_(p, std=0.3)
-    save_file({k: v.contiguous() for k, v in gpt.state_dict().items()},
-              str(d / "t2i_XL_stage1_256.safetensors"))
+    save_file(
+        {k: v.contiguous() for k, v in gpt.state_dict().items()},
+        str(d / "t2i_XL_stage1_256.safetensors"),
+    )
     save_file(random_vq().state_dict(), str(d / "vq_ds16_t2i.safetensors"))
     (d / "flan-t5-xl").mkdir()
     write_t5(d / "flan-t5-xl")
@@ -46,8 +61,14 @@ FAMILIES = {
     "llamagen-t2i": llamagen_t2i,
     "janus": lambda d: (write_janus(d), {}, PROMPTS),
     "emu3": lambda d: (write_emu3(d), EMU3_SIZE, PROMPTS),
-    "lumina": lambda d: (write_lumina(str(d / "Lumina-mGPT-tiny-64")), dict(width=64, height=32),
-                         PROMPTS),
-    "lumina2": lambda d: (write_lumina2(str(d / "Lumina-mGPT-2.0")), dict(width=64, height=32),
-                          PROMPTS),
+    "lumina": lambda d: (
+        write_lumina(str(d / "Lumina-mGPT-tiny-64")),
+        dict(width=64, height=32),
+        PROMPTS,
+    ),
+    "lumina2": lambda d: (
+        write_lumina2(str(d / "Lumina-mGPT-2.0")),
+        dict(width=64, height=32),
+        PROMPTS,
+    ),
 }

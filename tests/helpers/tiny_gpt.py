@@ -1,5 +1,7 @@
-"""A tiny causal transformer on the engine's StaticKVCache, wrapped as an adapter: class-token prefix,
-null class for CFG, a raster layout with row ends. Random weights; for cache and loop tests."""
+"""A tiny causal transformer on the engine's StaticKVCache, wrapped as an adapter: class-token
+prefix, null class for CFG, a raster layout with row ends. Random weights; for cache and loop
+tests."""
+
 from __future__ import annotations
 
 import torch
@@ -45,8 +47,11 @@ class TinyGPT(nn.Module):
     def forward(self, x, positions, cached=True):
         """x [R, W, C] embeddings at absolute positions [R, W]."""
         h = x + self.pos(positions)
-        mask = causal_mask(positions, self.max_len) if cached else \
-            positions[:, None, :, None] >= positions[:, None, None, :]
+        mask = (
+            causal_mask(positions, self.max_len)
+            if cached
+            else positions[:, None, :, None] >= positions[:, None, None, :]
+        )
         for b in self.blocks:
             cache, b.cache = b.cache, (b.cache if cached else None)
             h = b(h, positions, mask)
@@ -55,8 +60,9 @@ class TinyGPT(nn.Module):
 
 
 class TinyGPTAdapter(ModelAdapter):
-    """Prefix: one class token at position 0; generated position j sits at absolute j + 1. No draft trees
-    (the base class says so)."""
+    """Prefix: one class token at position 0; generated position j sits at absolute j + 1. No draft
+    trees (the base class says so)."""
+
     family = "tiny GPT"
 
     def __init__(self, height=3, width=4, seed=0):

@@ -3,6 +3,7 @@ github.com/FoundationVision/LlamaGen's gpt.py, its VQ-16 tokenizer), for every t
 LlamaGen checkpoint on disk: the loaders, the registry, the check command, downloads, the nodes,
 quantisation. Also the tiny FLAN-T5 encoder folder a text-to-image GPT reads its captions with, and
 the c2i release's repository id and file bytes for a fake Hub."""
+
 from __future__ import annotations
 
 import io
@@ -15,9 +16,15 @@ from sjdvp_core.models.llamagen.vq import LlamaGenVQ, VQConfig
 
 GPT_TINY = GPTConfig(dim=128, n_layer=2, n_head=2, vocab_size=64, block_size=16, num_classes=10)
 # VQ-16's channel multipliers (downsample 16), at widths small enough for the CPU
-VQ_TINY = VQConfig(codebook_size=64, codebook_embed_dim=8, ch=32, ch_mult=[1, 1, 2, 2, 4],
-                   z_channels=32, num_res_blocks=1)
-C2I = "FoundationVision/LlamaGen"   # the real repository id: the tiny files stand in for its files
+VQ_TINY = VQConfig(
+    codebook_size=64,
+    codebook_embed_dim=8,
+    ch=32,
+    ch_mult=[1, 1, 2, 2, 4],
+    z_channels=32,
+    num_res_blocks=1,
+)
+C2I = "FoundationVision/LlamaGen"  # the real repository id: the tiny files stand in for its files
 # the tiny T5's whole vocabulary: the words of the test captions, ids as T5's (<pad> 0, </s> 1)
 WORDS = ["<pad>", "</s>", "<unk>", "a", "red", "fox", "in", "the", "snow", "blue", "sky"]
 
@@ -48,15 +55,35 @@ def write_t5(d) -> str:
     folder d."""
     from tokenizers import Tokenizer, models, pre_tokenizers, processors
     from transformers import T5Config, T5EncoderModel
+
     torch.manual_seed(0)
-    T5EncoderModel(T5Config(vocab_size=len(WORDS), d_model=32, d_kv=8, num_heads=4, d_ff=64,
-                            num_layers=2, pad_token_id=0, eos_token_id=1)).save_pretrained(d)
+    T5EncoderModel(
+        T5Config(
+            vocab_size=len(WORDS),
+            d_model=32,
+            d_kv=8,
+            num_heads=4,
+            d_ff=64,
+            num_layers=2,
+            pad_token_id=0,
+            eos_token_id=1,
+        )
+    ).save_pretrained(d)
     tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok.post_processor = processors.TemplateProcessing(single="$A </s>",
-                                                       special_tokens=[("</s>", 1)])
+    tok.post_processor = processors.TemplateProcessing(
+        single="$A </s>", special_tokens=[("</s>", 1)]
+    )
     tok.save(str(d / "tokenizer.json"))
-    (d / "tokenizer_config.json").write_text(json.dumps(
-        {"tokenizer_class": "PreTrainedTokenizerFast", "pad_token": "<pad>", "eos_token": "</s>",
-         "unk_token": "<unk>", "model_max_length": 120}))
+    (d / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "pad_token": "<pad>",
+                "eos_token": "</s>",
+                "unk_token": "<unk>",
+                "model_max_length": 120,
+            }
+        )
+    )
     return str(d)

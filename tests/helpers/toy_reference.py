@@ -1,5 +1,6 @@
 """Independent references on the toy model: plain AR decoding by full recompute, and the exact
 distribution over all sequences by enumeration; and the VP settings the law tests on it share."""
+
 from __future__ import annotations
 
 import itertools
@@ -31,7 +32,7 @@ def image_probs(logits, top_k=0, temperature=1.0, greedy=False, top_p=1.0):
         kth = logits.topk(top_k, -1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
     probs = logits.softmax(-1)
-    if top_p < 1.0:   # keep tokens, most likely first, until the kept mass exceeds top_p
+    if top_p < 1.0:  # keep tokens, most likely first, until the kept mass exceeds top_p
         ranked, order = probs.sort(-1, descending=True)
         before = ranked.cumsum(-1) - ranked
         ranked = torch.where(before > top_p, 0.0, ranked)

@@ -3,6 +3,7 @@ this engine: a VQGAN-style conv encoder and decoder (GroupNorm + swish residual 
 the lowest resolution and in the middle) around an l2-normalised codebook. Module names follow the
 official checkpoints (vq_ds16_c2i.pt, vq_ds16_t2i.pt, vq_ds8_c2i.pt) so they load by key.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
@@ -19,7 +20,7 @@ class VQConfig:
     ch: int = 128
     ch_mult: list = field(default_factory=lambda: [1, 1, 2, 2, 4])  # VQ-16; [1, 2, 2, 4] is VQ-8
     z_channels: int = 256
-    num_res_blocks: int = 2                                       # the decoder has one more per level
+    num_res_blocks: int = 2  # the decoder has one more per level
     norm_groups: int = 32
 
     @property
@@ -83,9 +84,14 @@ class Upsample(nn.Module):
 class Level(nn.Module):
     """One resolution: residual blocks (each followed by attention at the lowest resolution) and an
     optional resampling step."""
-    def __init__(self, cin: int, cout: int, blocks: int, attn: bool, groups: int, resample: str | None):
+
+    def __init__(
+        self, cin: int, cout: int, blocks: int, attn: bool, groups: int, resample: str | None
+    ):
         super().__init__()
-        self.res = nn.ModuleList(ResnetBlock(cin if i == 0 else cout, cout, groups) for i in range(blocks))
+        self.res = nn.ModuleList(
+            ResnetBlock(cin if i == 0 else cout, cout, groups) for i in range(blocks)
+        )
         self.attn = nn.ModuleList(AttnBlock(cout, groups) for _ in range(blocks if attn else 0))
         if resample == "down":
             self.downsample = Downsample(cout)
@@ -105,7 +111,9 @@ class Level(nn.Module):
 
 
 def _mid(ch: int, groups: int) -> nn.ModuleList:
-    return nn.ModuleList([ResnetBlock(ch, ch, groups), AttnBlock(ch, groups), ResnetBlock(ch, ch, groups)])
+    return nn.ModuleList(
+        [ResnetBlock(ch, ch, groups), AttnBlock(ch, groups), ResnetBlock(ch, ch, groups)]
+    )
 
 
 class Encoder(nn.Module):
@@ -115,8 +123,16 @@ class Encoder(nn.Module):
         chans = [c.ch * m for m in c.ch_mult]
         self.conv_in = nn.Conv2d(3, c.ch, 3, padding=1)
         self.conv_blocks = nn.ModuleList(
-            Level(c.ch if i == 0 else chans[i - 1], chans[i], c.num_res_blocks, i == n - 1, g,
-                  "down" if i < n - 1 else None) for i in range(n))
+            Level(
+                c.ch if i == 0 else chans[i - 1],
+                chans[i],
+                c.num_res_blocks,
+                i == n - 1,
+                g,
+                "down" if i < n - 1 else None,
+            )
+            for i in range(n)
+        )
         self.mid = _mid(chans[-1], g)
         self.norm_out = nn.GroupNorm(g, chans[-1], eps=1e-6)
         self.conv_out = nn.Conv2d(chans[-1], c.z_channels, 3, padding=1)
@@ -134,12 +150,20 @@ class Decoder(nn.Module):
     def __init__(self, c: VQConfig):
         super().__init__()
         n, g = len(c.ch_mult), c.norm_groups
-        chans = [c.ch * m for m in reversed(c.ch_mult)]          # lowest resolution first
+        chans = [c.ch * m for m in reversed(c.ch_mult)]  # lowest resolution first
         self.conv_in = nn.Conv2d(c.z_channels, chans[0], 3, padding=1)
         self.mid = _mid(chans[0], g)
         self.conv_blocks = nn.ModuleList(
-            Level(chans[max(i - 1, 0)], chans[i], c.num_res_blocks + 1, i == 0, g,
-                  "up" if i < n - 1 else None) for i in range(n))
+            Level(
+                chans[max(i - 1, 0)],
+                chans[i],
+                c.num_res_blocks + 1,
+                i == 0,
+                g,
+                "up" if i < n - 1 else None,
+            )
+            for i in range(n)
+        )
         self.norm_out = nn.GroupNorm(g, chans[-1], eps=1e-6)
         self.conv_out = nn.Conv2d(chans[-1], 3, 3, padding=1)
 
