@@ -1,28 +1,12 @@
-"""int8 and NF4 weights, for every family.
+"""int8 and NF4 weights, for every family: weight-only, so SJD stays exact for the quantised model.
 
-What is quantised: the linear layers inside the transformer blocks (`ModelAdapter.blocks()`: attention and
-MLP projections, over 90% of a 7B model's weights). What keeps the compute dtype: embeddings, the output
-head (acceptance is decided on its logits), CFG/aligner heads and the VQ decoder, as transformers' own
-bitsandbytes integration keeps the output embedding (`llm_int8_skip_modules`). The swap works on any
-nn.Module, so our LlamaGen GPT, the transformers families and the T5 caption encoder go one way.
+Swaps the linear layers inside the transformer blocks (`ModelAdapter.blocks()`) on any nn.Module;
+embeddings, the output head and the VQ decoder keep the compute dtype. int8 is per-channel and
+weight-only, as gpt-fast's; NF4 is QLoRA's 4-bit NormalFloat from bitsandbytes. Weights are
+quantised on the CPU copy, and a release stored 4-bit by bitsandbytes is read as stored. What
+keeps its dtype, why not LLM.int8(), and the stored release: docs/memory.md, "Precision: bf16,
+fp16, fp32, int8, NF4"."""
 
-Exactness is with respect to the quantised model, and needs its target at a position to be a function of
-the prefix, as in float: a token's logits must not depend on which other tokens share its forward. Both
-schemes here are weight-only, so they keep that property exactly as the float model does:
-- int8: per-output-channel symmetric int8 weights with their scales, y = (x @ W_int8^T) * s, as gpt-fast's
-  WeightOnlyInt8Linear (pytorch-labs/gpt-fast, quantize.py). Plain torch: no extra package. Not
-  LLM.int8() (bitsandbytes' Linear8bitLt): it rounds each token's activations to int8 too, and the float
-  noise of a wider forward then crosses rounding boundaries, so SJD's targets drift from AR's (measured:
-  greedy SJD != AR on the demo model).
-- nf4: QLoRA's 4-bit NormalFloat (Dettmers et al. 2023) from bitsandbytes, blocks of 64 with double-quantised
-  block scales; bitsandbytes dequantises the weight to the compute dtype for a multi-token forward.
-Weights are quantised on the CPU copy the family loaded, so a GPU only ever holds the quantised ones.
-
-A release whose files are bitsandbytes-quantised already (Alpha-VLLM/Lumina-mGPT-7B-768-bnb-int4: 4-bit;
-its 4.78 GB fits transformers' defaults, FP4 blocks of 64, and NF4 reads the same way) is read as stored,
-through transformers' bitsandbytes path (its config.json's quantization_config), then adopted like our NF4
-layers: it computes in the loader's dtype, and the AVX512-BF16 CPU kernel is off.
-"""
 from __future__ import annotations
 
 import json
@@ -40,18 +24,21 @@ NF4_BLOCK = 64
 
 
 class Int8Linear(nn.Module):
-    """A linear layer with int8 weights [out, in] and one scale per output channel (in the compute dtype). Both
-    are frozen parameters, not buffers: a device map offloads a block's parameters, and accelerate keeps its
-    buffers on the GPU unless told to offload every buffer."""
+    """A linear layer with int8 weights [out, in] and one scale per output channel (in the compute
+    dtype). Both are frozen parameters, not buffers: a device map offloads a block's parameters,
+    and accelerate keeps its buffers on the GPU unless told to offload every buffer."""
 
     def __init__(self, weight: Tensor, bias: Tensor | None, dtype: torch.dtype):
         super().__init__()
         w = weight.detach().float()
         scales = w.abs().amax(1).clamp(min=1e-8) / 127
-        self.weight = nn.Parameter(torch.round(w / scales[:, None]).clamp(-127, 127).to(torch.int8),
-                                   requires_grad=False)
+        self.weight = nn.Parameter(
+            torch.round(w / scales[:, None]).clamp(-127, 127).to(torch.int8), requires_grad=False
+        )
         self.scales = nn.Parameter(scales.to(dtype), requires_grad=False)
-        self.bias = None if bias is None else nn.Parameter(bias.detach().to(dtype), requires_grad=False)
+        self.bias = (
+            None if bias is None else nn.Parameter(bias.detach().to(dtype), requires_grad=False)
+        )
         self.in_features, self.out_features = weight.shape[1], weight.shape[0]
 
     def forward(self, x: Tensor) -> Tensor:
@@ -60,14 +47,18 @@ class Int8Linear(nn.Module):
 
 
 def bitsandbytes(needed_by: str, otherwise: str = "or choose int8, bf16, fp16 or fp32"):
-    """The bitsandbytes module, or an ImportError that says what to install (needed_by: what needs it;
-    otherwise: the way around it)."""
-    return require("bitsandbytes", needed_by, otherwise, " (0.48 or newer also runs 4-bit weights on the CPU)")
+    """The bitsandbytes module, or an ImportError that says what to install (needed_by: what needs
+    it; otherwise: the way around it)."""
+    return require(
+        "bitsandbytes", needed_by, otherwise, " (0.48 or newer also runs 4-bit weights on the CPU)"
+    )
 
 
-def swap_linears(blocks: Iterable[nn.Module], precision: str, compute_dtype: torch.dtype) -> list[nn.Module]:
-    """Replace every nn.Linear inside blocks with its int8 / NF4 counterpart computing in compute_dtype,
-    quantised on the CPU; -> the new modules."""
+def swap_linears(
+    blocks: Iterable[nn.Module], precision: str, compute_dtype: torch.dtype
+) -> list[nn.Module]:
+    """Replace every nn.Linear inside blocks with its int8 / NF4 counterpart computing in
+    compute_dtype, quantised on the CPU; -> the new modules."""
     if precision not in QUANTISED:
         raise ValueError(f"precision {precision!r} is not a quantised one ({', '.join(QUANTISED)})")
     bnb = bitsandbytes(f"precision {precision}") if precision == "nf4" else None
@@ -76,30 +67,46 @@ def swap_linears(blocks: Iterable[nn.Module], precision: str, compute_dtype: tor
         for parent in list(block.modules()):
             for name, child in list(parent.named_children()):
                 if type(child) is nn.Linear:
-                    new = _nf4(bnb, child, compute_dtype) if bnb else \
-                        Int8Linear(child.weight, child.bias, compute_dtype)
+                    new = (
+                        _nf4(bnb, child, compute_dtype)
+                        if bnb
+                        else Int8Linear(child.weight, child.bias, compute_dtype)
+                    )
                     setattr(parent, name, new.eval())
                     swapped.append(new)
     return swapped
 
 
 def _nf4(bnb, linear: nn.Linear, compute_dtype: torch.dtype) -> nn.Module:
-    new = bnb.nn.Linear4bit(linear.in_features, linear.out_features, bias=linear.bias is not None,
-                            compute_dtype=compute_dtype, compress_statistics=True, quant_type="nf4", device="meta")
-    new.weight = bnb.nn.Params4bit(linear.weight.data.to("cpu", compute_dtype), requires_grad=False,
-                                   blocksize=NF4_BLOCK, compress_statistics=True, quant_type="nf4")
+    new = bnb.nn.Linear4bit(
+        linear.in_features,
+        linear.out_features,
+        bias=linear.bias is not None,
+        compute_dtype=compute_dtype,
+        compress_statistics=True,
+        quant_type="nf4",
+        device="meta",
+    )
+    new.weight = bnb.nn.Params4bit(
+        linear.weight.data.to("cpu", compute_dtype),
+        requires_grad=False,
+        blocksize=NF4_BLOCK,
+        compress_statistics=True,
+        quant_type="nf4",
+    )
     if linear.bias is not None:
         new.bias = nn.Parameter(linear.bias.data.to("cpu", compute_dtype), requires_grad=False)
-    # On CPUs with AVX512-BF16, bitsandbytes repacks the weight at the first forward and multiplies in bf16
-    # with a tiling that depends on the token count: a token's logits would depend on the window. Off, it
-    # dequantises to compute_dtype and multiplies as on a GPU.
+    # On CPUs with AVX512-BF16, bitsandbytes repacks the weight at the first forward and multiplies
+    # in bf16 with a tiling that depends on the token count: a token's logits would depend on the
+    # window. Off, it dequantises to compute_dtype and multiplies as on a GPU.
     new.support_avx512bf16_for_cpu = False
-    return new.to("cpu")   # bitsandbytes quantises on a move
+    return new.to("cpu")  # bitsandbytes quantises on a move
 
 
 def stored_quantisation(folder: str) -> str | None:
-    """How a transformers folder's weights are stored quantised ("bitsandbytes 4-bit fp4", ...), from its
-    config.json's quantization_config; None for float weights (or no readable config.json)."""
+    """How a transformers folder's weights are stored quantised ("bitsandbytes 4-bit fp4", ...),
+    from its config.json's quantization_config; None for float weights (or no readable
+    config.json)."""
     try:
         with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
             q = json.load(f).get("quantization_config")
@@ -116,10 +123,10 @@ def stored_quantisation(folder: str) -> str | None:
 
 
 def adopt_stored(model: nn.Module, compute_dtype: torch.dtype) -> None:
-    """A model loaded pre-quantised, made to compute in compute_dtype as our NF4 layers do: its 4-bit layers
-    (with the token-count independent kernel, as _nf4's) and its float parameters, which transformers'
-    bitsandbytes path leaves in the dtypes the files hold. Buffers keep theirs (RoPE tables are fp32 by
-    design)."""
+    """A model loaded pre-quantised, made to compute in compute_dtype as our NF4 layers do: its
+    4-bit layers (with the token-count independent kernel, as _nf4's) and its float parameters,
+    which transformers' bitsandbytes path leaves in the dtypes the files hold. Buffers keep
+    theirs (RoPE tables are fp32 by design)."""
     for m in model.modules():
         if _from_bitsandbytes(m) and hasattr(m, "compute_dtype"):
             m.compute_dtype, m.support_avx512bf16_for_cpu = compute_dtype, False
@@ -129,7 +136,8 @@ def adopt_stored(model: nn.Module, compute_dtype: torch.dtype) -> None:
 
 
 def is_quantised(module: nn.Module) -> bool:
-    """module holds quantised layers (int8 here, or bitsandbytes', swapped here or loaded pre-quantised)."""
+    """module holds quantised layers (int8 here, or bitsandbytes', swapped here or loaded
+    pre-quantised)."""
     return any(isinstance(m, Int8Linear) for m in module.modules()) or holds_bitsandbytes(module)
 
 
@@ -143,11 +151,12 @@ def _from_bitsandbytes(module: nn.Module) -> bool:
 
 
 def weight_bytes(module: nn.Module) -> int:
-    """Bytes of module's weights as stored: a quantised layer's packed weight and its quantisation state
-    (int8's scales; NF4's block scales and code, as bitsandbytes writes them to a state dict)."""
+    """Bytes of module's weights as stored: a quantised layer's packed weight and its quantisation
+    state (int8's scales; NF4's block scales and code, as bitsandbytes writes them to a state
+    dict)."""
     seen, total = set(), 0
     for t in module.state_dict().values():
-        if isinstance(t, Tensor) and (t.data_ptr(), t.nbytes) not in seen:   # tied weights once
+        if isinstance(t, Tensor) and (t.data_ptr(), t.nbytes) not in seen:  # tied weights once
             seen.add((t.data_ptr(), t.nbytes))
             total += t.nbytes
     return total

@@ -1,13 +1,11 @@
-"""Janus-Pro 1B / 7B (Chen et al. 2025, github.com/deepseek-ai/Janus) through transformers'
-JanusForConditionalGeneration, from the converted deepseek-community/Janus-Pro-{1B,7B} folders or the
-original deepseek-ai/Janus-Pro-{1B,7B} ones (mapped at load time, original.py).
+"""Janus-Pro 1B / 7B (Chen et al. 2025, github.com/deepseek-ai/Janus) through transformers.
 
-Image generation uses its own path: VQ codes are embedded by generation_embeddings + generation_aligner,
-the Llama decoder runs, and generation_head scores the 16384 codes (the LM head is unused). 384 px =
-24 x 24 = 576 codes, no structure tokens. The prompt is the official one, "<|User|>: {prompt}\\n\\n
-<|Assistant|>:<begin_of_image>" after BOS; the CFG twin keeps BOS and <begin_of_image> and pads the
-rest (or is the negative prompt, when one is given). CFG 5, no top-k, as upstream.
-"""
+JanusForConditionalGeneration, from the converted deepseek-community/Janus-Pro-{1B,7B} folders or
+the original deepseek-ai ones (mapped at load time, original.py). Image generation takes the
+model's own path: its generation embeddings, aligner and head over the 16384 VQ codes (not the LM
+head), 24 x 24 codes at 384 px with no structure tokens, upstream's prompt and CFG twin. The
+path, the prompt, the twin and the sampling: docs/families.md, "Janus-Pro"."""
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -23,7 +21,7 @@ from ..placement import weights_device
 
 REPOS = "deepseek-community/Janus-Pro-1B (or Janus-Pro-7B)"
 PAD, BOI = "<｜▁pad▁｜>", "<begin_of_image>"
-SAMPLING = SamplingSettings(cfg_scale=5.0)   # upstream generation: CFG 5, temperature 1, no top-k
+SAMPLING = SamplingSettings(cfg_scale=5.0)  # upstream generation: CFG 5, temperature 1, no top-k
 
 
 def chat_prompt(prompt: str) -> str:
@@ -32,22 +30,36 @@ def chat_prompt(prompt: str) -> str:
 
 class JanusAdapter(HFAdapter):
     family = "Janus-Pro"
-    patch = 16        # the VQ's: 24 x 24 codes are the 384 px image
+    patch = 16  # the VQ's: 24 x 24 codes are the 384 px image
 
     def __init__(self, model, tokenizer: TextTokenizer, device="cpu"):
         vq = model.config.vq_config
-        n = vq.num_patches                                     # 384 / 16 = 24
-        super().__init__(model, model.model.language_model, model.config.text_config,
-                         TokenLayout.raster(torch.arange(vq.num_embeddings), n, n), tokenizer.id(PAD), device)
-        self.image_decoder = model.model.vqmodel.float()       # decode in fp32, as LlamaGen's tokenizer does
-        self.tokenizer, self.bos, self.boi = tokenizer, model.config.text_config.bos_token_id, tokenizer.id(BOI)
+        n = vq.num_patches  # 384 / 16 = 24
+        super().__init__(
+            model,
+            model.model.language_model,
+            model.config.text_config,
+            TokenLayout.raster(torch.arange(vq.num_embeddings), n, n),
+            tokenizer.id(PAD),
+            device,
+        )
+        self.image_decoder = (
+            model.model.vqmodel.float()
+        )  # decode in fp32, as LlamaGen's tokenizer does
+        self.tokenizer, self.bos, self.boi = (
+            tokenizer,
+            model.config.text_config.bos_token_id,
+            tokenizer.id(BOI),
+        )
         self._codebook: Tensor | None = None
 
     @property
     def default_sampling(self) -> SamplingSettings:
         return SAMPLING
 
-    def prompt_ids(self, conditions: Sequence, negatives: Sequence | None, cfg: bool) -> list[list[int]]:
+    def prompt_ids(
+        self, conditions: Sequence, negatives: Sequence | None, cfg: bool
+    ) -> list[list[int]]:
         cond = [self._encode(c) for c in conditions]
         if not cfg:
             return cond
@@ -72,8 +84,14 @@ class JanusAdapter(HFAdapter):
 
     def facts(self):
         size = self.layout.grid.shape[0] * self.patch
-        return [("BOS, pad, <begin_of_image>", str(self.token_names([self.bos, self.pad_id, self.boi])), True),
-                ("image size", f"{size} px (Janus-Pro generates 384 x 384)", size == 384)]
+        return [
+            (
+                "BOS, pad, <begin_of_image>",
+                str(self.token_names([self.bos, self.pad_id, self.boi])),
+                True,
+            ),
+            ("image size", f"{size} px (Janus-Pro generates 384 x 384)", size == 384),
+        ]
 
     def codebook(self) -> Tensor:
         """The l2-normalised VQ codebook (what the decoder looks up), once per device."""
@@ -85,12 +103,16 @@ class JanusAdapter(HFAdapter):
 
     @torch.no_grad()
     def decode_image(self, codes: Tensor, pixels=None) -> Tensor:
-        pixels = self.image_decoder.decode(codes.flatten(1).to(weights_device(self.image_decoder)))   # in [-1, 1]
+        pixels = self.image_decoder.decode(
+            codes.flatten(1).to(weights_device(self.image_decoder))
+        )  # in [-1, 1]
         return to_image(pixels)
 
 
 def load_converted(folder: str, device="cpu", dtype=torch.float32) -> JanusAdapter:
-    """The transformers-format release (deepseek-community/Janus-Pro-*); the original one: original.py."""
+    """The transformers-format release (deepseek-community/Janus-Pro-*); the original one:
+    original.py."""
     from transformers import JanusForConditionalGeneration
+
     model = load_pretrained(JanusForConditionalGeneration, folder, REPOS, dtype)
     return JanusAdapter(model, TextTokenizer(folder, REPOS), device=device)

@@ -1,13 +1,11 @@
-"""Janus-Pro as DeepSeek released it (deepseek-ai/Janus-Pro-1B, -7B: config.json of model_type
-"multi_modality", pytorch_model.bin or its shards), loaded into transformers' JanusForConditionalGeneration
-without the release's remote code: its config and tensor names are mapped at load time.
+"""Janus-Pro as DeepSeek released it, loaded into transformers' classes without remote code.
 
-The mapping follows transformers' convert_janus_weights_to_hf.py, checked against the release's own
-classes (github.com/deepseek-ai/Janus, janus/models/modeling_vlm.py, vq_model.py, projector.py). Image
-generation never runs the SigLIP tower, its aligner, the text head or the VQ encoder: those tensors
-are skipped (never read from the mmap'd files) and their modules dropped: about a quarter of the
-weights in Janus-Pro-1B's files.
-"""
+deepseek-ai/Janus-Pro-1B and -7B (model_type "multi_modality") load into transformers'
+JanusForConditionalGeneration, their config and tensor names mapped at load time as transformers'
+convert_janus_weights_to_hf.py maps them, checked against the release's own classes
+(github.com/deepseek-ai/Janus). What image generation never runs is neither read nor kept. The
+files, the upstream sources and what is skipped: docs/families.md, "Janus-Pro"."""
+
 from __future__ import annotations
 
 import math
@@ -17,31 +15,59 @@ from typing import Mapping
 
 import torch
 
-from ..checkpoint import CheckpointError, config_errors, index_shards, load_strict, read_json, read_state_dict
+from ..checkpoint import (
+    CheckpointError,
+    config_errors,
+    index_shards,
+    load_strict,
+    read_json,
+    read_state_dict,
+)
 from ..hf_adapter import TextTokenizer, dtype_kwarg
 from .adapter import PAD, JanusAdapter
 
 REPOS = "deepseek-ai/Janus-Pro-1B (or Janus-Pro-7B)"
 MODEL_TYPE = "multi_modality"
-BOS, EOS = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"     # DeepSeek-LLM's, in every Janus release
-WEIGHTS = ("pytorch_model.bin", "model.safetensors")        # single file; shards are listed in <name>.index.json
-SKIPPED = ("vision_model.", "aligner.", "language_model.lm_head.", "gen_vision_model.encoder.",
-           "gen_vision_model.quant_conv.")                   # release names of what generation never runs
-UNUSED = ("model.vision_model", "model.aligner", "lm_head", "model.vqmodel.encoder", "model.vqmodel.quant_conv")
-RENAMES = [(r"^language_model\.model\.", "model.language_model."),
-           (r"^gen_embed\.", "model.generation_embeddings."),
-           (r"^gen_aligner\.layers\.0\.", "model.generation_aligner.fc1."),
-           # MlpProjector is Sequential(Linear, GELU, Linear, ...): Linear 2k is hidden layer k - 1
-           (r"^gen_aligner\.layers\.(\d+)\.",
-            lambda m: f"model.generation_aligner.hidden_layers.{int(m[1]) // 2 - 1}."),
-           (r"^gen_head\.output_mlp_projector\.", "model.generation_head.proj_out."),
-           (r"^gen_head\.vision_head\.", "model.generation_head.vision_head."),
-           (r"^gen_vision_model\.decoder\.conv_blocks\.", "model.vqmodel.decoder.up."),
-           (r"^gen_vision_model\.decoder\.mid\.0\.", "model.vqmodel.decoder.mid.block_1."),
-           (r"^gen_vision_model\.decoder\.mid\.1\.", "model.vqmodel.decoder.mid.attn_1."),
-           (r"^gen_vision_model\.decoder\.mid\.2\.", "model.vqmodel.decoder.mid.block_2."),
-           (r"^gen_vision_model\.", "model.vqmodel."),
-           (r"^(model\.vqmodel\.decoder\.up\.\d+)\.res\.", r"\1.block.")]
+BOS, EOS = (
+    "<｜begin▁of▁sentence｜>",
+    "<｜end▁of▁sentence｜>",
+)  # DeepSeek-LLM's, in every Janus release
+WEIGHTS = (
+    "pytorch_model.bin",
+    "model.safetensors",
+)  # single file; shards are listed in <name>.index.json
+SKIPPED = (
+    "vision_model.",
+    "aligner.",
+    "language_model.lm_head.",
+    "gen_vision_model.encoder.",
+    "gen_vision_model.quant_conv.",
+)  # release names of what generation never runs
+UNUSED = (
+    "model.vision_model",
+    "model.aligner",
+    "lm_head",
+    "model.vqmodel.encoder",
+    "model.vqmodel.quant_conv",
+)
+RENAMES = [
+    (r"^language_model\.model\.", "model.language_model."),
+    (r"^gen_embed\.", "model.generation_embeddings."),
+    (r"^gen_aligner\.layers\.0\.", "model.generation_aligner.fc1."),
+    # MlpProjector is Sequential(Linear, GELU, Linear, ...): Linear 2k is hidden layer k - 1
+    (
+        r"^gen_aligner\.layers\.(\d+)\.",
+        lambda m: f"model.generation_aligner.hidden_layers.{int(m[1]) // 2 - 1}.",
+    ),
+    (r"^gen_head\.output_mlp_projector\.", "model.generation_head.proj_out."),
+    (r"^gen_head\.vision_head\.", "model.generation_head.vision_head."),
+    (r"^gen_vision_model\.decoder\.conv_blocks\.", "model.vqmodel.decoder.up."),
+    (r"^gen_vision_model\.decoder\.mid\.0\.", "model.vqmodel.decoder.mid.block_1."),
+    (r"^gen_vision_model\.decoder\.mid\.1\.", "model.vqmodel.decoder.mid.attn_1."),
+    (r"^gen_vision_model\.decoder\.mid\.2\.", "model.vqmodel.decoder.mid.block_2."),
+    (r"^gen_vision_model\.", "model.vqmodel."),
+    (r"^(model\.vqmodel\.decoder\.up\.\d+)\.res\.", r"\1.block."),
+]
 
 
 def is_original(folder: str) -> bool:
@@ -56,7 +82,11 @@ def load_original(folder: str, device="cpu", dtype: torch.dtype = torch.float32)
     state = {}
     for path in files:
         state.update(read_state_dict(path, f"a weight file of {REPOS}")[0])
-    tokens = {"bos_token_id": tokenizer.id(BOS), "eos_token_id": tokenizer.id(EOS), "pad_token_id": tokenizer.id(PAD)}
+    tokens = {
+        "bos_token_id": tokenizer.id(BOS),
+        "eos_token_id": tokenizer.id(EOS),
+        "pad_token_id": tokenizer.id(PAD),
+    }
     shapes = {k: t.shape for k, t in state.items()}
     path = os.path.join(folder, "config.json")
     with config_errors(path, REPOS):
@@ -70,7 +100,9 @@ def load_original(folder: str, device="cpu", dtype: torch.dtype = torch.float32)
 
 def weight_files(folder: str) -> list[str]:
     """The folder's weight files, or a CheckpointError naming every missing file."""
-    missing = [f for f in ("config.json", "tokenizer.json") if not os.path.isfile(os.path.join(folder, f))]
+    missing = [
+        f for f in ("config.json", "tokenizer.json") if not os.path.isfile(os.path.join(folder, f))
+    ]
     files = None
     for single in WEIGHTS:
         index = os.path.join(folder, single + ".index.json")
@@ -81,13 +113,17 @@ def weight_files(folder: str) -> list[str]:
             files = [single]
             break
     if files is None:
-        missing.append("the weights (pytorch_model.bin, or pytorch_model.bin.index.json and its "
-                       "pytorch_model-*-of-*.bin shards)")
+        missing.append(
+            "the weights (pytorch_model.bin, or pytorch_model.bin.index.json and its "
+            "pytorch_model-*-of-*.bin shards)"
+        )
     else:
         missing += [f for f in files if not os.path.isfile(os.path.join(folder, f))]
     if missing:
-        raise CheckpointError(f"{folder}: missing {', '.join(missing)}. Download every file of the Hugging Face "
-                              f"repository {REPOS} into this folder")
+        raise CheckpointError(
+            f"{folder}: missing {', '.join(missing)}. Download every file of the Hugging Face "
+            f"repository {REPOS} into this folder"
+        )
     return [os.path.join(folder, f) for f in files]
 
 
@@ -102,44 +138,65 @@ def hf_name(key: str) -> str | None:
 
 
 def janus_config(original: dict, shapes: Mapping[str, torch.Size], tokens: Mapping[str, int]):
-    """The release's config.json (+ its tensor shapes, + token ids) -> JanusConfig. The language model
-    is LlamaConfig(**language_config), as the release builds it (Janus-Pro-7B's lists only what differs
-    from LlamaConfig's defaults); the VQ decoder's widths are read off its weights (the release's class
-    name, VQ-16, fixes them in code). The token grid is image_size / patch size of the understanding
-    tower (384 / 16 = 24), as in the release's generation_inference.py."""
+    """The release's config.json (+ its tensor shapes, + token ids) -> JanusConfig. The language
+    model is LlamaConfig(**language_config), as the release builds it (Janus-Pro-7B's lists only
+    what differs from LlamaConfig's defaults); the VQ decoder's widths are read off its weights
+    (the release's class name, VQ-16, fixes them in code). The token grid is image_size / patch
+    size of the understanding tower (384 / 16 = 24), as in the release's generation_inference.py."""
     from transformers import JanusConfig
-    vision, gen_aligner, gen_head = (_params(original, s) for s in ("vision_config", "gen_aligner_config",
-                                                                     "gen_head_config"))
-    text = {k: v for k, v in _section(original, "language_config").items()
-            if not k.startswith("_") and k not in ("torch_dtype", "dtype")}
+
+    vision, gen_aligner, gen_head = (
+        _params(original, s) for s in ("vision_config", "gen_aligner_config", "gen_head_config")
+    )
+    text = {
+        k: v
+        for k, v in _section(original, "language_config").items()
+        if not k.startswith("_") and k not in ("torch_dtype", "dtype")
+    }
     patch = re.search(r"patch(\d+)", vision.get("model_name", "patch16"))
     return JanusConfig(
         text_config={**text, "model_type": "llama", **tokens},
-        vision_config={"image_size": _field(vision, "image_size"), "patch_size": int(patch[1]) if patch else 16},
-        vq_config={**vq_shape(shapes), "projection_dim": _field(gen_aligner, "n_embed"),
-                   "num_hidden_layers": gen_aligner.get("depth", 1),
-                   "image_token_embed_dim": _field(gen_head, "image_token_embed")})
+        vision_config={
+            "image_size": _field(vision, "image_size"),
+            "patch_size": int(patch[1]) if patch else 16,
+        },
+        vq_config={
+            **vq_shape(shapes),
+            "projection_dim": _field(gen_aligner, "n_embed"),
+            "num_hidden_layers": gen_aligner.get("depth", 1),
+            "image_token_embed_dim": _field(gen_head, "image_token_embed"),
+        },
+    )
 
 
 def vq_shape(shapes: Mapping[str, torch.Size]) -> dict:
-    """JanusVQVAEConfig sizes from the release's decoder tensors. The decoder runs its levels deepest
-    first, each num_res_blocks + 1 blocks wide; only products base * multiplier shape it."""
+    """JanusVQVAEConfig sizes from the release's decoder tensors. The decoder runs its levels
+    deepest first, each num_res_blocks + 1 blocks wide; only products base * multiplier shape it."""
     prefix = "gen_vision_model.decoder.conv_blocks."
-    levels = sorted({int(k[len(prefix):].split(".")[0]) for k in shapes if k.startswith(prefix)})
+    levels = sorted({int(k[len(prefix) :].split(".")[0]) for k in shapes if k.startswith(prefix)})
     widths = [_shape(shapes, f"{prefix}{i}.res.0.conv1.weight")[0] for i in reversed(levels)]
     if not widths:
-        raise CheckpointError(f"the weights hold no VQ decoder ({prefix}*); download every file of {REPOS}")
+        raise CheckpointError(
+            f"the weights hold no VQ decoder ({prefix}*); download every file of {REPOS}"
+        )
     base = math.gcd(*widths)
-    blocks = {k[len(prefix):].split(".")[2] for k in shapes if k.startswith(f"{prefix}0.res.")}
+    blocks = {k[len(prefix) :].split(".")[2] for k in shapes if k.startswith(f"{prefix}0.res.")}
     latent, embed = _shape(shapes, "gen_vision_model.post_quant_conv.weight")[:2]
-    return {"base_channels": base, "channel_multiplier": [w // base for w in widths], "num_res_blocks": len(blocks) - 1,
-            "latent_channels": latent, "embed_dim": embed,
-            "num_embeddings": _shape(shapes, "gen_vision_model.quantize.embedding.weight")[0]}
+    return {
+        "base_channels": base,
+        "channel_multiplier": [w // base for w in widths],
+        "num_res_blocks": len(blocks) - 1,
+        "latent_channels": latent,
+        "embed_dim": embed,
+        "num_embeddings": _shape(shapes, "gen_vision_model.quantize.embedding.weight")[0],
+    }
 
 
 def _section(original: dict, name: str) -> dict:
     if not isinstance(original.get(name), dict):
-        raise CheckpointError(f"config.json has no {name}; it is not Janus-Pro's. Download it again from {REPOS}")
+        raise CheckpointError(
+            f"config.json has no {name}; it is not Janus-Pro's. Download it again from {REPOS}"
+        )
     return original[name]
 
 
@@ -160,10 +217,14 @@ def _shape(shapes: Mapping[str, torch.Size], key: str) -> torch.Size:
 
 
 def _empty_model(config, dtype: torch.dtype):
-    """The model on the meta device (no memory, no init), without the modules generation never runs."""
+    """The model on the meta device (no memory, no init), without the modules generation never
+    runs."""
     from transformers import JanusForConditionalGeneration
+
     with torch.device("meta"):
-        model = JanusForConditionalGeneration._from_config(config, attn_implementation="sdpa", **dtype_kwarg(dtype))
+        model = JanusForConditionalGeneration._from_config(
+            config, attn_implementation="sdpa", **dtype_kwarg(dtype)
+        )
     return without_unused(model)
 
 
@@ -181,6 +242,7 @@ def _compute_rope(model) -> None:
     lm.rotary_emb = type(lm.rotary_emb)(config=lm.config)
     left = [n for n, t in (*model.named_parameters(), *model.named_buffers()) if t.is_meta]
     if left:
-        raise RuntimeError(f"JanusForConditionalGeneration of this transformers version computes {left} at init; "
-                           "the original-layout loader must build them (sjdvp_core/models/janus/original.py)")
-
+        raise RuntimeError(
+            f"JanusForConditionalGeneration of this transformers version computes {left} at init; "
+            "the original-layout loader must build them (sjdvp_core/models/janus/original.py)"
+        )

@@ -1,12 +1,10 @@
-"""LlamaGen for the engine: checkpoint loading (official .pt layouts and safetensors, never
-unpickling objects) and the adapter (class or caption prefix, CFG batch-doubled, a cache written by
-position, VQ decoding).
+"""LlamaGen for the engine: checkpoint loading and the adapter.
 
-Official files: c2i_{B,L}_{256,384}.pt, c2i_{XL,XXL,3B}_384.pt, t2i_XL_stage1_256.pt,
-t2i_XL_stage2_512.pt (GPT) and vq_ds16_c2i.pt, vq_ds16_t2i.pt, vq_ds8_c2i.pt (tokenizer). Their
-configs are read off the weights; what the weights cannot say (the image size, hence the token grid)
-comes from the file name, the safetensors metadata or the caller.
-"""
+Loads the official .pt layouts and safetensors without unpickling objects, reading each config off
+the weights; the adapter conditions on a class or caption prefix, doubles the batch for CFG, writes
+its cache by position and decodes through the VQ. Which official files load, and where the image
+size comes from: docs/families.md, "LlamaGen"."""
+
 from __future__ import annotations
 
 import json
@@ -27,16 +25,22 @@ from ..placement import weights_device
 from .gpt import GPT_SIZES, GPTConfig, LlamaGenGPT, rope_table_2d
 from .vq import LlamaGenVQ, VQConfig
 
-SAMPLING = {"c2i": SamplingSettings(cfg_scale=4.0, top_k=2000),    # LlamaGen's own sampling scripts
-            "t2i": SamplingSettings(cfg_scale=7.5, top_k=1000)}
-RELEASES = {"c2i": "huggingface.co/FoundationVision/LlamaGen", "t2i": "huggingface.co/peizesun/llamagen_t2i"}
+SAMPLING = {
+    "c2i": SamplingSettings(cfg_scale=4.0, top_k=2000),  # LlamaGen's own sampling scripts
+    "t2i": SamplingSettings(cfg_scale=7.5, top_k=1000),
+}
+RELEASES = {
+    "c2i": "huggingface.co/FoundationVision/LlamaGen",
+    "t2i": "huggingface.co/peizesun/llamagen_t2i",
+}
 _FROM = f"as released at {RELEASES['c2i']} (c2i) and {RELEASES['t2i']} (t2i)"
 GPT_HINT = f"a LlamaGen GPT checkpoint (keys like tok_embeddings.weight, layers.0.attention.wqkv.weight; {_FROM})"
 VQ_HINT = f"a LlamaGen VQ tokenizer checkpoint (keys like quantize.embedding.weight, decoder.conv_in.weight; {_FROM})"
 
 
-def gpt_config_from_state(state: dict[str, Tensor], meta: dict[str, str], path: str,
-                          image_tokens: int | None) -> GPTConfig:
+def gpt_config_from_state(
+    state: dict[str, Tensor], meta: dict[str, str], path: str, image_tokens: int | None
+) -> GPTConfig:
     if "config" in meta:
         return GPTConfig(**json.loads(meta["config"]))
     if "tok_embeddings.weight" not in state:
@@ -46,26 +50,43 @@ def gpt_config_from_state(state: dict[str, Tensor], meta: dict[str, str], path: 
     # heads are not in the weights: released sizes by table, others with LlamaGen's head size of 64
     heads = {(L, d): h for L, h, d in GPT_SIZES.values()}.get((n_layer, dim))
     if heads is None and dim % 64:
-        raise CheckpointError(f"{path}: a GPT with {n_layer} layers of width {dim} is not a released LlamaGen "
-                              f"size {sorted(GPT_SIZES)}; save it as .safetensors with a 'config' metadata entry")
+        raise CheckpointError(
+            f"{path}: a GPT with {n_layer} layers of width {dim} is not a released LlamaGen "
+            f"size {sorted(GPT_SIZES)}; save it as .safetensors with a 'config' metadata entry"
+        )
     heads = heads or dim // 64
     head_dim = dim // heads
     kv_heads = (state["layers.0.attention.wqkv.weight"].shape[0] // head_dim - heads) // 2
     if "cls_embedding.embedding_table.weight" in state:
-        kind = dict(model_type="c2i", num_classes=state["cls_embedding.embedding_table.weight"].shape[0] - 1,
-                    cls_token_num=1)
+        kind = dict(
+            model_type="c2i",
+            num_classes=state["cls_embedding.embedding_table.weight"].shape[0] - 1,
+            cls_token_num=1,
+        )
     else:
-        kind = dict(model_type="t2i", caption_dim=state["cls_embedding.cap_proj.fc1.weight"].shape[1],
-                    cls_token_num=state["cls_embedding.uncond_embedding"].shape[0])
+        kind = dict(
+            model_type="t2i",
+            caption_dim=state["cls_embedding.cap_proj.fc1.weight"].shape[1],
+            cls_token_num=state["cls_embedding.uncond_embedding"].shape[0],
+        )
     if image_tokens is None:
         size = re.search(r"_(256|384|512)(?:\D|$)", os.path.basename(path))
         if size is None:
-            raise CheckpointError(f"{path}: the image size is not in the file name (…_256.pt, …_384.pt, "
-                                  "…_512.pt); rename the file as released or give the image size")
+            raise CheckpointError(
+                f"{path}: the image size is not in the file name (…_256.pt, …_384.pt, "
+                "…_512.pt); rename the file as released or give the image size"
+            )
         image_tokens = (int(size.group(1)) // 16) ** 2
-    return GPTConfig(dim=dim, n_layer=n_layer, n_head=heads, n_kv_head=kv_heads if kv_heads != heads else None,
-                     vocab_size=vocab, block_size=image_tokens,
-                     ffn_dim=state["layers.0.feed_forward.w1.weight"].shape[0], **kind)
+    return GPTConfig(
+        dim=dim,
+        n_layer=n_layer,
+        n_head=heads,
+        n_kv_head=kv_heads if kv_heads != heads else None,
+        vocab_size=vocab,
+        block_size=image_tokens,
+        ffn_dim=state["layers.0.feed_forward.w1.weight"].shape[0],
+        **kind,
+    )
 
 
 def vq_config_from_state(state: dict[str, Tensor], meta: dict[str, str], path: str) -> VQConfig:
@@ -76,10 +97,21 @@ def vq_config_from_state(state: dict[str, Tensor], meta: dict[str, str], path: s
     size, dim = state["quantize.embedding.weight"].shape
     ch = state["decoder.conv_out.weight"].shape[1]
     levels = 1 + max(int(k.split(".")[2]) for k in state if k.startswith("decoder.conv_blocks."))
-    mult = [state[f"decoder.conv_blocks.{levels - 1 - i}.res.0.conv1.weight"].shape[0] // ch for i in range(levels)]
-    blocks = 1 + max(int(k.split(".")[4]) for k in state if k.startswith("decoder.conv_blocks.0.res."))
-    return VQConfig(codebook_size=size, codebook_embed_dim=dim, ch=ch, ch_mult=mult,
-                    z_channels=state["post_quant_conv.weight"].shape[0], num_res_blocks=blocks - 1)
+    mult = [
+        state[f"decoder.conv_blocks.{levels - 1 - i}.res.0.conv1.weight"].shape[0] // ch
+        for i in range(levels)
+    ]
+    blocks = 1 + max(
+        int(k.split(".")[4]) for k in state if k.startswith("decoder.conv_blocks.0.res.")
+    )
+    return VQConfig(
+        codebook_size=size,
+        codebook_embed_dim=dim,
+        ch=ch,
+        ch_mult=mult,
+        z_channels=state["post_quant_conv.weight"].shape[0],
+        num_res_blocks=blocks - 1,
+    )
 
 
 def load_gpt(path: str, image_tokens: int | None = None) -> LlamaGenGPT:
@@ -114,38 +146,53 @@ def gpt_files(folder: str) -> list[str]:
 
 
 def load_llamagen(path: str, device: torch.device, dtype: torch.dtype) -> "LlamaGenAdapter":
-    """The adapter for a LlamaGen folder (or one GPT file in it): the GPT, the tokenizer released for
-    its kind, and for t2i the FLAN-T5-XL folder beside them."""
+    """The adapter for a LlamaGen folder (or one GPT file in it): the GPT, the tokenizer released
+    for its kind, and for t2i the FLAN-T5-XL folder beside them."""
     folder = path if os.path.isdir(path) else os.path.dirname(path)
     gpts = gpt_files(folder) if os.path.isdir(path) else [path]
     if len(gpts) > 1:
-        raise CheckpointError(f"{folder}: holds several LlamaGen GPT files ({', '.join(map(os.path.basename, gpts))}); "
-                              "select one file instead of the folder")
+        raise CheckpointError(
+            f"{folder}: holds several LlamaGen GPT files ({', '.join(map(os.path.basename, gpts))}); "
+            "select one file instead of the folder"
+        )
     gpt = load_gpt(gpts[0])
     kind = gpt.config.model_type
     vq = load_vq(pick_vq(folder, os.path.basename(gpts[0]), kind))
     text_encoder = None
     if kind == "t2i":
         from .t5_text import T5CaptionEncoder
-        text_encoder = T5CaptionEncoder(os.path.join(folder, "flan-t5-xl"), device=device, dtype=dtype)
+
+        text_encoder = T5CaptionEncoder(
+            os.path.join(folder, "flan-t5-xl"), device=device, dtype=dtype
+        )
     names = imagenet_classes() if kind == "c2i" and gpt.config.num_classes == 1000 else None
-    return LlamaGenAdapter(gpt, vq, class_names=names, text_encoder=text_encoder, device=device, dtype=dtype)
+    return LlamaGenAdapter(
+        gpt, vq, class_names=names, text_encoder=text_encoder, device=device, dtype=dtype
+    )
 
 
 def pick_vq(folder: str, gpt_name: str, kind: str) -> str:
-    """The tokenizer file for a GPT of `kind` (c2i / t2i). The c2i and t2i tokenizers share the codebook
-    shape, so the wrong one would load and draw wrong images: a tokenizer named for the other kind is
-    refused. Among several of the right kind the ds16 one (every released GPT's) comes first."""
+    """The tokenizer file for a GPT of `kind` (c2i / t2i). The c2i and t2i tokenizers share the
+    codebook shape, so the wrong one would load and draw wrong images: a tokenizer named for the
+    other kind is refused. Among several of the right kind the ds16 one (every released GPT's)
+    comes first."""
     other = "t2i" if kind == "c2i" else "c2i"
-    names = sorted(sorted(n for n in os.listdir(folder) if n.startswith("vq_") and n.endswith(WEIGHT_EXT)),
-                   key=lambda n: "_ds16" not in n)
+    names = sorted(
+        sorted(n for n in os.listdir(folder) if n.startswith("vq_") and n.endswith(WEIGHT_EXT)),
+        key=lambda n: "_ds16" not in n,
+    )
     usable = [n for n in names if f"_{kind}" in n or f"_{other}" not in n]
     if usable:
         return os.path.join(folder, usable[0])
-    wrong = (f"; {', '.join(names)} is the {other} models' tokenizer (same codebook shape, wrong images)"
-             if names else "")
-    raise CheckpointError(f"{folder}: no tokenizer for the {kind} model {gpt_name}{wrong}. Download vq_ds16_{kind}.pt "
-                          f"from {RELEASES[kind]} into this folder")
+    wrong = (
+        f"; {', '.join(names)} is the {other} models' tokenizer (same codebook shape, wrong images)"
+        if names
+        else ""
+    )
+    raise CheckpointError(
+        f"{folder}: no tokenizer for the {kind} model {gpt_name}{wrong}. Download vq_ds16_{kind}.pt "
+        f"from {RELEASES[kind]} into this folder"
+    )
 
 
 @lru_cache(maxsize=1)
@@ -156,18 +203,31 @@ def imagenet_classes() -> list[str]:
 
 class LlamaGenAdapter(ModelAdapter):
     """The engine's view of a LlamaGen GPT + VQ pair. Conditions: class ids or names (c2i, with
-    `class_names`), or prompts encoded by `text_encoder` into ([B, T, caption_dim], mask [B, T]) (t2i)."""
+    `class_names`), or prompts encoded by `text_encoder` into ([B, T, caption_dim], mask [B, T])
+    (t2i)."""
+
     trees = True
 
-    def __init__(self, gpt: LlamaGenGPT, vq: LlamaGenVQ, *, class_names: Sequence[str] | None = None,
-                 class_parser=None, text_encoder=None, sampling: SamplingSettings | None = None,
-                 device="cpu", dtype=torch.float32):
+    def __init__(
+        self,
+        gpt: LlamaGenGPT,
+        vq: LlamaGenVQ,
+        *,
+        class_names: Sequence[str] | None = None,
+        class_parser=None,
+        text_encoder=None,
+        sampling: SamplingSettings | None = None,
+        device="cpu",
+        dtype=torch.float32,
+    ):
         self.gpt = gpt.to(device, dtype)
         self.gpt.rope = self.gpt.rope.float()
         self.vq = vq.to(device, torch.float32)
         self.patch = vq.config.downsample
-        parts = {"gpt": self.gpt, "vq": self.vq} | ({"text": text_encoder.model} if text_encoder is not None else {})
-        self.module = torch.nn.ModuleDict(parts)    # all weights (T5's too), for memory managers
+        parts = {"gpt": self.gpt, "vq": self.vq} | (
+            {"text": text_encoder.model} if text_encoder is not None else {}
+        )
+        self.module = torch.nn.ModuleDict(parts)  # all weights (T5's too), for memory managers
         self.image_decoder = self.vq
         self._codebook: Tensor | None = None
         self.config = gpt.config
@@ -178,12 +238,15 @@ class LlamaGenAdapter(ModelAdapter):
         grid = self.config.grid
         self.layout = TokenLayout.raster(torch.arange(self.config.vocab_size), grid, grid)
         if vq.config.codebook_size != self.config.vocab_size:
-            raise CheckpointError(f"the VQ tokenizer has {vq.config.codebook_size} codes but the GPT expects "
-                                  f"{self.config.vocab_size}; use the tokenizer released with this GPT")
+            raise CheckpointError(
+                f"the VQ tokenizer has {vq.config.codebook_size} codes but the GPT expects "
+                f"{self.config.vocab_size}; use the tokenizer released with this GPT"
+            )
 
     @property
     def device(self) -> torch.device:
-        """Where the output head computes (models.placement.weights_device): the engine's tensors live there."""
+        """Where the output head computes (models.placement.weights_device): the engine's tensors
+        live there."""
         return weights_device(self.gpt.output)
 
     @property
@@ -200,9 +263,18 @@ class LlamaGenAdapter(ModelAdapter):
 
     def facts(self):
         c = self.config
-        what = f"{c.num_classes} classes" if c.model_type == "c2i" else f"captions of {c.cls_token_num} T5 tokens"
-        return [("model", f"{c.model_type}, {c.n_layer} layers, width {c.dim}, {what}, codebook {c.vocab_size}",
-                 True)]
+        what = (
+            f"{c.num_classes} classes"
+            if c.model_type == "c2i"
+            else f"captions of {c.cls_token_num} T5 tokens"
+        )
+        return [
+            (
+                "model",
+                f"{c.model_type}, {c.n_layer} layers, width {c.dim}, {what}, codebook {c.vocab_size}",
+                True,
+            )
+        ]
 
     # --- conditions ----------------------------------------------------------------------------
     def class_id(self, condition: Any) -> int:
@@ -217,9 +289,13 @@ class LlamaGenAdapter(ModelAdapter):
             elif key in names:
                 return names.index(key)
             else:
-                raise ValueError(f"unknown class {condition!r}: give a class index 0..{n - 1} or a class name")
+                raise ValueError(
+                    f"unknown class {condition!r}: give a class index 0..{n - 1} or a class name"
+                )
         try:
-            index = None if isinstance(condition, bool) else operator.index(condition)   # 3.7 is not class 3
+            index = (
+                None if isinstance(condition, bool) else operator.index(condition)
+            )  # 3.7 is not class 3
         except TypeError:
             index = None
         if index is None:
@@ -229,28 +305,37 @@ class LlamaGenAdapter(ModelAdapter):
         return index
 
     def _class_ids(self, conditions: Sequence[Any], negatives) -> list[int] | None:
-        """A class-to-image model's class ids for the conditions (None: a text-to-image model), or the error
-        that says what to give instead."""
+        """A class-to-image model's class ids for the conditions (None: a text-to-image model), or
+        the error that says what to give instead."""
         if negatives is not None:
-            raise ValueError("LlamaGen models have no negative prompt (their guidance branch is a learned empty "
-                             "condition); leave it empty")
+            raise ValueError(
+                "LlamaGen models have no negative prompt (their guidance branch is a learned empty "
+                "condition); leave it empty"
+            )
         if self.config.model_type != "c2i":
             if self.text_encoder is None:
-                raise ValueError("this LlamaGen text-to-image model needs its FLAN-T5-XL text encoder folder")
-            for prompt in conditions:      # T5 would caption None as "none", 3 as "3"
+                raise ValueError(
+                    "this LlamaGen text-to-image model needs its FLAN-T5-XL text encoder folder"
+                )
+            for prompt in conditions:  # T5 would caption None as "none", 3 as "3"
                 if not isinstance(prompt, str):
                     raise ValueError(f"{self.family} needs a text prompt, got {prompt!r}")
             return None
         return [self.class_id(x) for x in conditions]
 
-    def _prefix(self, conditions: Sequence[Any], negatives, cfg: bool) -> tuple[Tensor, Tensor | None]:
+    def _prefix(
+        self, conditions: Sequence[Any], negatives, cfg: bool
+    ) -> tuple[Tensor, Tensor | None]:
         c = self.config
         ids = self._class_ids(conditions, negatives)
         if ids is not None:
             ids += [c.num_classes] * (len(conditions) if cfg else 0)
             return self.gpt.embed_condition(torch.tensor(ids, device=self.device)), None
-        captions, mask = self.text_encoder(list(conditions))                      # [B, T, D], [B, T]
-        captions, mask = captions.to(self.device), mask.to(self.device)    # the encoder may sit elsewhere
+        captions, mask = self.text_encoder(list(conditions))  # [B, T, D], [B, T]
+        captions, mask = (
+            captions.to(self.device),
+            mask.to(self.device),
+        )  # the encoder may sit elsewhere
         if cfg:
             uncond = self.gpt.cls_embedding.uncond_embedding.expand_as(captions)
             captions, mask = torch.cat([captions, uncond]), torch.cat([mask, mask])
@@ -266,37 +351,61 @@ class LlamaGenAdapter(ModelAdapter):
     def forward(self, tokens: Tensor, positions: Tensor) -> Tensor:
         return self.gpt.decode(tokens, positions + self.config.cls_token_num)
 
-    def forward_tree(self, tokens: Tensor, positions: Tensor, ancestors: Tensor, chain: int) -> Tensor:
+    def forward_tree(
+        self, tokens: Tensor, positions: Tensor, ancestors: Tensor, chain: int
+    ) -> Tensor:
         at = positions + self.config.cls_token_num
         return self.gpt.decode_tree(tokens, at, tree_slots(at, chain, self.gpt.max_len), ancestors)
 
     def adopt(self, tokens: Tensor, positions: Tensor, chain: int, nodes: Tensor) -> None:
-        adopt_branch(self.gpt.caches(), positions + self.config.cls_token_num, chain, self.gpt.max_len, nodes)
+        adopt_branch(
+            self.gpt.caches(), positions + self.config.cls_token_num, chain, self.gpt.max_len, nodes
+        )
 
     def finish(self) -> None:
         self.gpt.release_caches()
 
     def blocks(self) -> list[torch.nn.Module]:
         """The GPT's blocks, then the T5 caption encoder's (t2i)."""
-        encoder = list(self.text_encoder.model.encoder.block) if self.text_encoder is not None else []
+        encoder = (
+            list(self.text_encoder.model.encoder.block) if self.text_encoder is not None else []
+        )
         return list(self.gpt.layers) + encoder
 
     def prompt_length(self, conditions, negatives, cfg: bool) -> int:
         if conditions is not None:
-            self._class_ids(conditions, negatives)      # an unknown class is told before anything runs
-        return self.config.cls_token_num       # a fixed prefix: the class token, or the caption's 120 slots
+            self._class_ids(conditions, negatives)  # an unknown class is told before anything runs
+        return (
+            self.config.cls_token_num
+        )  # a fixed prefix: the class token, or the caption's 120 slots
 
-    def forward_bytes(self, rows: int, tokens: int, scratch: int = 0, prompt: int | None = None,
-                      itemsize: int | None = None, scored: int | None = None) -> int:
+    def forward_bytes(
+        self,
+        rows: int,
+        tokens: int,
+        scratch: int = 0,
+        prompt: int | None = None,
+        itemsize: int | None = None,
+        scored: int | None = None,
+    ) -> int:
         c = self.config
-        return forward_bytes(ForwardShape(c.n_head, c.dim, c.ffn_hidden, c.vocab_size), rows, tokens,
-                             self.gpt.max_len + scratch, itemsize or self.gpt.output.weight.element_size(),
-                             tokens if scored is None else scored)
+        return forward_bytes(
+            ForwardShape(c.n_head, c.dim, c.ffn_hidden, c.vocab_size),
+            rows,
+            tokens,
+            self.gpt.max_len + scratch,
+            itemsize or self.gpt.output.weight.element_size(),
+            tokens if scored is None else scored,
+        )
 
-    def cache_bytes(self, rows: int, scratch: int = 0, prompt: int | None = None, itemsize: int | None = None) -> int:
+    def cache_bytes(
+        self, rows: int, scratch: int = 0, prompt: int | None = None, itemsize: int | None = None
+    ) -> int:
         c = self.config
         itemsize = itemsize or self.gpt.output.weight.element_size()
-        return kv_bytes(c.n_layer, rows, c.kv_heads, self.gpt.max_len + scratch, c.head_dim, itemsize)
+        return kv_bytes(
+            c.n_layer, rows, c.kv_heads, self.gpt.max_len + scratch, c.head_dim, itemsize
+        )
 
     def codebook(self) -> Tensor:
         """The l2-normalised codebook (what the decoder looks up), kept per device."""

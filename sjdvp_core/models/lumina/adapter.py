@@ -1,19 +1,12 @@
-"""Lumina-mGPT 1.0 (Liu et al. 2024, "Lumina-mGPT", github.com/Alpha-VLLM/Lumina-mGPT): a Chameleon-7B
-fine-tune, run through transformers' Chameleon classes from the released Alpha-VLLM/Lumina-mGPT-7B-*
-folders, with Meta's Chameleon VQGAN (vqgan.yaml + vqgan.ckpt) for the pixels.
+"""Lumina-mGPT 1.0 (Liu et al. 2024, github.com/Alpha-VLLM/Lumina-mGPT) through transformers.
 
-The prompt is upstream's conversation: BOS + "Generate an image of {w}x{h} according to the following
-prompt:\\n{prompt}" + <reserved08706> (end of turn); then the image opens with <racm3:break> and two
-resolution tokens <reserved0880N> (height, then width, in 32 px grids), which we put in the prompt
-rather than let the model choose them. The image is h/16 rows of w/16 tokens each closed by
-<reserved08799>, then <eoss>: those are forced, everything else is restricted to the 8192 IMGIMG* tokens
-(image ids are not in code order; transformers' vocabulary mapping translates). CFG's unconditional
-branch sees only the image (<racm3:break> and the resolution tokens on), as upstream's processor
-feeds it. transformers' ChameleonForConditionalGeneration masks every image logit, so logits come from
-the decoder stack and lm_head; and it keeps q/k-norm parameters per head, where Lumina's checkpoints
-keep one row per model-parallel shard (expanded at load). Upstream samples with CFG 4 (3 in its library
-default) and image top-k 2000.
-"""
+A Chameleon-7B fine-tune, run through transformers' Chameleon classes from the released
+Alpha-VLLM/Lumina-mGPT-7B-* folders, with Meta's Chameleon VQGAN for the pixels. The prompt is
+upstream's conversation with the image's resolution tokens put in it; row ends and the image's end
+are forced, every other position is restricted to the 8192 image tokens, and logits come from the
+decoder stack and lm_head. The prompt, the guidance branch, what differs from transformers'
+Chameleon and upstream's sampling: docs/families.md, "Lumina-mGPT 1.0"."""
+
 from __future__ import annotations
 
 import logging
@@ -27,7 +20,14 @@ from torch import Tensor
 from ...engine.adapter import TokenLayout
 from ...engine.settings import SamplingSettings
 from ..checkpoint import CheckpointError
-from ..hf_adapter import HFAdapter, SizeChoice, TextTokenizer, check_folder, load_pretrained, to_image
+from ..hf_adapter import (
+    HFAdapter,
+    SizeChoice,
+    TextTokenizer,
+    check_folder,
+    load_pretrained,
+    to_image,
+)
 from ..placement import weights_device
 from .vqgan import ChameleonVQGAN, load_vqgan, vqgan_files
 
@@ -36,11 +36,16 @@ REPO = "Alpha-VLLM/Lumina-mGPT-7B-768 (or -512, -1024)"
 BOS, PAD, END_OF_TURN = "<s>", "<pad>", "<reserved08706>"
 IMAGE_START, ROW_END, IMAGE_END = "<racm3:break>", "<reserved08799>", "<eoss>"
 PROMPT = "Generate an image of {w}x{h} according to the following prompt:\n{prompt}"
-SAMPLING = SamplingSettings(cfg_scale=4.0, top_k=2000)   # upstream's text-to-image demos (image top-k)
-GRID = 32                  # pixels per resolution-token unit (2 x 2 VQGAN codes)
-DIGITS = str.maketrans("ABCDEFGHIJ", "0123456789")   # image token names spell the code with letters
-DEFAULT_TRAINED = 768      # the main release
-VQGAN_PLACES = ("tokenizer", "")   # Meta's tokenizer/ folder copied into the model folder, or its files there
+SAMPLING = SamplingSettings(
+    cfg_scale=4.0, top_k=2000
+)  # upstream's text-to-image demos (image top-k)
+GRID = 32  # pixels per resolution-token unit (2 x 2 VQGAN codes)
+DIGITS = str.maketrans("ABCDEFGHIJ", "0123456789")  # image token names spell the code with letters
+DEFAULT_TRAINED = 768  # the main release
+VQGAN_PLACES = (
+    "tokenizer",
+    "",
+)  # Meta's tokenizer/ folder copied into the model folder, or its files there
 
 
 def resolution_token(grids: int) -> str:
@@ -51,7 +56,11 @@ def trained_size(folder: str) -> int | None:
     """The released folders are named by their training size (Lumina-mGPT-7B-768, -768-Omni, ...): a
     number that is a multiple of 32 at the end of a name part; None when the name carries none."""
     name = os.path.basename(os.path.normpath(folder))
-    sizes = [int(s) for s in re.findall(r"(?<![\dA-Za-z])(\d{2,4})(?![\dA-Za-z])", name) if int(s) % GRID == 0]
+    sizes = [
+        int(s)
+        for s in re.findall(r"(?<![\dA-Za-z])(\d{2,4})(?![\dA-Za-z])", name)
+        if int(s) % GRID == 0
+    ]
     return sizes[-1] if sizes else None
 
 
@@ -60,7 +69,7 @@ def supported_sizes(trained: int, max_ratio: float = 4.0) -> list[tuple[int, int
     boundary of trained² pixels, aspect ratio at most 4 (upstream's crop-size list)."""
     budget, sizes = (trained // GRID) ** 2, []
     wp, hp = budget, 1
-    while wp > 0:          # walk the boundary wp * hp <= budget from wide to tall
+    while wp > 0:  # walk the boundary wp * hp <= budget from wide to tall
         if max(wp, hp) / min(wp, hp) <= max_ratio:
             sizes.append((wp * GRID, hp * GRID))
         if (hp + 1) * wp <= budget:
@@ -71,26 +80,49 @@ def supported_sizes(trained: int, max_ratio: float = 4.0) -> list[tuple[int, int
 
 
 class LuminaAdapter(SizeChoice, HFAdapter):
-    """Lumina-mGPT's prompt, image prefix and image-only guidance branch around a Chameleon stack; the
-    image codes' vocabulary ids, the image decoder and the sizes allowed are the release's own (1.0 here;
-    2.0 in lumina2.py)."""
+    """Lumina-mGPT's prompt, image prefix and image-only guidance branch around a Chameleon stack;
+    the image codes' vocabulary ids, the image decoder and the sizes allowed are the release's
+    own (1.0 here; 2.0 in lumina2.py)."""
+
     family = "Lumina-mGPT"
-    patch = 16                 # pixels per image code: Meta's VQGAN is f16
+    patch = 16  # pixels per image code: Meta's VQGAN is f16
 
     def facts(self):
-        return [("trained size", f"{self.trained} px; default image {self.width} x {self.height}", True),
-                ("image start + resolution tokens", str(self.token_names(self.image_prefix)), True),
-                ("codes 0, 1, 2 are tokens", str(self.token_names(self.image_tokens[:3].tolist())), True)]
+        return [
+            (
+                "trained size",
+                f"{self.trained} px; default image {self.width} x {self.height}",
+                True,
+            ),
+            ("image start + resolution tokens", str(self.token_names(self.image_prefix)), True),
+            (
+                "codes 0, 1, 2 are tokens",
+                str(self.token_names(self.image_tokens[:3].tolist())),
+                True,
+            ),
+        ]
 
-    def __init__(self, model, tokenizer: TextTokenizer, vqgan: ChameleonVQGAN, *, width: int | None = None,
-                 height: int | None = None, trained: int = DEFAULT_TRAINED, device="cpu"):
+    def __init__(
+        self,
+        model,
+        tokenizer: TextTokenizer,
+        vqgan: ChameleonVQGAN,
+        *,
+        width: int | None = None,
+        height: int | None = None,
+        trained: int = DEFAULT_TRAINED,
+        device="cpu",
+    ):
         self.tokenizer, self.trained, self.bos = tokenizer, trained, tokenizer.id(BOS)
         self.image_tokens = image_token_ids(tokenizer, vqgan)
-        self.vqgan = self.attach(model, vqgan, width or trained, height or trained, tokenizer.id(PAD), device)
+        self.vqgan = self.attach(
+            model, vqgan, width or trained, height or trained, tokenizer.id(PAD), device
+        )
 
     def attach(self, model, decoder: torch.nn.Module, width: int, height: int, pad_id: int, device):
-        """Wrap the Chameleon stack at width x height; returns the image decoder, in fp32 on `device`.
-        transformers' VQ encoder (model.model.vqmodel) goes: generation never encodes, and Lumina may not ship it."""
+        """Wrap the Chameleon stack at width x height; returns the image decoder, in fp32 on
+        `device`. transformers' VQ encoder (model.model.vqmodel) goes: generation never encodes,
+        and Lumina may not ship it."""
         layout = self.size_to(width, height)
         model.model.vqmodel = None
         HFAdapter.__init__(self, model, model.model, model.config, layout, pad_id, device)
@@ -103,27 +135,41 @@ class LuminaAdapter(SizeChoice, HFAdapter):
         """Only sizes Lumina-mGPT 1.0 trained on."""
         if (width, height) not in supported_sizes(self.trained):
             sizes = ", ".join(f"{w}x{h}" for w, h in supported_sizes(self.trained))
-            raise ValueError(f"{width}x{height} px is not a size Lumina-mGPT trained at {self.trained} px "
-                             f"generates; choose one of {sizes}")
+            raise ValueError(
+                f"{width}x{height} px is not a size Lumina-mGPT trained at {self.trained} px "
+                f"generates; choose one of {sizes}"
+            )
 
     def size_to(self, width: int, height: int) -> TokenLayout:
         """Set the image size (and the prompt's resolution tokens, in 32 px grids)."""
         self.check_size(width, height)
         self.width, self.height = width, height
         tok = self.tokenizer
-        self.image_prefix = [tok.id(IMAGE_START), tok.id(resolution_token(height // GRID)),
-                             tok.id(resolution_token(width // GRID))]
-        return TokenLayout.raster(self.image_tokens, height // self.patch, width // self.patch,
-                                  row_end=tok.id(ROW_END), suffix=[tok.id(IMAGE_END)])
+        self.image_prefix = [
+            tok.id(IMAGE_START),
+            tok.id(resolution_token(height // GRID)),
+            tok.id(resolution_token(width // GRID)),
+        ]
+        return TokenLayout.raster(
+            self.image_tokens,
+            height // self.patch,
+            width // self.patch,
+            row_end=tok.id(ROW_END),
+            suffix=[tok.id(IMAGE_END)],
+        )
 
     @property
     def default_sampling(self) -> SamplingSettings:
         return SAMPLING
 
-    def prompt_ids(self, conditions: Sequence, negatives: Sequence | None, cfg: bool) -> list[list[int]]:
+    def prompt_ids(
+        self, conditions: Sequence, negatives: Sequence | None, cfg: bool
+    ) -> list[list[int]]:
         if negatives is not None:
-            raise ValueError(f"{self.family}'s guidance branch sees only the image, never text (as upstream); "
-                             "leave the negative prompt empty")
+            raise ValueError(
+                f"{self.family}'s guidance branch sees only the image, never text (as upstream); "
+                "leave the negative prompt empty"
+            )
         rows = [self._encode(c) for c in conditions]
         return rows + [list(self.image_prefix)] * (len(conditions) if cfg else 0)
 
@@ -134,13 +180,16 @@ class LuminaAdapter(SizeChoice, HFAdapter):
 
     def _encode_at(self, prompt: str, width: int, height: int) -> list[int]:
         """BOS and upstream's text-to-image request at this size, closed by the end of turn."""
-        return [self.bos] + self.tokenizer.encode(PROMPT.format(w=width, h=height, prompt=prompt) + END_OF_TURN)
+        return [self.bos] + self.tokenizer.encode(
+            PROMPT.format(w=width, h=height, prompt=prompt) + END_OF_TURN
+        )
 
     def head(self, hidden: Tensor) -> Tensor:
         return self.model.lm_head(hidden)
 
     def codebook(self) -> Tensor:
-        """The image decoder's codebook [K, d] in code order (= the engine's local image ids), once per device."""
+        """The image decoder's codebook [K, d] in code order (= the engine's local image ids),
+        once per device."""
         weight = self.image_decoder.codebook()
         if self._codebook is None or self._codebook.device != weight.device:
             self._codebook = weight.detach().float()
@@ -148,37 +197,48 @@ class LuminaAdapter(SizeChoice, HFAdapter):
 
     @torch.no_grad()
     def decode_image(self, codes: Tensor, pixels=None) -> Tensor:
-        return to_image(self.image_decoder.decode_code(codes.to(weights_device(self.image_decoder))))
+        return to_image(
+            self.image_decoder.decode_code(codes.to(weights_device(self.image_decoder)))
+        )
 
 
 def image_token_ids(tokenizer: TextTokenizer, vqgan: ChameleonVQGAN) -> Tensor:
     """[K] vocabulary id of codebook entry c at index c. Chameleon names image tokens IMGIMG + the
-    code's digits as letters A-J + one more letter (IMGIMGBCZ is code 12), as its VocabTranslation reads them."""
+    code's digits as letters A-J + one more letter (IMGIMGBCZ is code 12), as its
+    VocabTranslation reads them."""
     by_code = {}
     for name, i in tokenizer.tok.get_vocab().items():
-        digits = name[len("IMGIMG"):-1].translate(DIGITS)
+        digits = name[len("IMGIMG") : -1].translate(DIGITS)
         if name.startswith("IMGIMG") and digits.isdigit():
             by_code[int(digits)] = i
     n, f = vqgan.config.n_embed, vqgan.config.downsample
     if sorted(by_code) != list(range(n)) or f != 16:
-        raise CheckpointError(f"{tokenizer.path}: its {len(by_code)} IMGIMG image tokens do not fit the VQGAN ({n} "
-                              f"codes, f{f}); Lumina-mGPT needs Meta's Chameleon VQGAN (8192 codes, f16): use the "
-                              f"vqgan.yaml and vqgan.ckpt of Meta's Chameleon release")
+        raise CheckpointError(
+            f"{tokenizer.path}: its {len(by_code)} IMGIMG image tokens do not fit the VQGAN ({n} "
+            f"codes, f{f}); Lumina-mGPT needs Meta's Chameleon VQGAN (8192 codes, f16): use the "
+            f"vqgan.yaml and vqgan.ckpt of Meta's Chameleon release"
+        )
     return torch.tensor([by_code[c] for c in range(n)], dtype=torch.long)
 
 
 def expand_qk_norm(key: str, stored: Tensor, shape: torch.Size) -> Tensor | None:
-    """Lumina's Chameleon code keeps the q/k LayerNorm parameters per model-parallel shard, [mp, D], and
-    repeats each over its shard's heads at run time; transformers stores them per head, [H, D]."""
-    if re.search(r"self_attn\.[qk]_norm\.(weight|bias)$", key) and stored.dim() == 2 and \
-            stored.shape[1] == shape[1] and shape[0] % stored.shape[0] == 0:
+    """Lumina's Chameleon code keeps the q/k LayerNorm parameters per model-parallel shard, [mp, D],
+    and repeats each over its shard's heads at run time; transformers stores them per head, [H,
+    D]."""
+    if (
+        re.search(r"self_attn\.[qk]_norm\.(weight|bias)$", key)
+        and stored.dim() == 2
+        and stored.shape[1] == shape[1]
+        and shape[0] % stored.shape[0] == 0
+    ):
         return stored.repeat_interleave(shape[0] // stored.shape[0], dim=0)
     return None
 
 
 def find_vqgan(folder: str) -> str:
-    """The folder holding vqgan.yaml + vqgan.ckpt: <model>/tokenizer/ (Meta's tokenizer folder copied
-    in) or the model folder itself. When neither has them, load_vqgan's message names <model>/tokenizer/."""
+    """The folder holding vqgan.yaml + vqgan.ckpt: <model>/tokenizer/ (Meta's tokenizer folder
+    copied in) or the model folder itself. When neither has them, load_vqgan's message names
+    <model>/tokenizer/."""
     for place in VQGAN_PLACES:
         where = os.path.join(folder, place) if place else folder
         if None not in vqgan_files(where):
@@ -186,32 +246,60 @@ def find_vqgan(folder: str) -> str:
     return os.path.join(folder, VQGAN_PLACES[0])
 
 
-def load_lumina(folder: str, device="cpu", dtype=torch.float32, width: int | None = None,
-                height: int | None = None, trained: int | None = None) -> LuminaAdapter:
-    """width, height: the image size in pixels (default: the trained size). trained: the size the model was
-    trained at (512, 768 or 1024; nothing in its files says so): given, or read from the folder's name as
-    released, else 768 with a warning, since a wrong one gives the model prompts it never saw."""
+def load_lumina(
+    folder: str,
+    device="cpu",
+    dtype=torch.float32,
+    width: int | None = None,
+    height: int | None = None,
+    trained: int | None = None,
+) -> LuminaAdapter:
+    """width, height: the image size in pixels (default: the trained size). trained: the size the
+    model was trained at (512, 768 or 1024; nothing in its files says so): given, or read from
+    the folder's name as released, else 768 with a warning, since a wrong one gives the model
+    prompts it never saw."""
     from transformers import ChameleonForConditionalGeneration
+
     if trained is not None and (trained <= 0 or trained % GRID):
-        raise ValueError(f"trained={trained}: Lumina-mGPT was trained at 512, 768 or 1024 px (a multiple of {GRID})")
-    check_folder(folder, REPO)                 # the cheap checks first: no 14 GB load before a missing file
+        raise ValueError(
+            f"trained={trained}: Lumina-mGPT was trained at 512, 768 or 1024 px (a multiple of {GRID})"
+        )
+    check_folder(folder, REPO)  # the cheap checks first: no 14 GB load before a missing file
     tokenizer = TextTokenizer(folder, REPO)
     if not any(name.startswith("IMGIMG") for name in tokenizer.tok.get_vocab()):
-        raise CheckpointError(f"{folder}: a Chameleon-architecture model without Chameleon's IMGIMG image tokens, "
-                              "so not Lumina-mGPT 1.0. A Lumina-mGPT 2.0 folder (config.json and tokenizer.json of "
-                              "Alpha-VLLM/Lumina-mGPT-2.0) is recognised by its vocabulary and loads as its own family")
+        raise CheckpointError(
+            f"{folder}: a Chameleon-architecture model without Chameleon's IMGIMG image tokens, "
+            "so not Lumina-mGPT 1.0. A Lumina-mGPT 2.0 folder (config.json and tokenizer.json of "
+            "Alpha-VLLM/Lumina-mGPT-2.0) is recognised by its vocabulary and loads as its own family"
+        )
     vqgan = load_vqgan(find_vqgan(folder))
-    model = load_pretrained(ChameleonForConditionalGeneration, folder, REPO, dtype, optional=("model.vqmodel.",),
-                            reshape=expand_qk_norm)
-    return LuminaAdapter(model, tokenizer, vqgan, width=width, height=height,
-                         trained=trained or _trained_from_name(folder), device=device)
+    model = load_pretrained(
+        ChameleonForConditionalGeneration,
+        folder,
+        REPO,
+        dtype,
+        optional=("model.vqmodel.",),
+        reshape=expand_qk_norm,
+    )
+    return LuminaAdapter(
+        model,
+        tokenizer,
+        vqgan,
+        width=width,
+        height=height,
+        trained=trained or _trained_from_name(folder),
+        device=device,
+    )
 
 
 def _trained_from_name(folder: str) -> int:
     size = trained_size(folder)
     if size is None:
         size = DEFAULT_TRAINED
-        log.warning("%s: the folder's name does not say which size this Lumina-mGPT was trained at; assuming %d. "
-                    "Name the folder as released (Lumina-mGPT-7B-512, -768 or -1024) or pass trained=<size>",
-                    folder, size)
+        log.warning(
+            "%s: the folder's name does not say which size this Lumina-mGPT was trained at; assuming %d. "
+            "Name the folder as released (Lumina-mGPT-7B-512, -768 or -1024) or pass trained=<size>",
+            folder,
+            size,
+        )
     return size

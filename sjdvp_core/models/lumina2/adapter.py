@@ -1,31 +1,12 @@
-"""Lumina-mGPT 2.0 (Xin et al. 2025, "Lumina-mGPT 2.0: Stand-Alone AutoRegressive Image Modeling",
-github.com/Alpha-VLLM/Lumina-mGPT-2.0): a 7B Chameleon-architecture model trained from scratch, run through
-transformers' Chameleon classes from the released Alpha-VLLM/Lumina-mGPT-2.0 folder, with Sber AI's
-MoVQGAN-270M (movqgan.py) for the pixels.
+"""Lumina-mGPT 2.0 (Xin et al. 2025, github.com/Alpha-VLLM/Lumina-mGPT-2.0) through transformers.
 
-What differs from 1.0 (lumina.py, whose prompt and guidance branch it keeps), read from upstream's
-inference_solver.py, data/item_processor.py, generate_examples/generate.py and xllmx/:
-- The text tokenizer is Qwen's byte-level BPE with Lumina's special tokens added from id 151665 on
-  (<racm3:break> image start, <eoss> image end, <reserved08799> row end, <reserved088NN> resolutions). They
-  are looked up by name in tokenizer.json, read with the tokenizers library: transformers' AutoTokenizer
-  may rebuild a Qwen2 tokenizer and lose ids past the base vocabulary, and the tokenizers library itself
-  renumbers added tokens whose ids leave a gap, silently; the loader checks every added id survives.
-- Image code c is vocabulary id 155000 + c (16,384 codes; item_processor.py's get_image_token). The ids are
-  the contract; whether tokenizer.json lists them is not fixed upstream: its Jacobi sampler takes the image
-  vocabulary from the ids named `<MOVQGAN...` in config.json's vocabulary map (modeling_chameleon.py's
-  get_image_tokens), so the release likely lists them as added tokens. Both shapes load; a text token or a
-  renumbered entry at those ids is refused (`image_entries`).
-- MoVQGAN is f8: an image is h/8 rows of w/8 codes, each row closed by the row-end token; the two
-  resolution tokens still count 32 px grids. Any multiple of 32 px whose sequence fits the model's
-  positions (10,240 in the release: 768 x 768 px is 9,312 image tokens) is a size.
-- BOS is the tokenizer's bos_token, or its eos_token when it has none (xllmx's Tokenizer; Qwen has none).
-- Sampling as upstream's README and generate.py: CFG 4, image top-k 4096, temperature 1, the guidance
-  branch only the image start and resolution tokens (unbatched, as 1.0). Guidance is u + s (c - u) at a
-  constant s, as upstream's speculative Jacobi sampler applies it; its plain sampler's processor lifts
-  any s below 4 to 4 and lets larger ones decay towards 4 over the image, the same rule at the default 4.
-- Upstream lets the model write the image start and resolution tokens in text-to-image; we put them in
-  the prompt from the chosen size, as for 1.0.
-"""
+A 7B Chameleon-architecture model trained from scratch, run through transformers' Chameleon classes
+from the released Alpha-VLLM/Lumina-mGPT-2.0 folder, with Sber AI's MoVQGAN-270M (movqgan.py) for
+the pixels. It keeps 1.0's prompt and guidance branch (lumina/adapter.py); what differs, read from
+upstream's code: a Qwen tokenizer with Lumina's special tokens added, image code c at vocabulary id
+155000 + c, rows of an f8 grid, upstream's sampling. Each difference and its upstream source:
+docs/families.md, "Lumina-mGPT 2.0"."""
+
 from __future__ import annotations
 
 import logging
@@ -39,23 +20,41 @@ import torch
 from ...engine.settings import SamplingSettings
 from ..checkpoint import CheckpointError, read_json
 from ..hf_adapter import TextTokenizer, check_folder, load_pretrained
-from ..lumina.adapter import GRID, IMAGE_END, IMAGE_START, ROW_END, LuminaAdapter, expand_qk_norm, resolution_token
+from ..lumina.adapter import (
+    GRID,
+    IMAGE_END,
+    IMAGE_START,
+    ROW_END,
+    LuminaAdapter,
+    expand_qk_norm,
+    resolution_token,
+)
 from .movqgan import MoVQGAN, find_movqgan, load_movqgan
 
 log = logging.getLogger(__name__)
 REPO = "Alpha-VLLM/Lumina-mGPT-2.0"
 MOVQGAN_FILE, MOVQGAN_REPO = "movqgan_270M.ckpt", "ai-forever/MoVQGAN"
-IMAGE_BASE = 155000              # vocabulary id of image code 0 (upstream's get_image_token)
+IMAGE_BASE = 155000  # vocabulary id of image code 0 (upstream's get_image_token)
 SAMPLING = SamplingSettings(cfg_scale=4.0, top_k=4096)
-DEFAULT_SIZE = 768               # the release's size (README, generate.py's examples)
+DEFAULT_SIZE = 768  # the release's size (README, generate.py's examples)
 
 
 class Lumina2Adapter(LuminaAdapter):
     family = "Lumina-mGPT 2.0"
-    patch = 8                    # MoVQGAN is f8
+    patch = 8  # MoVQGAN is f8
 
-    def __init__(self, model, tokenizer: TextTokenizer, movq: MoVQGAN, bos: int, *, listed: str = "",
-                 width: int | None = None, height: int | None = None, device="cpu"):
+    def __init__(
+        self,
+        model,
+        tokenizer: TextTokenizer,
+        movq: MoVQGAN,
+        bos: int,
+        *,
+        listed: str = "",
+        width: int | None = None,
+        height: int | None = None,
+        device="cpu",
+    ):
         self.tokenizer, self.bos, self.listed = tokenizer, bos, listed
         self.image_tokens = torch.arange(IMAGE_BASE, IMAGE_BASE + movq.config.n_embed)
         self.positions = model.config.max_position_embeddings
@@ -63,7 +62,8 @@ class Lumina2Adapter(LuminaAdapter):
         self.movq = self.attach(model, movq, width or size, height or size, bos, device)
 
     def default_size(self) -> int:
-        """768 px square (the release's), or the largest square below it that fits the model's positions."""
+        """768 px square (the release's), or the largest square below it that fits the model's
+        positions."""
         size = DEFAULT_SIZE
         while size > GRID and self.needed(size, size) > self.positions:
             size -= GRID
@@ -71,37 +71,63 @@ class Lumina2Adapter(LuminaAdapter):
 
     def facts(self):
         n = len(self.image_tokens)
-        return [("default image", f"{self.width} x {self.height} px: {self.layout.length} generated tokens per row "
-                                  f"of {self.positions} positions", True),
-                ("image start + resolution tokens", str(self.token_names(self.image_prefix)), True),
-                ("row end, image end", str(self.token_names([int(self.layout.forced[self.width // self.patch]),
-                                                              int(self.layout.forced[-1])])), True),
-                ("image ids", f"codes 0..{n - 1} are ids {IMAGE_BASE}..{IMAGE_BASE + n - 1}, "
-                              f"{self.listed or 'none of them a tokenizer entry'}; the model's vocabulary has "
-                              f"{self.text_config.vocab_size}", True),
-                ("BOS", str(self.token_names([self.bos])), True)]
+        return [
+            (
+                "default image",
+                f"{self.width} x {self.height} px: {self.layout.length} generated tokens per row "
+                f"of {self.positions} positions",
+                True,
+            ),
+            ("image start + resolution tokens", str(self.token_names(self.image_prefix)), True),
+            (
+                "row end, image end",
+                str(
+                    self.token_names(
+                        [
+                            int(self.layout.forced[self.width // self.patch]),
+                            int(self.layout.forced[-1]),
+                        ]
+                    )
+                ),
+                True,
+            ),
+            (
+                "image ids",
+                f"codes 0..{n - 1} are ids {IMAGE_BASE}..{IMAGE_BASE + n - 1}, "
+                f"{self.listed or 'none of them a tokenizer entry'}; the model's vocabulary has "
+                f"{self.text_config.vocab_size}",
+                True,
+            ),
+            ("BOS", str(self.token_names([self.bos])), True),
+        ]
 
     @property
     def default_sampling(self) -> SamplingSettings:
         return SAMPLING
 
     def check_size(self, width: int, height: int) -> None:
-        """Multiples of 32 px whose sequence (prompt template, image prefix, image) fits the positions."""
+        """Multiples of 32 px whose sequence (prompt template, image prefix, image) fits the
+        positions."""
         if width < GRID or height < GRID or width % GRID or height % GRID:
-            raise ValueError(f"{width}x{height} px: Lumina-mGPT 2.0 generates multiples of {GRID} px "
-                             f"(its resolution tokens count {GRID} px grids)")
+            raise ValueError(
+                f"{width}x{height} px: Lumina-mGPT 2.0 generates multiples of {GRID} px "
+                f"(its resolution tokens count {GRID} px grids)"
+            )
         if self.needed(width, height) > self.positions:
-            raise ValueError(f"{width}x{height} px needs {self.image_length(width, height)} image tokens per row; "
-                             f"Lumina-mGPT 2.0 has {self.positions} positions for prompt and image. The largest that "
-                             f"fit: {self.largest(width, height)} at this aspect ratio, "
-                             f"{self.largest(GRID, GRID)} square")
+            raise ValueError(
+                f"{width}x{height} px needs {self.image_length(width, height)} image tokens per row; "
+                f"Lumina-mGPT 2.0 has {self.positions} positions for prompt and image. The largest that "
+                f"fit: {self.largest(width, height)} at this aspect ratio, "
+                f"{self.largest(GRID, GRID)} square"
+            )
 
     def image_length(self, width: int, height: int) -> int:
         rows, cols = height // self.patch, width // self.patch
         return rows * (cols + 1) + 1
 
     def needed(self, width: int, height: int) -> int:
-        """Positions per row at this size with an empty prompt: the template, the image prefix, the image."""
+        """Positions per row at this size with an empty prompt: the template, the image prefix,
+        the image."""
         return len(self._encode_at("", width, height)) + 3 + self.image_length(width, height)
 
     def largest(self, width: int, height: int) -> str:
@@ -116,15 +142,19 @@ class Lumina2Adapter(LuminaAdapter):
 
 
 def check_added_tokens(tokenizer: TextTokenizer, added: list[dict]) -> None:
-    """Every added token of tokenizer.json has the id the file gives it once read (the tokenizers library
-    renumbers added tokens that leave a gap after the base vocabulary, and says nothing)."""
+    """Every added token of tokenizer.json has the id the file gives it once read (the tokenizers
+    library renumbers added tokens that leave a gap after the base vocabulary, and says nothing)."""
     moved = [(t["content"], t["id"], tokenizer.tok.token_to_id(t["content"])) for t in added]
     moved = [m for m in moved if m[1] != m[2]]
     if moved:
-        shown = ", ".join(f"{name} is {want} in the file, {got} as read" for name, want, got in moved[:3])
-        raise CheckpointError(f"{tokenizer.path}: its special tokens do not keep their ids when read ({shown}"
-                              f"{' ...' if len(moved) > 3 else ''}); the file is incomplete or not Lumina-mGPT "
-                              f"2.0's: download tokenizer.json again from {REPO}")
+        shown = ", ".join(
+            f"{name} is {want} in the file, {got} as read" for name, want, got in moved[:3]
+        )
+        raise CheckpointError(
+            f"{tokenizer.path}: its special tokens do not keep their ids when read ({shown}"
+            f"{' ...' if len(moved) > 3 else ''}); the file is incomplete or not Lumina-mGPT "
+            f"2.0's: download tokenizer.json again from {REPO}"
+        )
 
 
 def token_name(value: Any) -> str | None:
@@ -140,61 +170,87 @@ def bos_id(folder: str, tokenizer: TextTokenizer) -> int:
     config = read_json(path)
     name = token_name(config.get("bos_token")) or token_name(config.get("eos_token"))
     if not name:
-        raise CheckpointError(f"{path}: names neither a bos_token nor an eos_token; download it again from {REPO}")
+        raise CheckpointError(
+            f"{path}: names neither a bos_token nor an eos_token; download it again from {REPO}"
+        )
     return tokenizer.id(name)
 
 
 def check_image_room(codes: int, vocab_size: int, folder: str) -> None:
     if IMAGE_BASE + codes > vocab_size:
-        raise CheckpointError(f"{folder}: a vocabulary of {vocab_size} has no room for {codes} image codes from id "
-                              f"{IMAGE_BASE}; this is not Lumina-mGPT 2.0 with MoVQGAN-270M ({REPO})")
+        raise CheckpointError(
+            f"{folder}: a vocabulary of {vocab_size} has no room for {codes} image codes from id "
+            f"{IMAGE_BASE}; this is not Lumina-mGPT 2.0 with MoVQGAN-270M ({REPO})"
+        )
 
 
-def image_entries(tokenizer: TextTokenizer, tokenizer_json: dict, codes: int, vocabulary_map: dict | None) -> str:
-    """What tokenizer.json holds at the image ids 155000 + c, in words; CheckpointError where it is not an image.
+def image_entries(
+    tokenizer: TextTokenizer, tokenizer_json: dict, codes: int, vocabulary_map: dict | None
+) -> str:
+    """What tokenizer.json holds at the image ids 155000 + c, in words; CheckpointError where it is not
+    an image.
 
-    The ids are the contract and the names a check: each id is either no entry, or an added token named as
-    special tokens are (`<...>`) on one pattern for every code, any number in it counting with the code
-    (`<MOVQGAN_17>` at code 17, or at 17 + a fixed offset). A BPE text token there, names off the pattern, or a
-    `<MOVQGAN` name (tokenizer or config.json's vocabulary map) at another id means the ids moved."""
+    The ids are the contract and the names a check: each id is either no entry, or an added token
+    named as special tokens are (`<...>`) on one pattern for every code, any number in it
+    counting with the code (`<MOVQGAN_17>` at code 17, or at 17 + a fixed offset). A BPE text
+    token there, names off the pattern, or a `<MOVQGAN` name (tokenizer or config.json's
+    vocabulary map) at another id means the ids moved."""
     image = range(IMAGE_BASE, IMAGE_BASE + codes)
-    listed = {t["id"]: t["content"] for t in tokenizer_json.get("added_tokens", []) if t["id"] in image}
+    listed = {
+        t["id"]: t["content"] for t in tokenizer_json.get("added_tokens", []) if t["id"] in image
+    }
     vocab = tokenizer_json.get("model", {}).get("vocab") or {}
-    if isinstance(vocab, list):                         # a Unigram model: [piece, score] by id
+    if isinstance(vocab, list):  # a Unigram model: [piece, score] by id
         vocab = {piece: i for i, (piece, _) in enumerate(vocab)}
-    text = {i: name for name, i in vocab.items() if i in image and listed.get(i) != name}  # added may repeat there
+    text = {
+        i: name for name, i in vocab.items() if i in image and listed.get(i) != name
+    }  # added may repeat there
     if text:
         shown = ", ".join(f"{text[i]!r} at {i}" for i in sorted(text)[:3])
-        raise CheckpointError(f"{tokenizer.path}: ids {IMAGE_BASE}..{image[-1]} are image codes in Lumina-mGPT 2.0, "
-                              f"but {len(text)} of them are text tokens here ({shown}); use the tokenizer.json of "
-                              f"{REPO}")
+        raise CheckpointError(
+            f"{tokenizer.path}: ids {IMAGE_BASE}..{image[-1]} are image codes in Lumina-mGPT 2.0, "
+            f"but {len(text)} of them are text tokens here ({shown}); use the tokenizer.json of "
+            f"{REPO}"
+        )
     named = [(t["content"], t["id"]) for t in tokenizer_json.get("added_tokens", [])]
-    astray = sorted((i, name) for name, i in named + list((vocabulary_map or {}).items())
-                    if name.startswith("<MOVQGAN") and i not in image)
+    astray = sorted(
+        (i, name)
+        for name, i in named + list((vocabulary_map or {}).items())
+        if name.startswith("<MOVQGAN") and i not in image
+    )
     if astray:
-        raise CheckpointError(f"{tokenizer.path}: image token {astray[0][1]} is id {astray[0][0]} "
-                              f"({len(astray)} outside {IMAGE_BASE}..{image[-1]}), where Lumina-mGPT 2.0 puts code c "
-                              f"at {IMAGE_BASE} + c: the ids moved. Download tokenizer.json and config.json again "
-                              f"from {REPO}")
+        raise CheckpointError(
+            f"{tokenizer.path}: image token {astray[0][1]} is id {astray[0][0]} "
+            f"({len(astray)} outside {IMAGE_BASE}..{image[-1]}), where Lumina-mGPT 2.0 puts code c "
+            f"at {IMAGE_BASE} + c: the ids moved. Download tokenizer.json and config.json again "
+            f"from {REPO}"
+        )
     if not listed:
         return ""
     first = min(listed)
     pattern = _name_pattern(listed[first], first - IMAGE_BASE)
-    off = [(i, name) for i, name in sorted(listed.items())
-           if pattern is None or _name_pattern(name, i - IMAGE_BASE) != pattern]
+    off = [
+        (i, name)
+        for i, name in sorted(listed.items())
+        if pattern is None or _name_pattern(name, i - IMAGE_BASE) != pattern
+    ]
     if off:
         shown = ", ".join(f"{name!r} at {i}" for i, name in off[:3])
-        raise CheckpointError(f"{tokenizer.path}: {len(off)} entries at the image ids {IMAGE_BASE}..{image[-1]} are "
-                              f"not image tokens ({shown}); the ids moved or the file is not Lumina-mGPT 2.0's: "
-                              f"download it again from {REPO}")
-    return (f"{len(listed)} of them listed as image tokens in the tokenizer ({listed[first]} .. "
-            f"{listed[max(listed)]})"
-            + ("" if len(listed) == codes else f", {codes - len(listed)} not listed"))
+        raise CheckpointError(
+            f"{tokenizer.path}: {len(off)} entries at the image ids {IMAGE_BASE}..{image[-1]} are "
+            f"not image tokens ({shown}); the ids moved or the file is not Lumina-mGPT 2.0's: "
+            f"download it again from {REPO}"
+        )
+    return (
+        f"{len(listed)} of them listed as image tokens in the tokenizer ({listed[first]} .. "
+        f"{listed[max(listed)]})"
+        + ("" if len(listed) == codes else f", {codes - len(listed)} not listed")
+    )
 
 
 def _name_pattern(name: str, code: int) -> tuple[str, int | None] | None:
-    """(the name with its numbers as #, its last number less the code), or None for a name not bracketed as
-    special tokens are."""
+    """(the name with its numbers as #, its last number less the code), or None for a name not
+    bracketed as special tokens are."""
     if not (name.startswith("<") and name.endswith(">")):
         return None
     numbers = re.findall(r"\d+", name)
@@ -204,17 +260,25 @@ def _name_pattern(name: str, code: int) -> tuple[str, int | None] | None:
 def find_decoder(folder: str) -> str:
     path = find_movqgan(folder, MOVQGAN_FILE)
     if path is None:
-        raise CheckpointError(f"{folder}: {MOVQGAN_FILE} missing. Lumina-mGPT 2.0 decodes images with MoVQGAN-270M: "
-                              f"download {MOVQGAN_FILE} from https://huggingface.co/{MOVQGAN_REPO} into "
-                              f"{os.path.join(folder, 'movqgan')}")
+        raise CheckpointError(
+            f"{folder}: {MOVQGAN_FILE} missing. Lumina-mGPT 2.0 decodes images with MoVQGAN-270M: "
+            f"download {MOVQGAN_FILE} from https://huggingface.co/{MOVQGAN_REPO} into "
+            f"{os.path.join(folder, 'movqgan')}"
+        )
     return path
 
 
-def load_lumina2(folder: str, device="cpu", dtype=torch.float32, width: int | None = None,
-                 height: int | None = None) -> Lumina2Adapter:
+def load_lumina2(
+    folder: str,
+    device="cpu",
+    dtype=torch.float32,
+    width: int | None = None,
+    height: int | None = None,
+) -> Lumina2Adapter:
     """width, height: the image size in pixels (default 768 x 768, the release's)."""
     from transformers import ChameleonConfig, ChameleonForConditionalGeneration
-    check_folder(folder, REPO)                 # the cheap checks first: no 16 GB load before a bad file
+
+    check_folder(folder, REPO)  # the cheap checks first: no 16 GB load before a bad file
     tokenizer = TextTokenizer(folder, REPO)
     tokenizer_json = read_json(tokenizer.path)
     check_added_tokens(tokenizer, tokenizer_json.get("added_tokens", []))
@@ -224,16 +288,31 @@ def load_lumina2(folder: str, device="cpu", dtype=torch.float32, width: int | No
     decoder = find_decoder(folder)
     movq = load_movqgan(decoder)
     if movq.config.downsample != Lumina2Adapter.patch:
-        raise CheckpointError(f"{decoder}: an f{movq.config.downsample} MoVQGAN; Lumina-mGPT 2.0's (270M) is f8")
+        raise CheckpointError(
+            f"{decoder}: an f{movq.config.downsample} MoVQGAN; Lumina-mGPT 2.0's (270M) is f8"
+        )
     try:
         config = ChameleonConfig.from_pretrained(folder, local_files_only=True)
     except Exception as e:  # unreadable or of another version
-        raise CheckpointError(f"{folder}: config.json cannot be read as a Chameleon config ({type(e).__name__}: "
-                              f"{e}); download it again from {REPO}") from e
+        raise CheckpointError(
+            f"{folder}: config.json cannot be read as a Chameleon config ({type(e).__name__}: "
+            f"{e}); download it again from {REPO}"
+        ) from e
     check_image_room(movq.config.n_embed, config.vocab_size, folder)
     listed = image_entries(tokenizer, tokenizer_json, movq.config.n_embed, config.vocabulary_map)
-    if config.vocabulary_map is None:    # transformers' Chameleon reads 1.0's image-token names from it; 2.0 has none
+    if (
+        config.vocabulary_map is None
+    ):  # transformers' Chameleon reads 1.0's image-token names from it; 2.0 has none
         config.vocabulary_map = {}
-    model = load_pretrained(ChameleonForConditionalGeneration, folder, REPO, dtype, optional=("model.vqmodel.",),
-                            reshape=expand_qk_norm, config=config)
-    return Lumina2Adapter(model, tokenizer, movq, bos, listed=listed, width=width, height=height, device=device)
+    model = load_pretrained(
+        ChameleonForConditionalGeneration,
+        folder,
+        REPO,
+        dtype,
+        optional=("model.vqmodel.",),
+        reshape=expand_qk_norm,
+        config=config,
+    )
+    return Lumina2Adapter(
+        model, tokenizer, movq, bos, listed=listed, width=width, height=height, device=device
+    )

@@ -1,15 +1,11 @@
-"""MoVQGAN, decoding side (Zheng et al. 2022, "MoVQ: Modulating Quantized Vectors for High-Fidelity Image
-Generation"; Sber AI's release github.com/ai-forever/MoVQGAN, weights ai-forever/MoVQGAN). Lumina-mGPT 2.0
-draws its image tokens from the 270M model's codebook (16,384 codes, f8) and decodes them with it.
+"""MoVQGAN's decoder (Zheng et al. 2022, "MoVQ"; Sber AI's github.com/ai-forever/MoVQGAN).
 
-The decoder is taming's VQGAN decoder with every GroupNorm modulated by the quantized codes (SpatialNorm:
-the norm's output scaled and shifted by 1x1 convolutions of the code map, resized to the feature map).
-Module names follow the released checkpoint (a plain state dict), and the architecture is read from its
-tensor shapes, so the 67M, 102M and 270M releases (and our tiny test fixtures) load through one path.
-The encoder is left out: generation only decodes. Our own code; checked against Lumina-mGPT 2.0's copy
-(lumina_mgpt/movqgan/modules/vqvae/movq_modules.py, models/vqgan.py: MOVQ.decode_code) by the golden
-numerics in tests/test_golden.py.
-"""
+Lumina-mGPT 2.0 draws its image tokens from the 270M model's codebook (16,384 codes, f8) and decodes
+them with it: taming's VQGAN decoder with every GroupNorm modulated by the quantized codes. The
+architecture is read from the checkpoint's tensor shapes, so each release loads through one path;
+the encoder is left out. Our own code, checked against Lumina-mGPT 2.0's copy by golden numerics.
+The layers, the releases and the upstream files: docs/families.md, "Lumina-mGPT 2.0"."""
+
 from __future__ import annotations
 
 import os
@@ -23,23 +19,26 @@ from ..checkpoint import CheckpointError, load_decoder, read_state_dict
 from ..llamagen.vq import Upsample, swish
 from ..lumina.vqgan import ChameleonVQGAN
 
-HINT = ("the MoVQGAN checkpoint Lumina-mGPT 2.0 decodes with (keys like decoder.conv_in.weight, "
-        "quantize.embedding.weight)")
-UNUSED_PREFIXES = ("encoder.", "quant_conv.", "loss.")   # encoding side and training losses
+HINT = (
+    "the MoVQGAN checkpoint Lumina-mGPT 2.0 decodes with (keys like decoder.conv_in.weight, "
+    "quantize.embedding.weight)"
+)
+UNUSED_PREFIXES = ("encoder.", "quant_conv.", "loss.")  # encoding side and training losses
 GROUPS = 32
 
 
 @dataclass(frozen=True)
 class MoVQConfig:
-    """What the decoder's shapes say: codebook, per-level widths (level 0 = full resolution), blocks per
-    level (the decoder runs num_res_blocks + 1), the levels with attention, and whether each SpatialNorm
-    has its extra 3x3 convolution of the codes (add_conv)."""
+    """What the decoder's shapes say: codebook, per-level widths (level 0 = full resolution), blocks
+    per level (the decoder runs num_res_blocks + 1), the levels with attention, and whether each
+    SpatialNorm has its extra 3x3 convolution of the codes (add_conv)."""
+
     n_embed: int = 16384
     embed_dim: int = 4
     z_channels: int = 4
-    channels: tuple = (256, 512, 512, 1024)     # ch 256 x ch_mult (1, 2, 2, 4): the 270M release
+    channels: tuple = (256, 512, 512, 1024)  # ch 256 x ch_mult (1, 2, 2, 4): the 270M release
     blocks: int = 3
-    attn_levels: tuple = (3,)                   # attn_resolutions [32] at resolution 256: the lowest level
+    attn_levels: tuple = (3,)  # attn_resolutions [32] at resolution 256: the lowest level
     add_conv: bool = False
     out_ch: int = 3
 
@@ -88,24 +87,34 @@ class AttnBlock(nn.Module):
         B, C, H, W = x.shape
         h = self.norm(x, zq)
         q, k, v = (m(h).flatten(2).transpose(1, 2) for m in (self.q, self.k, self.v))  # [B, HW, C]
-        y = F.scaled_dot_product_attention(q[:, None], k[:, None], v[:, None])[:, 0]  # memory-efficient at 96 x 96
+        y = F.scaled_dot_product_attention(q[:, None], k[:, None], v[:, None])[
+            :, 0
+        ]  # memory-efficient at 96 x 96
         return x + self.proj_out(y.transpose(1, 2).reshape(B, C, H, W))
 
 
 class Mid(nn.Module):
     def __init__(self, ch: int, c: MoVQConfig):
         super().__init__()
-        self.block_1, self.attn_1, self.block_2 = ResnetBlock(ch, ch, c), AttnBlock(ch, c), ResnetBlock(ch, ch, c)
+        self.block_1, self.attn_1, self.block_2 = (
+            ResnetBlock(ch, ch, c),
+            AttnBlock(ch, c),
+            ResnetBlock(ch, ch, c),
+        )
 
     def forward(self, h: Tensor, zq: Tensor) -> Tensor:
         return self.block_2(self.attn_1(self.block_1(h, zq), zq), zq)
 
 
 class UpLevel(nn.Module):
-    """Residual blocks (each followed by attention where the level has it), then 2x nearest upsampling."""
+    """Residual blocks (each followed by attention where the level has it), then 2x nearest
+    upsampling."""
+
     def __init__(self, cin: int, cout: int, c: MoVQConfig, attn: bool, upsample: bool):
         super().__init__()
-        self.block = nn.ModuleList(ResnetBlock(cin if i == 0 else cout, cout, c) for i in range(c.blocks))
+        self.block = nn.ModuleList(
+            ResnetBlock(cin if i == 0 else cout, cout, c) for i in range(c.blocks)
+        )
         self.attn = nn.ModuleList(AttnBlock(cout, c) for _ in range(c.blocks if attn else 0))
         self.upsample = Upsample(cout) if upsample else None
 
@@ -123,9 +132,12 @@ class Decoder(nn.Module):
         n, chans = len(c.channels), c.channels
         self.conv_in = nn.Conv2d(c.z_channels, chans[-1], 3, padding=1)
         self.mid = Mid(chans[-1], c)
-        # `up` is indexed by level (0 = full resolution) as in the checkpoint, and run from the top level down
-        self.up = nn.ModuleList(UpLevel(chans[min(i + 1, n - 1)], chans[i], c, i in c.attn_levels, i > 0)
-                                for i in range(n))
+        # `up` is indexed by level (0 = full resolution) as in the checkpoint, and run from the top
+        # level down
+        self.up = nn.ModuleList(
+            UpLevel(chans[min(i + 1, n - 1)], chans[i], c, i in c.attn_levels, i > 0)
+            for i in range(n)
+        )
         self.norm_out = SpatialNorm(chans[0], c.embed_dim, c.add_conv)
         self.conv_out = nn.Conv2d(chans[0], c.out_ch, 3, padding=1)
 
@@ -138,13 +150,14 @@ class Decoder(nn.Module):
 
 class MoVQGAN(ChameleonVQGAN):
     """Codebook and post-quant convolution as taming's VQGAN; the decoder modulated by the codes."""
+
     decoder_class = Decoder
 
     def decode_code(self, codes: Tensor) -> Tensor:
-        """codes [B, h, w] -> images [B, 3, f h, f w] (f8 for the releases), nominally in [-1, 1]. The
-        decoder sees the code vectors twice: through post_quant_conv as its input, and raw as the map
-        that modulates every norm."""
-        zq = self.quantize.embedding(codes).permute(0, 3, 1, 2)            # [B, D, h, w]
+        """codes [B, h, w] -> images [B, 3, f h, f w] (f8 for the releases), nominally in [-1, 1].
+        The decoder sees the code vectors twice: through post_quant_conv as its input, and raw as
+        the map that modulates every norm."""
+        zq = self.quantize.embedding(codes).permute(0, 3, 1, 2)  # [B, D, h, w]
         return self.decoder(self.post_quant_conv(zq), zq)
 
 
@@ -153,30 +166,43 @@ def config_from_state(state: dict[str, Tensor], path: str) -> MoVQConfig:
     try:
         n_embed, embed_dim = state["quantize.embedding.weight"].shape
         levels = sorted({int(m[1]) for k in state if (m := re.match(r"decoder\.up\.(\d+)\.", k))})
-        channels = tuple(int(state[f"decoder.up.{i}.block.0.conv1.weight"].shape[0]) for i in levels)
+        channels = tuple(
+            int(state[f"decoder.up.{i}.block.0.conv1.weight"].shape[0]) for i in levels
+        )
         blocks = len({k.split(".")[4] for k in state if k.startswith("decoder.up.0.block.")})
         attn = tuple(i for i in levels if f"decoder.up.{i}.attn.0.q.weight" in state)
-        return MoVQConfig(n_embed=int(n_embed), embed_dim=int(embed_dim),
-                          z_channels=int(state["post_quant_conv.weight"].shape[0]), channels=channels, blocks=blocks,
-                          attn_levels=attn, add_conv="decoder.norm_out.conv.weight" in state,
-                          out_ch=int(state["decoder.conv_out.weight"].shape[0]))
+        return MoVQConfig(
+            n_embed=int(n_embed),
+            embed_dim=int(embed_dim),
+            z_channels=int(state["post_quant_conv.weight"].shape[0]),
+            channels=channels,
+            blocks=blocks,
+            attn_levels=attn,
+            add_conv="decoder.norm_out.conv.weight" in state,
+            out_ch=int(state["decoder.conv_out.weight"].shape[0]),
+        )
     except (KeyError, ValueError) as e:
-        raise CheckpointError(f"{path}: not a MoVQGAN decoder ({type(e).__name__}: {e}); expected {HINT}") from e
+        raise CheckpointError(
+            f"{path}: not a MoVQGAN decoder ({type(e).__name__}: {e}); expected {HINT}"
+        ) from e
 
 
 def load_movqgan(path: str) -> MoVQGAN:
-    """A MoVQGAN checkpoint (.ckpt as released, read with weights_only, or .safetensors), decoder side."""
+    """A MoVQGAN checkpoint (.ckpt as released, read with weights_only, or .safetensors), decoder
+    side."""
     state, _ = read_state_dict(path, HINT)
     state = {k: v for k, v in state.items() if not k.startswith(UNUSED_PREFIXES)}
     config = config_from_state(state, path)
     if len(config.channels) < 2 or not config.blocks:
-        raise CheckpointError(f"{path}: its decoder has {len(config.channels)} levels; expected {HINT}")
+        raise CheckpointError(
+            f"{path}: its decoder has {len(config.channels)} levels; expected {HINT}"
+        )
     return load_decoder(lambda: MoVQGAN(config), state, path, HINT)
 
 
 def find_movqgan(folder: str, name: str) -> str | None:
-    """`name` (.ckpt or a .safetensors conversion) in the model folder, its movqgan/ subfolder, or the place
-    upstream's README puts it (movqgan/270M/); None when absent."""
+    """`name` (.ckpt or a .safetensors conversion) in the model folder, its movqgan/ subfolder, or
+    the place upstream's README puts it (movqgan/270M/); None when absent."""
     stem = os.path.splitext(name)[0]
     size = stem.rsplit("_", 1)[-1]
     for place in ("movqgan", os.path.join("movqgan", size), ""):
