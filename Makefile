@@ -30,7 +30,7 @@ setup: $(BIN)/.installed
 
 setup-comfy: $(COMFY)/.installed
 
-# The browser tests (tests/test_browser.py): Chromium from the distribution's packages (Playwright comes
+# The browser tests (tests/comfyui/test_browser.py): Chromium from the distribution's packages (Playwright comes
 # from requirements-dev.txt and drives this binary; no browser download). Needs root for apt; without
 # it the tests skip and say what to install (under CI=true they fail instead).
 setup-browser:
@@ -50,14 +50,14 @@ test-fast: setup lint
 
 # the browser tests in every frontend of the matrix (tests/comfy/browser.py's MATRIX; make test drives three)
 test-frontends: setup setup-comfy setup-browser
-	SJDVP_FRONTENDS=$${SJDVP_FRONTENDS:-all} $(BIN)/python -m pytest -q tests/test_browser.py
+	SJDVP_FRONTENDS=$${SJDVP_FRONTENDS:-all} $(BIN)/python -m pytest -q tests/comfyui/test_browser.py
 
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
 bench: setup
-	$(BIN)/python -m benchmarks.compare_methods --model demo --out benchmarks/results/demo
+	$(BIN)/python -m benchmarks.compare_methods --model demo --repeats 3 --inits random --out benchmarks/results/demo
 	$(BIN)/python -m benchmarks.sweep_vp --prompts 12 --out benchmarks/results/vp_sweep
 	$(BIN)/python -m benchmarks.quality --out benchmarks/results/quality
 

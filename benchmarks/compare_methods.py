@@ -61,12 +61,12 @@ def load_model(name: str, prompts: int, prompts_file: str = PROMPTS_T2I, device:
     """-> (adapter, conditions, sampling defaults, judge or None). name: toy, toy-trend, demo or
     a folder."""
     if name == "toy":
-        from sjdvp_core.models.toy import ToyGridAdapter
+        from benchmarks.toy import ToyGridAdapter
 
         toy = ToyGridAdapter(height=16, width=16, levels=8, sharpness=12.0)
         return toy, [0, 1, 2, 3][:prompts], toy.default_sampling, None
     if name == "toy-trend":
-        from sjdvp_core.models.toy import ToyTrendAdapter
+        from benchmarks.toy import ToyTrendAdapter
 
         toy = ToyTrendAdapter(height=16, width=16, levels=8, sharpness=80.0, noise=0.3)
         return toy, [0, 1, 2, 3][:prompts], toy.default_sampling, None

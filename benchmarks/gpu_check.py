@@ -3,7 +3,7 @@ what it has after every row (a lease can end mid-run) and stops starting new wor
 budget.
 
 Every family's shape at real size with random bf16 weights (no download;
-sjdvp_core/models/releases.py, the memory table's architectures), driven through HFAdapter's cache,
+benchmarks/releases.py, the memory table's architectures), driven through HFAdapter's cache,
 masks and RoPE (LlamaGen, GLM-Image: their own adapters) with the family adapter's embedding and
 head:
 1. forward: t(k), one pass scoring k tokens per row mid-image, k = 1 ... 256, with one row and with
@@ -39,6 +39,7 @@ from typing import Callable
 
 import torch
 
+from benchmarks import releases
 from sjdvp_core import (
     DecodeSettings,
     DrafterSettings,
@@ -50,7 +51,7 @@ from sjdvp_core import (
 from sjdvp_core.datasheet import DEVICES, SHAPES, Device, roofline_seconds
 from sjdvp_core.engine.adapter import ModelAdapter, TokenLayout
 from sjdvp_core.engine.captured import RECORD_AT, Passes
-from sjdvp_core.models import memory, placement, quantize, releases
+from sjdvp_core.models import memory, placement, quantize
 from sjdvp_core.models.hf_adapter import HFAdapter
 from sjdvp_core.timing import interleaved
 
@@ -72,7 +73,7 @@ class Deadline:
         return self.end - time.monotonic()
 
 
-# --- the shapes: the releases' architectures (sjdvp_core/models/releases.py) ----------------------
+# --- the shapes: the releases' architectures (benchmarks/releases.py) ----------------------
 @dataclass(frozen=True)
 class Arch:
     name: str

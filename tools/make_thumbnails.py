@@ -4,7 +4,7 @@ commit maps. A family workflow's (its model is not here to run): the workflow as
 from the screenshot the browser test takes when it drops the workflow onto the canvas.
 
     python tools/make_thumbnails.py                      # the demo workflows
-    pytest tests/test_browser.py -k loads_as_dropped     # then: the family workflows from its screenshots
+    pytest tests/comfyui/test_browser.py -k loads_as_dropped     # then: the family workflows from its screenshots
     python tools/make_thumbnails.py --from-screenshots
 """
 
@@ -108,7 +108,7 @@ def from_screenshots() -> None:
         shot = os.path.join(SCREENSHOTS, f"{FRONTEND}-vue-dropped-{name[:-5]}.png")
         if not os.path.isfile(shot):
             raise SystemExit(
-                f"{shot}: missing; run pytest tests/test_browser.py -k loads_as_dropped first"
+                f"{shot}: missing; run pytest tests/comfyui/test_browser.py -k loads_as_dropped first"
             )
         img = Image.open(shot).convert("RGB")
         img = img.crop(

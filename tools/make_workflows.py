@@ -3,7 +3,7 @@
     python tools/make_workflows.py
 
 Widget values follow each node's declared order and take their defaults from the engine's settings;
-tests/test_comfyui.py checks every file against a real server's node definitions and runs the demo
+tests/comfyui/test_comfyui.py checks every file against a real server's node definitions and runs the demo
 ones."""
 
 from __future__ import annotations
@@ -200,7 +200,7 @@ def default_size(widgets: list) -> tuple[int, int]:
 
 
 # Layout: no node overlaps another, also as the Vue node renderer draws them and after a run (images
-# and the report text shown); tests/test_browser.py checks every workflow in a real browser.
+# and the report text shown); tests/comfyui/test_browser.py checks every workflow in a real browser.
 GAP, TITLE = 60, 30
 DECODE_SIZE, IMAGE_SIZE, REPORT_SIZE, PICTURE_SIZE = (340, 670), (360, 110), (360, 330), (340, 400)
 BRANCH_HEIGHT = 2 * (

@@ -1,11 +1,11 @@
 """The memory table (README.md's Models section and docs/memory.md): what each release needs at each
 precision, and which cards it fits.
 
-Each release's own architecture (its config's sizes, sjdvp_core/models/releases.py) is built on the
+Each release's own architecture (its config's sizes, benchmarks/releases.py) is built on the
 meta device, so no weight is read or allocated, and the estimator auto uses (models.memory.need: the
 weights at that precision + a default decode's KV cache, forward transients and loop state) is run
-on it. Where this table and a loaded model disagree, the loaded model is right: tests/test_memory.py
-checks the estimator against measured peaks, and tests/test_memory_table.py checks each architecture
+on it. Where this table and a loaded model disagree, the loaded model is right: tests/models/test_memory.py
+checks the estimator against measured peaks, and tests/models/test_memory_table.py checks each architecture
 here against its release's download size.
 
     python tools/memory_table.py            # print the table (markdown)
@@ -22,7 +22,7 @@ from typing import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from sjdvp_core.models import releases  # noqa: E402
+from benchmarks import releases  # noqa: E402
 from sjdvp_core.models.memory import Need, need, pixel_weight_need  # noqa: E402
 
 CARDS_GB = (8, 12, 16, 24, 48, 80)

@@ -101,7 +101,7 @@ def forward_bytes(
     S] in the compute dtype where materialised, the mask [R, 1, W, S] (bool and additive), a
     block's live activations (two of hidden width, two of MLP width) and the logits [R, W, V]
     (the head's output, and its fp32 copy where the compute dtype is narrower). Checked against
-    measured peaks (tests/test_memory.py)."""
+    measured peaks (tests/models/test_memory.py)."""
     scores = shape.heads * entries if shape.scores else 0
     per_token = (scores + 2 * shape.hidden + 2 * shape.ffn) * itemsize + entries * (1 + itemsize)
     logits = shape.vocab * (itemsize + (4 if itemsize < 4 else 0))

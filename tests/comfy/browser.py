@@ -1,5 +1,5 @@
 """A real browser on a real ComfyUI: Chromium from the distribution's packages driven by Playwright
-(pip), pointed at the system binary (no browser download). Used by tests/test_browser.py.
+(pip), pointed at the system binary (no browser download). Used by tests/comfyui/test_browser.py.
 
 The frontends: the one ComfyUI 0.3.75 ships (comfyui-frontend-package 1.32.9, in .venv-comfy: the
 oldest the pack supports) and others from PyPI, served by the same server with --front-end-root

@@ -7,7 +7,7 @@ import itertools
 
 import torch
 
-from sjdvp_core.models.toy import ToyGridAdapter
+from benchmarks.toy import ToyGridAdapter
 
 # VP that fuses often on the toys' few codes (a single rise is enough, the top 4 are candidates), so
 # its drafts are far from q: a law test with it catches a verifier that does not use the fused q

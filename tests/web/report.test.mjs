@@ -5,7 +5,7 @@ import { readFileSync } from "node:fs";
 
 import { badgeText, nodeForOutputKey, reportOf, reportText } from "../../web/js/report.js";
 
-// a Speed-up Report node's UI output (nodes/decode_nodes.py report_ui), written by tests/test_web.py
+// a Speed-up Report node's UI output (nodes/decode_nodes.py report_ui), written by tests/nodes/test_web.py
 const MESSAGE = JSON.parse(readFileSync(process.env.SJDVP_REPORT, "utf8"));
 
 test("the badge comes from the figures the node sends", () => {

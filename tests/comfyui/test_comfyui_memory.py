@@ -9,11 +9,10 @@ import subprocess
 import torch
 
 from tests.comfy.server import COMFY_PYTHON, NEEDS_COMFYUI, comfyui_root
+from tests.helpers.paths import TESTS
 from tests.helpers.tiny_llamagen import random_gpt, random_vq
 
 pytestmark = NEEDS_COMFYUI
-
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def decode_chain(prompt: dict, first_id: int, model: str, cond: str) -> str:
@@ -75,7 +74,7 @@ def test_two_models_and_a_vae_share_the_session(server):
     subprocess.run(
         [
             COMFY_PYTHON,
-            os.path.join(HERE, "comfy", "random_vae.py"),
+            str(TESTS / "comfy" / "random_vae.py"),
             os.path.join(vae_dir, "random_sd1_vae.safetensors"),
         ],
         cwd=comfyui_root(),

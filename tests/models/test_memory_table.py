@@ -10,8 +10,9 @@ import pytest
 
 from sjdvp_core.hub import catalogue
 from sjdvp_core.models.memory import weight_need
+from tests.helpers import paths
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = str(paths.REPO)
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,7 @@ import re
 import pytest
 import torch
 
+from benchmarks.toy import ToyGridAdapter
 from sjdvp_core import (
     DecodeSettings,
     DrafterSettings,
@@ -20,7 +21,6 @@ from sjdvp_core.engine.settings import decode_settings
 from sjdvp_core.figures import commit_figure
 from sjdvp_core.models.loading import load_model, resolve_dtype
 from sjdvp_core.models.registry import detect_family, list_models
-from sjdvp_core.models.toy import ToyGridAdapter
 from tests.helpers.tiny_llamagen import random_gpt, random_vq
 
 
@@ -178,8 +178,8 @@ def test_command_lines_default_to_the_gpu_when_there_is_one(monkeypatch):
 
 
 def test_at_size_keeps_fixed_size_families_and_says_so():
+    from benchmarks.toy import ToyGridAdapter
     from sjdvp_core.engine.adapter import at_size
-    from sjdvp_core.models.toy import ToyGridAdapter
 
     toy = ToyGridAdapter()
     assert at_size(toy, 0, 0) is toy

@@ -6,6 +6,7 @@ from dataclasses import replace
 import pytest
 import torch
 
+from benchmarks.toy import ToyGridAdapter
 from sjdvp_core import (
     DecodeSettings,
     DrafterSettings,
@@ -16,7 +17,6 @@ from sjdvp_core import (
 )
 from sjdvp_core.engine.drafting import copy_sources
 from sjdvp_core.engine.window import LocalLayout
-from sjdvp_core.models.toy import ToyGridAdapter
 from tests.helpers.toy_reference import ar_greedy
 
 TOY = ToyGridAdapter(height=6, width=6, levels=4, sharpness=6.0, seed=1)

@@ -1,5 +1,5 @@
 """GLM-Image on a tiny folder in the release's layout (tests/helpers/tiny_glm_image.py), beyond the
-family contract (tests/test_family_contract.py: detection, greedy SJD == AR on chains and trees,
+family contract (tests/models/test_family_contract.py: detection, greedy SJD == AR on chains and trees,
 tree forwards, broken files, the check command): the engine's plain AR decode writes
 transformers' generate() tokens, token for token, with the 3-D positions computed from the
 layout; window steps with rollback equal a recompute; sizes, guidance and sampling as the release

@@ -33,8 +33,9 @@ from sjdvp_core.models.llamagen.vq import VQConfig
 from sjdvp_core.models.lumina import vqgan as chameleon_vqgan
 from sjdvp_core.models.lumina.vqgan import load_vqgan
 from sjdvp_core.models.lumina2 import movqgan
+from tests.helpers.paths import TESTS
 
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = TESTS / "golden"
 NAMES = ("llamagen_gpt_c2i", "llamagen_gpt_t2i", "llamagen_vq", "chameleon_vqgan", "movqgan")
 TOL = dict(atol=1e-5, rtol=1e-5)  # fp32 on CPU; the outputs are of order 1
 

@@ -3,7 +3,7 @@ CPU through tests/helpers/static_replay.py (the `replayed_on_cpu` fixture): when
 recorded, what the report says, and the fallbacks: a recording that fails or a replay that
 differs leaves the decode eager with its tokens and the reason said once; where nothing can be
 recorded the reason is named. Every family's tokens through the recorded pass:
-tests/test_family_contract.py."""
+tests/models/test_family_contract.py."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from dataclasses import replace
 import pytest
 import torch
 
+from benchmarks.toy import ToyGridAdapter
 from sjdvp_core import decode, method_settings
 from sjdvp_core.engine import captured
 from sjdvp_core.engine.budget import decode_bytes
@@ -21,7 +22,6 @@ from sjdvp_core.engine.calibration import cost_key
 from sjdvp_core.engine.report import report_text
 from sjdvp_core.engine.settings import DecodeSettings, SamplingSettings
 from sjdvp_core.models.loading import load_model
-from sjdvp_core.models.toy import ToyGridAdapter
 from tests.helpers.static_replay import StaticReplay
 
 SAMPLED = SamplingSettings(cfg_scale=2.0, top_k=8)

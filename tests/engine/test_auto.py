@@ -6,6 +6,7 @@ from dataclasses import replace
 import pytest
 import torch
 
+from benchmarks.toy import ToyGridAdapter
 from sjdvp_core import (
     DecodeSettings,
     DrafterSettings,
@@ -31,7 +32,6 @@ from sjdvp_core.engine.cost import GRID, PassCost, monotone
 from sjdvp_core.engine.drafting import Drafter
 from sjdvp_core.engine.settings import TreeSettings, method_settings
 from sjdvp_core.engine.stats import DecodeStats
-from sjdvp_core.models.toy import ToyGridAdapter
 from tests.helpers.paced_clock import PacedClock
 
 RISING = PassCost((1, 2, 4, 8, 16), (1.0, 1.2, 1.5, 2.2, 3.8), "synthetic: a CPU-like curve")

@@ -14,8 +14,8 @@ from typing import Any, Sequence
 import torch
 from torch import Tensor
 
-from ..engine.adapter import ModelAdapter, TokenLayout
-from ..engine.settings import SamplingSettings
+from sjdvp_core.engine.adapter import ModelAdapter, TokenLayout
+from sjdvp_core.engine.settings import SamplingSettings
 
 ROW_END, END_OF_IMAGE = 0, 1
 

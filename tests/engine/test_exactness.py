@@ -8,6 +8,7 @@ the unfused q."""
 import pytest
 import torch
 
+from benchmarks.toy import ToyGridAdapter
 from sjdvp_core import (
     DecodeSettings,
     DrafterSettings,
@@ -20,7 +21,6 @@ from sjdvp_core.engine import auto
 from sjdvp_core.engine import calibration as calibrating
 from sjdvp_core.engine.cost import PassCost
 from sjdvp_core.engine.settings import DRAFT_INITS, TreeSettings
-from sjdvp_core.models.toy import ToyGridAdapter
 from tests.helpers.toy_reference import STRONG_VP, chi2_pvalue, code_index, exact_distribution
 
 pytestmark = pytest.mark.statistical

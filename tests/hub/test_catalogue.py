@@ -7,17 +7,15 @@ has bytes, shown with "~" where it has the Hub's rounding)."""
 from __future__ import annotations
 
 import json
-import os
 from decimal import Decimal
 
 import pytest
 
 from sjdvp_core.hub import catalogue
 from sjdvp_core.hub.download import DownloadError, select
+from tests.helpers.paths import TESTS
 
-LISTINGS = json.load(open(os.path.join(os.path.dirname(__file__), "data", "hub_listings.json")))[
-    "repos"
-]
+LISTINGS = json.load(open(TESTS / "data" / "hub_listings.json"))["repos"]
 UNITS = {"B": 1, "kB": 10**3, "MB": 10**6, "GB": 10**9}
 
 

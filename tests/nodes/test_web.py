@@ -8,10 +8,10 @@ import subprocess
 
 import pytest
 
+from benchmarks.toy import ToyGridAdapter
 from sjdvp_core import DecodeSettings, DrafterSettings, VPSettings, WindowSettings, decode
 from sjdvp_core.engine.calibration import measure_cost
 from sjdvp_core.engine.report import report_data, report_text
-from sjdvp_core.models.toy import ToyGridAdapter
 from tests.comfy.server import REPO
 
 

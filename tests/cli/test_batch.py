@@ -14,8 +14,9 @@ import time
 import pytest
 
 from sjdvp_core.cli.batch import jobs, parse_seeds, read_prompts, run
+from tests.helpers.paths import REPO
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(REPO)
 PROMPTS = ["a red circle on grass", "a blue square on snow", "a green triangle on sand"]
 
 

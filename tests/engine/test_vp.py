@@ -138,8 +138,8 @@ def test_auto_strength_differs_between_models_with_different_dynamics():
     where shrinkage costs forward passes, it never shrinks. Random fresh drafts: with copies of
     the cells above (the default) the trend toy's drafts pass so often that plain and shrinking
     drafts tie there (0.912 against 0.912 in one decode)."""
+    from benchmarks.toy import ToyGridAdapter, ToyTrendAdapter
     from sjdvp_core import DecodeSettings, DrafterSettings, WindowSettings, decode
-    from sjdvp_core.models.toy import ToyGridAdapter, ToyTrendAdapter
 
     grid = ToyGridAdapter(height=16, width=16, levels=8, sharpness=12.0)
     trend = ToyTrendAdapter(height=16, width=16, levels=8, sharpness=80.0, noise=0.3)
@@ -168,8 +168,8 @@ def test_auto_strength_differs_between_models_with_different_dynamics():
 
 def test_auto_scores_stay_finite_when_rows_sit_at_different_positions():
     """A window wider than the image with a batch: slots past a row's image were never scored."""
+    from benchmarks.toy import ToyGridAdapter
     from sjdvp_core import DecodeSettings, DrafterSettings, WindowSettings, decode
-    from sjdvp_core.models.toy import ToyGridAdapter
 
     toy = ToyGridAdapter(8, 8, levels=4)
     for seed in range(3):
@@ -190,9 +190,9 @@ def test_auto_without_a_carried_draft_says_it_drafted_plainly():
     """At a window of 2 no draft is looked at twice, so VP has no history to act on: the report says
     so rather than "settled on +0" with every rate at 0%; from a window of 3 drafts are carried
     and judged."""
+    from benchmarks.toy import ToyGridAdapter
     from sjdvp_core import DecodeSettings, DrafterSettings, WindowSettings, decode
     from sjdvp_core.engine.report import report_text
-    from sjdvp_core.models.toy import ToyGridAdapter
 
     toy = ToyGridAdapter(8, 8)
     for w, judged in ((2, False), (3, True)):

@@ -20,10 +20,11 @@ from sjdvp_core.hub.download import DownloadError, download, main, on_disk
 from sjdvp_core.models.folders import incomplete, marker
 from sjdvp_core.models.loading import load_model
 from sjdvp_core.models.registry import FAMILIES, detect_family, list_models
+from tests.helpers import paths
 from tests.helpers.fake_hub import FakeHub
 from tests.helpers.tiny_llamagen import C2I, random_gpt, random_vq, saved
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = str(paths.REPO)
 
 
 @pytest.fixture(scope="module")

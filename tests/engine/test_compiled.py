@@ -198,7 +198,7 @@ def test_compile_is_validated():
 def test_more_windows_than_torchs_default_recompile_limit_stay_compiled(caplog):
     """An automatic window's calibration times a dozen windows, each its own shape (torch's default
     limit is 8 graphs per function, past which fullgraph compilation fails)."""
-    from sjdvp_core.models.toy import ToyGridAdapter
+    from benchmarks.toy import ToyGridAdapter
 
     toy = ToyGridAdapter(height=8, width=8, levels=8)
     with caplog.at_level(logging.WARNING, logger="sjdvp"):

@@ -1,6 +1,6 @@
 """The releases' architectures, built from their configs' sizes without reading a weight: on the meta
 device for the memory table (tools/memory_table.py: what each precision needs;
-tests/test_memory_table.py holds each to its release's download size), or on a device with random
+tests/models/test_memory_table.py holds each to its release's download size), or on a device with random
 weights, at real size or as a tiny stand-in of the same structure, for the GPU check
 (benchmarks/gpu_check.py: what a pass costs there, measured).
 
@@ -16,9 +16,9 @@ from typing import Callable
 
 import torch
 
-from ..engine.adapter import TokenLayout
-from ..engine.settings import SamplingSettings
-from .hf_adapter import HFAdapter, dtype_kwarg
+from sjdvp_core.engine.adapter import TokenLayout
+from sjdvp_core.engine.settings import SamplingSettings
+from sjdvp_core.models.hf_adapter import HFAdapter, dtype_kwarg
 
 PROMPT = 64  # prompt ids before the image, in place of a tokenizer's prompt
 TINY_GRID = 6  # a tiny build's image grid side, in tokens
@@ -138,8 +138,8 @@ def _chameleon(
 def lumina_mgpt_7b(device="meta", dtype=torch.bfloat16, tiny=False) -> ReleaseShape:
     """Lumina-mGPT-7B-768: vocabulary 65536, 8192 codes, 768 px (48 x 49 tokens with the row
     ends)."""
-    from .lumina import adapter as lumina
-    from .lumina.vqgan import ChameleonVQGAN, VQGANConfig
+    from sjdvp_core.models.lumina import adapter as lumina
+    from sjdvp_core.models.lumina.vqgan import ChameleonVQGAN, VQGANConfig
 
     return _chameleon(
         65536,
@@ -156,9 +156,9 @@ def lumina_mgpt_7b(device="meta", dtype=torch.bfloat16, tiny=False) -> ReleaseSh
 def lumina_mgpt_2(device="meta", dtype=torch.bfloat16, tiny=False) -> ReleaseShape:
     """Lumina-mGPT 2.0 at 768 px (96 x 97 tokens, 16384 codes). Vocabulary 172032: its config.json
     is not readable here; this is the size its 15.78 GB of bf16 shards imply with Chameleon-7B's
-    stack (tests/test_memory_table.py holds it to that)."""
-    from .lumina2 import adapter as lumina2
-    from .lumina2.movqgan import MoVQConfig, MoVQGAN
+    stack (tests/models/test_memory_table.py holds it to that)."""
+    from sjdvp_core.models.lumina2 import adapter as lumina2
+    from sjdvp_core.models.lumina2.movqgan import MoVQConfig, MoVQGAN
 
     return _chameleon(
         172032,
@@ -178,7 +178,7 @@ def emu3_gen(device="meta", dtype=torch.bfloat16, tiny=False) -> ReleaseShape:
     image (90 x 91 tokens)."""
     from transformers import Emu3Config, Emu3ForConditionalGeneration
 
-    from .emu3 import adapter as emu3
+    from sjdvp_core.models.emu3 import adapter as emu3
 
     text = sizes(tiny, **LLAMA_7B | dict(intermediate_size=14336, num_key_value_heads=8))
     small_vq = dict(
@@ -220,8 +220,8 @@ def janus_pro(hidden: int, layers: int, ffn: int, heads: int) -> Callable[..., R
     def build(device="meta", dtype=torch.bfloat16, tiny=False) -> ReleaseShape:
         from transformers import JanusConfig, JanusForConditionalGeneration
 
-        from .janus import adapter as janus
-        from .janus.original import without_unused
+        from sjdvp_core.models.janus import adapter as janus
+        from sjdvp_core.models.janus.original import without_unused
 
         text = sizes(
             tiny,
@@ -285,9 +285,9 @@ def llamagen(size: str, kind: str, block: int) -> Callable:
     google/flan-t5-xl's config)."""
 
     def build(device="meta", dtype=torch.bfloat16, tiny=False):
-        from .llamagen.adapter import SAMPLING, LlamaGenAdapter
-        from .llamagen.gpt import GPT_SIZES, GPTConfig, LlamaGenGPT
-        from .llamagen.vq import LlamaGenVQ, VQConfig
+        from sjdvp_core.models.llamagen.adapter import SAMPLING, LlamaGenAdapter
+        from sjdvp_core.models.llamagen.gpt import GPT_SIZES, GPTConfig, LlamaGenGPT
+        from sjdvp_core.models.llamagen.vq import LlamaGenVQ, VQConfig
 
         layers, heads, dim = (2, 4, 64) if tiny else GPT_SIZES[size]
         extra = dict(cls_token_num=120) if kind == "t2i" else {}
@@ -342,7 +342,7 @@ def glm_image(device="meta", dtype=torch.bfloat16, tiny=False):
     apart (glm_image_dit)."""
     from transformers import GlmImageConfig, GlmImageForConditionalGeneration
 
-    from .glm_image import adapter as glm
+    from sjdvp_core.models.glm_image import adapter as glm
 
     text = dict(
         hidden_size=4096,

@@ -41,7 +41,7 @@ def _model(name: str):
 
         prompts = ["a red circle on grass", "a blue square on snow", "a green diamond on sand"]
         return load_demo(dtype=torch.float64), prompts, 16
-    from sjdvp_core.models.toy import ToyGridAdapter
+    from benchmarks.toy import ToyGridAdapter
 
     return ToyGridAdapter(height=6, width=6, levels=8), [0, 1, 2], 8
 

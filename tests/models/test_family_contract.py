@@ -361,7 +361,9 @@ def test_family_decode_image_is_an_image(family):
 def test_family_missing_files_are_named(family, tmp_path):
     spec, folder, _ = family
     if spec.broken is None:
-        pytest.skip(f"{spec.name}'s files are named by tests/test_{spec.family}_original.py")
+        pytest.skip(
+            f"{spec.name}'s files are named by tests/models/{spec.family}/test_{spec.family}_original.py"
+        )
     for path, message in spec.broken(folder, tmp_path):
         with pytest.raises(CheckpointError, match=message) as err:
             load_model(path, **spec.size)

@@ -10,6 +10,7 @@ from sjdvp_core import DecodeSettings, SamplingSettings, WindowSettings, decode
 from sjdvp_core.models.llamagen.adapter import LlamaGenAdapter, load_gpt, load_vq
 from sjdvp_core.models.llamagen.gpt import GPTConfig, LlamaGenGPT
 from sjdvp_core.models.llamagen.t5_text import T5CaptionEncoder, left_pad
+from tests.helpers.paths import TESTS
 from tests.helpers.tiny_llamagen import random_vq, write_t5
 from tests.helpers.tree_check import assert_tree_matches_chains
 
@@ -96,13 +97,10 @@ def test_t2i_greedy_sjd_equals_ar_and_padding_is_masked(t5_folder, tmp_path):
 def test_golden_captions_are_cleaned_as_upstream():
     """Prompts go through LlamaGen's caption cleaning (lower case, URLs, HTML, ids, ...), as
     recorded from upstream's T5Embedder.clean_caption in tests/golden/captions.json."""
-    import os
 
     from sjdvp_core.models.llamagen.captions import clean_caption
 
-    with open(
-        os.path.join(os.path.dirname(__file__), "golden", "captions.json"), encoding="utf-8"
-    ) as f:
+    with open(TESTS / "golden" / "captions.json", encoding="utf-8") as f:
         golden = json.load(f)
     assert "FoundationVision/LlamaGen" in golden["source"]
     for caption, cleaned in golden["pairs"]:

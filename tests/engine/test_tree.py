@@ -4,6 +4,7 @@ adapter's tree forward equal to the chain forwards of its branches."""
 import pytest
 import torch
 
+from benchmarks.toy import ToyGridAdapter, ToyTrendAdapter
 from sjdvp_core import (
     DecodeSettings,
     DrafterSettings,
@@ -14,7 +15,6 @@ from sjdvp_core import (
     decode,
 )
 from sjdvp_core.engine.tree import scratch_nodes, tree_shape
-from sjdvp_core.models.toy import ToyGridAdapter, ToyTrendAdapter
 from tests.helpers.tiny_gpt import TinyGPTAdapter
 from tests.helpers.toy_reference import (
     STRONG_VP,
