@@ -54,11 +54,12 @@ def engine(root: str, name: str):
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
+    # before #24
     where = (
         "engine.settings"
         if os.path.isdir(os.path.join(root, "sjdvp_core", "engine"))
         else "settings"
-    )  # before #24
+    )
     return (
         module,
         importlib.import_module(f"{name}.{where}"),
@@ -78,15 +79,13 @@ def timed_decode(
     seed: int,
     compile: bool = False,
 ):
-    compiled = (
-        {"compile": True} if compile else {}
-    )  # (engines before the compiled step have no such setting)
+    # (engines before the compiled step have no such setting)
+    compiled = {"compile": True} if compile else {}
     settings = settings_mod.method_settings(
         method, window, sampling, seed, coupled=coupled, **compiled
     )
-    kwargs = (
-        {"timing": True} if "timing" in core.decode.__code__.co_varnames else {}
-    )  # older engines always timed
+    # older engines always timed
+    kwargs = {"timing": True} if "timing" in core.decode.__code__.co_varnames else {}
     st = core.decode(adapter, prompt, settings, **kwargs).stats
     iterations = max(1, st.forward_passes - 1)
     return dict(

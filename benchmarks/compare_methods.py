@@ -83,11 +83,12 @@ def load_model(name: str, prompts: int, prompts_file: str = PROMPTS_T2I, device:
 
 
 INIT = DEFAULT_WINDOW.init  # how a new Jacobi Window starts fresh drafts (--inits' default)
+# --coupling values
 DRAFTING = {
     "off": "independent",
     "on": "coupled",
     "continued": "coupled + continued",
-}  # --coupling values
+}
 
 
 def parse_tree(spec: str) -> TreeSettings:
@@ -202,9 +203,8 @@ def summarise(
     verified = torch.tensor([r["slot_verified"] for r in runs]).sum(0)
     accepted = torch.tensor([r["slot_accepted"] for r in runs]).sum(0)
     iters = max(len(r["committed_per_iter"]) for r in runs)
-    done = [
-        list(itertools.accumulate(r["committed_per_iter"])) for r in runs
-    ]  # finished runs stay at L
+    # finished runs stay at L
+    done = [list(itertools.accumulate(r["committed_per_iter"])) for r in runs]
     cumulative = [statistics.mean(d[min(i, len(d) - 1)] for d in done) for i in range(iters)]
     t_iter = statistics.mean(
         (r["time_forward"] + r["time_draft"] + r["time_verify"]) / max(1, r["nfe"] - 1)

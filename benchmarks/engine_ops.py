@@ -128,9 +128,8 @@ def main(argv=None):
             f"{name:<34} {per_it:7.1f} ops / iteration over {its} iterations;  top: "
             + ", ".join(f"{k} {v / its:.1f}" for k, v in ops.most_common(6))
         )
-    for row, (name, method, window, tree) in zip(
-        rows, CASES if args.compiled else ()
-    ):  # after every eager count
+    # after every eager count
+    for row, (name, method, window, tree) in zip(rows, CASES if args.compiled else ()):
         if not tree.on:  # a tree's verification stays eager (engine/loop.py)
             settings = method_settings(method, window, adapter.default_sampling, 0, tree=tree)
             graphs, kernels = compiled_kernels(adapter, settings, args.prompt)

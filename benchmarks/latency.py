@@ -40,9 +40,8 @@ PROMPTS = ("a red circle on grass", "a blue square on snow", "a green diamond on
 MODELLED = [
     (d, m) for d in ("H200", "RTX 4090") for m in ("Lumina-mGPT 7B", "Janus-Pro-7B", "LlamaGen-XL")
 ]
-CAPPED = TreeSettings(
-    width=6, branch=4
-)  # auto.TREES: each alternative followed by at most 4 drafts,
+# auto.TREES: each alternative followed by at most 4 drafts,
+CAPPED = TreeSettings(width=6, branch=4)
 LONGER = TreeSettings(width=6, branch=8)  # ... 8 drafts,
 WIDER = TreeSettings(width=8, branch=6)  # ... 8 alternatives followed by at most 6
 
@@ -159,9 +158,8 @@ def main(argv=None):
         if eager not in priced_rows:
             modelled, steps = {}, None
             for key, cost in costs.items():
-                if (
-                    steps is None or row.auto
-                ):  # a fixed plan takes the same steps on any device; auto chooses by cost
+                # a fixed plan takes the same steps on any device; auto chooses by cost
+                if steps is None or row.auto:
                     priced = [
                         decode(adapter, p, settings(adapter, eager, s), cost=cost).stats
                         for p, s in model_runs

@@ -242,6 +242,7 @@ def janus_pro(hidden: int, layers: int, ffn: int, heads: int) -> Callable[..., R
                 num_res_blocks=1,
                 latent_channels=8,
             )
+        # dropped below: built small
         vision = dict(
             hidden_size=32,
             num_hidden_layers=1,
@@ -250,7 +251,7 @@ def janus_pro(hidden: int, layers: int, ffn: int, heads: int) -> Callable[..., R
             patch_size=8,
             projection_dim=64,
             num_image_tokens=16,
-        )  # dropped below: built small
+        )
         config = JanusConfig(
             text_config=dict(
                 model_type="llama", vocab_size=102400, max_position_embeddings=16384, **text

@@ -127,9 +127,8 @@ class ToyGridAdapter(ModelAdapter):
         R, N = tokens.shape
         self._buffer.scatter_(1, positions[:, :chain], tokens[:, :chain])
         L1 = self._buffer.shape[1]
-        own = torch.cat([self._buffer, self._buffer[:, :1]], 1)[:, None].repeat(
-            1, N, 1
-        )  # [R, N, L + 2]
+        # [R, N, L + 2]
+        own = torch.cat([self._buffer, self._buffer[:, :1]], 1)[:, None].repeat(1, N, 1)
         # node j's token at its position in the buffer of every node it is an ancestor of (others: a
         # spare column)
         at = torch.where(ancestors[None], positions[:, None, :], L1)  # [R, N, N]

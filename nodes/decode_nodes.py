@@ -31,12 +31,10 @@ TOKENS = io.Custom("SJDVP_TOKENS")
 # where Speculative Decode's sampling settings come from
 MODEL_DEFAULTS, CUSTOM = "model defaults", "custom"
 SAMPLING_SOURCES = (MODEL_DEFAULTS, CUSTOM)
-RUN = (
-    DecodeSettings()
-)  # seed and batch size defaults; sampling widgets show the built-in demo model's
-METHOD_CHOICES = {
-    name.upper(): name for name in METHODS
-}  # "SJD-VP" on the node -> "sjd-vp" in the engine
+# seed and batch size defaults; sampling widgets show the built-in demo model's
+RUN = DecodeSettings()
+# "SJD-VP" on the node -> "sjd-vp" in the engine
+METHOD_CHOICES = {name.upper(): name for name in METHODS}
 
 
 @dataclass
@@ -224,33 +222,29 @@ class SpeculativeDecode(io.ComfyNode):
         settings = decode_settings(
             drafter, window, chosen, seed % 2**63, batch_size, compile, passes
         )
-        negatives = (
-            negative_prompt if negative_prompt.strip() else None
-        )  # a stray newline is no negative prompt
+        # a stray newline is no negative prompt
+        negatives = negative_prompt if negative_prompt.strip() else None
         need = decode_bytes(adapter, settings, condition, negatives)
         progress, measuring = runtime.Progress(adapter), runtime.Measuring()
         # one engine call: a first speculative run measures the device (its own bar), then cached
         try:
-            runtime.prepare(
-                model, need
-            )  # moving the weights in may run out of memory too: the same message
+            # moving the weights in may run out of memory too: the same message
+            runtime.prepare(model, need)
             result = decode(
                 adapter,
                 condition,
                 settings,
                 negatives=negatives,
-                progress=progress,
+                progress=measuring.then(progress),
                 priced=drafter is not None,
                 measuring=measuring,
             )
-            measuring.finish()
         except runtime.OOM as e:
             raise runtime.oom_message(e, settings.window.size, settings.window.tree.width) from e
         method = "AR" if drafter is None else drafter.name
         shown = report_ui(result, method)
-        if (
-            progress.final is not None
-        ):  # the last preview, kept as a temp image: a cached run shows it again
+        # the last preview, kept as a temp image: a cached run shows it again
+        if progress.final is not None:
             shown |= ui.PreviewImage(progress.final[None], cls=cls).as_dict()
         return io.NodeOutput(
             Tokens(model, result, method, (condition,) * batch_size, settings.seed), ui=shown
@@ -269,9 +263,8 @@ def edit(adapter, prompt: str, images: torch.Tensor) -> Edit:
         raise ValueError(
             f"the reference images have {images.shape[-1]} channels: connect an RGB IMAGE"
         )
-    return Edit(
-        prompt, tuple(images[..., :3].float().cpu())
-    )  # an RGBA image's colours, its alpha dropped
+    # an RGBA image's colours, its alpha dropped
+    return Edit(prompt, tuple(images[..., :3].float().cpu()))
 
 
 def method_or_nodes(method: str, drafter, window):

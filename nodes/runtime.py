@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 import comfy.cli_args
 import comfy.model_management as mm
@@ -144,18 +145,16 @@ def load(name: str, precision: str, device: str) -> LoadedModel:
     if precision not in PRECISIONS:  # before model_path, which may start a download
         raise ValueError(f"precision={precision!r}: choose one of {list(PRECISIONS)}")
     load_device = torch.device("cpu") if device == "cpu" else mm.get_torch_device()
-    if (
-        device in PLACED
-    ):  # accelerate puts it on the GPU(s) now; ComfyUI gets patchers it never loads
+    # accelerate puts it on the GPU(s) now; ComfyUI gets patchers it never loads
+    if device in PLACED:
         path = model_path(name)
         gpus = (
             range(torch.cuda.device_count())
             if PLACED[device] == "split"
             else [load_device.index or 0]
         )
-        for gpu in (
-            gpus if load_device.type == "cuda" else ()
-        ):  # the map follows the memory free now
+        # the map follows the memory free now
+        for gpu in gpus if load_device.type == "cuda" else ():
             mm.free_memory(1e30, torch.device("cuda", gpu))
         adapter = load_model(
             path,
@@ -256,9 +255,8 @@ def prepare_decoder(model: LoadedModel) -> None:
         return
     device = model.decoder_patcher.load_device
     if model.adapter.pixels_apart and device.type != "cpu":
-        kept = [
-            m for m in mm.current_loaded_models if m.model is model.decoder_patcher
-        ]  # loaded already: stays
+        # loaded already: stays
+        kept = [m for m in mm.current_loaded_models if m.model is model.decoder_patcher]
         mm.free_memory(1e30, device, keep_loaded=kept)
     mm.load_models_gpu([model.decoder_patcher], force_full_load=True)
 
@@ -335,12 +333,19 @@ class Measuring:
         self.pbar.update_absolute(done, total)
         self.last = time.monotonic()
 
-    def finish(self) -> None:
-        """After the decode that measured: how long measuring took (to its last step)."""
-        if self.started is not None:
-            say(
-                f"sjdvp: measured this device in {self.last - self.started:.0f} s; later runs reuse it"
-            )
+    def then(self, progress: Callable) -> Callable:
+        """The decode's progress, whose first call says how long measuring took (the measurement has
+        ended when the first token is in), so the line comes before the decode's bar."""
+
+        def first_then(*args) -> None:
+            if self.started is not None:
+                say(
+                    f"sjdvp: measured this device in {self.last - self.started:.0f} s; later runs reuse it"
+                )
+                self.started = None
+            progress(*args)
+
+        return first_then
 
 
 def say(text: str) -> None:

@@ -10,10 +10,11 @@ from dataclasses import dataclass
 
 from .engine.cost import GRID, PassCost
 
+# of datasheet peak, as reached by good kernels
 BANDWIDTH_EFFICIENCY, COMPUTE_EFFICIENCY = (
     0.85,
     0.70,
-)  # of datasheet peak, as reached by good kernels
+)
 
 
 @dataclass(frozen=True)

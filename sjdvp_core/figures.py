@@ -18,9 +18,8 @@ def commit_figure(result: DecodeResult, method: str, min_width: int = 256) -> Te
 
     h, w = result.layout.grid.shape
     cell = max(1, -(-min_width // w))
-    last = int(
-        result.stats.commit_iter[:, result.layout.grid].max()
-    )  # iteration 0 = prefill = pass 1
+    # iteration 0 = prefill = pass 1
+    last = int(result.stats.commit_iter[:, result.layout.grid].max())
     maps = commit_map(result, cell=cell, last=last)  # [B, h*cell, w*cell, 3]
     width = maps.shape[2]
     data = report_data(result, method)

@@ -131,9 +131,8 @@ def test_gpu_check_tiny_runs_every_section_and_writes_its_tables(
     tests/helpers/static_replay.py), one JSON and one markdown page."""
     from benchmarks import gpu_check
 
-    monkeypatch.setattr(
-        gpu_check, "VOCABS", gpu_check.VOCABS[:1]
-    )  # the engine's step at one vocabulary
+    # the engine's step at one vocabulary
+    monkeypatch.setattr(gpu_check, "VOCABS", gpu_check.VOCABS[:1])
     out = str(tmp_path / "gpu_check")
     report = gpu_check.main(tiny=True, out=out, repeats=1)
     assert [r["model"] for r in report["forward"]] == [a.name for a in gpu_check.ARCHS]

@@ -83,9 +83,8 @@ def main() -> None:
                 PROMPT, methods=("ar", "sjd-vp"), seed=SEED, out=out, repeats=args.repeats
             )
         compose(rows).save(PICTURE)
-        table = (
-            printed.getvalue().strip().replace(out + os.sep, "out/")
-        )  # as `--out out` would print it
+        # as `--out out` would print it
+        table = printed.getvalue().strip().replace(out + os.sep, "out/")
     command = f"python tools/make_readme_picture.py --repeats {args.repeats}"
     with open(RECORD, "w", encoding="utf-8") as f:
         f.write(

@@ -92,9 +92,8 @@ def branches(workflow: dict) -> list[tuple[str, DecodeSettings]]:
     return out
 
 
-SCREENSHOTS = os.path.join(
-    os.path.dirname(WORKFLOWS), ".cache", "screenshots"
-)  # tests/comfy/browser.py's
+# tests/comfy/browser.py's
+SCREENSHOTS = os.path.join(os.path.dirname(WORKFLOWS), ".cache", "screenshots")
 FRONTEND = "1.58.1"  # its newest frontend
 
 
@@ -143,9 +142,10 @@ def main() -> None:
         tiles = []
         for prompt, settings in branches(workflow):
             res = decode(demo, prompt, settings)
+            # [128, 64, 3]
             tiles.append(
                 torch.cat([demo.decode_image(res.codes)[0], commit_map(res, cell=4)[0]], 0)
-            )  # [128, 64, 3]
+            )
         strip = torch.cat(tiles, 1)
         img = Image.fromarray((strip * 255).round().byte().numpy())
         img.resize((img.width * 2, img.height * 2), Image.NEAREST).save(

@@ -118,6 +118,7 @@ SJD = ("SJDVP_DrafterSJD", [_D.coupled])
 
 
 W = DEFAULT_WINDOW
+# a new node's: the default
 WINDOW_WIDGETS = [
     W.size,
     W.auto,
@@ -125,7 +126,7 @@ WINDOW_WIDGETS = [
     W.tree.width,
     W.tree.depth,
     W.init,
-]  # a new node's: the default
+]
 LANTERN = ("SJDVP_DrafterLANTERN", [_D.lantern_k, _D.lantern_delta, _D.coupled])
 GSD = ("SJDVP_DrafterGSD", [_D.gsd_group, _D.gsd_max_gap, _D.gsd_max_distance or 0.0, _D.coupled])
 
@@ -203,9 +204,8 @@ def default_size(widgets: list) -> tuple[int, int]:
 # and the report text shown); tests/comfyui/test_browser.py checks every workflow in a real browser.
 GAP, TITLE = 60, 30
 DECODE_SIZE, IMAGE_SIZE, REPORT_SIZE, PICTURE_SIZE = (340, 670), (360, 110), (360, 330), (340, 400)
-BRANCH_HEIGHT = 2 * (
-    PICTURE_SIZE[1] + TITLE + GAP
-)  # one decode branch: its 2 x 2 block is the tallest part
+# one decode branch: its 2 x 2 block is the tallest part
+BRANCH_HEIGHT = 2 * (PICTURE_SIZE[1] + TITLE + GAP)
 
 
 NOTE_SIZE = (320, 250)

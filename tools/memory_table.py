@@ -34,10 +34,11 @@ BEGIN, END = (
     "<!-- end of memory table -->",
 )
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# each holds the table
 PAGES = (
     os.path.join(REPO, "README.md"),
     os.path.join(REPO, "docs", "memory.md"),
-)  # each holds the table
+)
 
 
 @dataclass(frozen=True)

@@ -228,9 +228,8 @@ def run(
     token: a resumed run may change it."""
     rank, world, local = ranks()
     seed_list = parse_seeds(seeds)
-    methods = list(
-        dict.fromkeys(methods)
-    )  # a method named twice is one image per prompt and seed, as generate
+    # a method named twice is one image per prompt and seed, as generate
+    methods = list(dict.fromkeys(methods))
     all_jobs = jobs(read_prompts(prompts), seed_list, methods)
     how = Decoding(
         window,
@@ -269,9 +268,8 @@ def run(
     )
     claim(out, made_by, bool(records(out)))
     done = finished(out, all_jobs)
-    if (
-        distributed
-    ):  # one small exchange at the end (_failed_ranks), where every rank waits for the slowest
+    # one small exchange at the end (_failed_ranks), where every rank waits for the slowest
+    if distributed:
         import torch.distributed as dist
 
         dist.init_process_group("gloo", timeout=RUN_TIMEOUT)
@@ -357,9 +355,8 @@ def _decode_jobs(
     model = model_args["model"]
     adapter = load(**model_args)
     sampling = chosen_sampling(adapter.default_sampling, **sampling_args)
-    for prompt, negative in dict.fromkeys(
-        (j.prompt, j.negative) for j in all_jobs
-    ):  # every rank, before its first
+    # every rank, before its first
+    for prompt, negative in dict.fromkeys((j.prompt, j.negative) for j in all_jobs):
         try:
             adapter.prompt_length(
                 [prompt], None if negative is None else [negative], sampling.uses_cfg

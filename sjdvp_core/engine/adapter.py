@@ -135,13 +135,11 @@ class ModelAdapter:
     family: str = "model"  # the family's display name ("Lumina-mGPT", "LlamaGen c2i", ...)
     layout: TokenLayout  # where the generated tokens go, at the current size
     device: torch.device  # where the weights are
-    default_sampling: SamplingSettings = (
-        SamplingSettings()
-    )  # the family's recommended cfg, top-k, ...
+    # the family's recommended cfg, top-k, ...
+    default_sampling: SamplingSettings = SamplingSettings()
     module: torch.nn.Module  # every weight a decode uses, for a memory manager to move
-    image_decoder: (
-        torch.nn.Module
-    )  # what decode_image needs: part of module (a VQ decoder), or apart from it
+    # what decode_image needs: part of module (a VQ decoder), or apart from it
+    image_decoder: torch.nn.Module
     # the image decoder is a model of its own (GLM-Image's DiT), loaded for the pixels only, after
     # the decode: it is not in `module` nor in a decode's memory, and previews do not use it
     # (preview_image)

@@ -22,10 +22,11 @@ EVERY = 4  # iterations a choice holds
 HYSTERESIS = 1.03  # a new plan must promise this much more per second than the one running
 TIE = 0.005  # rates this close are a tie, which the plan scoring the most takes (`best`)
 PRIOR = 8.0  # pseudo-tokens of evidence that g = 1 (the example's acceptance) before any is seen
+# how far a decode's acceptance may stray from the example's (g) when plans are kept
 G_RANGE = (
     0.5,
     2.0,
-)  # how far a decode's acceptance may stray from the example's (g) when plans are kept
+)
 # image tokens the drafts mature over before acceptance is counted (profile and decode alike)
 WARM = 32
 LADDER = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
@@ -208,10 +209,11 @@ class PlanChooser:
 
     def __init__(self, cost: PassCost, profile: Profile):
         self.cost, self.profile = cost, profile
+        # tokens past the first per pass: seen, and the profile's
         self.won, self.expected = (
             PRIOR,
             PRIOR,
-        )  # tokens past the first per pass: seen, and the profile's
+        )
         self.choice = self.best()
 
     def rate(self, plan: Plan) -> float:

@@ -65,9 +65,8 @@ def decode_bytes(
         None if negatives is None else per_image(negatives, settings.batch_size, "negatives"),
         cfg,
     )
-    window = (
-        min(settings.window.size, adapter.layout.length) + scratch
-    )  # a window's forward, or the prefill's
+    # a window's forward, or the prefill's
+    window = min(settings.window.size, adapter.layout.length) + scratch
     forward = max(
         adapter.forward_bytes(rows, window, scratch, prompt, itemsize),
         adapter.forward_bytes(rows, prompt or 0, scratch, prompt, itemsize, scored=1),

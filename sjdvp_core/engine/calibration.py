@@ -91,9 +91,8 @@ def measure_cost(
     non-decreasing in k (a pass never costs less for scoring more; `monotone`): auto compares
     plans by these ratios, and one noisy median below its neighbour would send it to that window.
     A few seconds; progress counts iterations."""
-    ks = sorted(
-        {k for k in grid if k <= settings.window.size} | {1, settings.window.size}
-    )  # up to the cap itself
+    # up to the cap itself
+    ks = sorted({k for k in grid if k <= settings.window.size} | {1, settings.window.size})
     walls: dict[int, list[float]] = {k: [] for k in ks}
     shares: dict[int, list[float]] = {k: [] for k in ks}
     per_round = max(1, -(-iterations // rounds))
@@ -245,9 +244,8 @@ def forget_stale_cost(
     drift = stats.pass_cost_drift
     if drift is None or 1 / DRIFT <= drift <= DRIFT:
         return False
-    key = cost_key(
-        adapter, settings
-    )  # past the drift only: its weights' fingerprint reads every parameter
+    # past the drift only: its weights' fingerprint reads every parameter
+    key = cost_key(adapter, settings)
     if load_cached(key, PassCost) != cost:
         return False
     forget_cached(key)
@@ -340,9 +338,8 @@ def acceptance_profile(
     temperature, top-k or top-p: a profile measured at one of them serves the others (each decode
     scales it to its own acceptance, g), and a new value would otherwise mean another measurement
     (benchmarks/results/profile_reuse.md measures what that costs auto's choices)."""
-    eager = replace(
-        settings, compile=False, passes="eager"
-    )  # counted, not timed: compiling, recording cost time
+    # counted, not timed: compiling, recording cost time
+    eager = replace(settings, compile=False, passes="eager")
     return cached(
         profile_key(adapter, settings, plans),
         Profile,

@@ -23,9 +23,8 @@ from .settings import PASS_MODES
 log = logging.getLogger("sjdvp")
 
 RECORD_AT = 2  # the pass of a shape that records it
-_FAILED: "weakref.WeakKeyDictionary[torch.nn.Module, str]" = (
-    weakref.WeakKeyDictionary()
-)  # model -> why
+# model -> why
+_FAILED: "weakref.WeakKeyDictionary[torch.nn.Module, str]" = weakref.WeakKeyDictionary()
 
 
 class CudaGraph:

@@ -54,9 +54,8 @@ def decode(
     speculative = settings.window.size > 1
     auto = settings.window.auto and speculative
     if auto or (priced and speculative and cost is None):
-        adapter.prompt_length(
-            conditions, negatives, settings.sampling.uses_cfg
-        )  # said before measuring
+        # said before measuring
+        adapter.prompt_length(conditions, negatives, settings.sampling.uses_cfg)
         cost, profile = calibration(adapter, settings, cost, profile, measuring)
     tree = largest_tree(profile.plans) if auto else settings.window.tree
     widest = max(p.window for p in profile.plans) if auto else settings.window.size

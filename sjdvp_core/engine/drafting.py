@@ -69,9 +69,8 @@ class FreshDrafts:
         self.ids = torch.arange(local.size, device=device)
         self.uniform = torch.zeros(local.size, device=device)
         self.uniform[: local.num_image] = 1.0 / local.num_image
-        self.log_uniform = torch.log(
-            self.uniform[0]
-        )  # an image token's log q under a uniform draft
+        # an image token's log q under a uniform draft
+        self.log_uniform = torch.log(self.uniform[0])
         self.sources = (
             None if scheme == "random" else copy_sources(scheme, local, max(slots, 1)).to(device)
         )
@@ -99,9 +98,8 @@ class FreshDrafts:
             else (noise[..., : self.local.num_image] + self.log_uniform).argmax(-1)
         )
         one_hot = torch.zeros_like(tokens, dtype=torch.bool)
-        if (
-            self.sources is not None
-        ):  # one lookup: the position known_end + d copies sources[known_end, d]
+        # one lookup: the position known_end + d copies sources[known_end, d]
+        if self.sources is not None:
             ahead = (positions - known_end[:, None]).clamp(0, self.sources.shape[1] - 1)
             src = self.sources[known_end[:, None], ahead]
             copy = src >= 0
@@ -277,9 +275,8 @@ class FixedVP(Plain):
         return fuse(s.p, s.pbar_prev, s.pbar, s.growth, s.fused, self.vp, self.weights), None
 
     def stored(self, dist: Tensor, s: Slots) -> Tensor:
-        return (
-            dist if self.vp.lossless else s.p
-        )  # lossy VP: verified against the unfused p (an ablation)
+        # lossy VP: verified against the unfused p (an ablation)
+        return dist if self.vp.lossless else s.p
 
 
 class AutoVP(FixedVP):
@@ -297,9 +294,8 @@ class AutoVP(FixedVP):
     def distribution(self, s: Slots, window: Window) -> tuple[Tensor, Tensor | None]:
         candidates = self.auto.fuse(s.p, s.pbar_prev, s.pbar, s.growth, s.fused)
         dist = self.auto.chosen(candidates)
-        if (
-            s.carried
-        ):  # (elsewhere the new slots' are never read: their drafts are fresh, not fused)
+        # (elsewhere the new slots' are never read: their drafts are fresh, not fused)
+        if s.carried:
             candidates = torch.where(
                 _along(s.redraw, candidates), candidates, s.prior(window.candidates, dim=2)
             )

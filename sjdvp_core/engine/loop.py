@@ -99,9 +99,8 @@ class JacobiDecoder:
         clock: Clock | None = None,
     ):
         self.adapter, self.s, self.device = adapter, settings, adapter.device
-        self.passes = Passes(
-            adapter, settings.passes
-        )  # the model's forward, captured where it can be
+        # the model's forward, captured where it can be
+        self.passes = Passes(adapter, settings.passes)
         auto = settings.window.auto and cost is not None and profile is not None
         self.chooser = PlanChooser(cost, profile) if auto else None
         self.plan = Plan(settings.window.size, settings.window.tree)
@@ -179,9 +178,8 @@ class JacobiDecoder:
         canvas = torch.zeros(B, self.local.length + self.width + 1, dtype=torch.long, device=dev)
         at_zero = torch.zeros(B, 1, dtype=torch.long, device=dev)
         first_p = self.targets(first_logits[:, None], at_zero)[:, 0]
-        if bool(
-            first_p.isnan().any()
-        ):  # finite logits, scaled past float's range: a flat image too
+        # finite logits, scaled past float's range: a flat image too
+        if bool(first_p.isnan().any()):
             s = self.s.sampling
             raise ValueError(
                 f"temperature={s.temperature:g} with cfg_scale={s.cfg_scale:g} scales "

@@ -11,19 +11,21 @@ from dataclasses import dataclass, field, replace
 
 MAX_WINDOW = 128
 MAX_TREE_WIDTH, MAX_TREE_DEPTH = 8, 3
+# VP strengths "auto" chooses among: boost, none, two shrinkages
 AUTO_STRENGTHS = (
     1.0,
     0.0,
     -0.35,
     -0.7,
-)  # VP strengths "auto" chooses among: boost, none, two shrinkages
+)
 PAPER_STRENGTH = 1.0  # the paper's lambda: a fixed strength's default
 DRAFT_INITS = ("random", "repeat_left", "repeat_above")
+# the names of verify.VERIFIERS' rules (settings import no engine code)
 VERIFIERS = (
     "sjd",
     "lantern",
     "gsd",
-)  # the names of verify.VERIFIERS' rules (settings import no engine code)
+)
 
 
 def _check(ok: bool, name: str, value, valid: str) -> None:
@@ -231,11 +233,12 @@ class DrafterSettings:
         )
 
 
+# engine/captured.py: recorded as CUDA graphs where it can, or not
 PASS_MODES = (
     "auto",
     "captured",
     "eager",
-)  # engine/captured.py: recorded as CUDA graphs where it can, or not
+)
 
 
 @dataclass(frozen=True)

@@ -44,12 +44,10 @@ class DecodeStats:
     entropy_sum: float = 0.0  # entropy (nats) of the target p at each committed position
     tokens_scored: int = 0  # tokens fed through the model per image, prefill excluded (a window
     # of w costs w of them: about one token's time below the knee, docs/speed.md)
-    scored_per_iter: list = field(
-        default_factory=list
-    )  # tokens each iteration's forward scored per row
-    iteration_seconds: list = field(
-        default_factory=list
-    )  # each iteration's wall time, read back included
+    # tokens each iteration's forward scored per row
+    scored_per_iter: list = field(default_factory=list)
+    # each iteration's wall time, read back included
+    iteration_seconds: list = field(default_factory=list)
     pass_cost: object = None  # the engine/cost.PassCost of this device, where the decode had one
     profile: object = None  # the auto.Profile an automatic window chose by
     precision: str = ""  # the weights' precision where a loader chose it (ModelAdapter.precision)
@@ -160,9 +158,8 @@ class DecodeStats:
             "time_verify_s": round(self.time_verify, 4),
             "time_step_s": round(self.time_step, 4),
         }
-        out.update(
-            {k: None if math.isnan(v) else round(v, 4) for k, v in self.momentum().items()}
-        )  # JSON has no NaN
+        # JSON has no NaN
+        out.update({k: None if math.isnan(v) else round(v, 4) for k, v in self.momentum().items()})
         if self.tree_tried:
             out.update(
                 tree_tried=self.tree_tried,
@@ -188,27 +185,25 @@ class Recorder:
         # drafts per (window slot, Window.rose class, outcome: 0 not verified, 1 rejected, 2
         # accepted)
         self.outcome_counts = torch.zeros(slots, 3, 3, dtype=torch.long, device=device)
-        self.cells = (
-            torch.arange(slots, device=device) * 9
-        )  # each slot's first cell in outcome_counts
+        # each slot's first cell in outcome_counts
+        self.cells = torch.arange(slots, device=device) * 9
         self.one = torch.ones((), dtype=torch.long, device=device)
-        self.vp = torch.zeros(
-            3, dtype=acc, device=device
-        )  # fused drafts, their sum min(p, q), the plain q's
+        # fused drafts, their sum min(p, q), the plain q's
+        self.vp = torch.zeros(3, dtype=acc, device=device)
         # [1], not a scalar: torch.compile guards a 0-d float input on its value, a read back to the
         # host per step
         self.entropy = torch.zeros(1, dtype=acc, device=device)
-        self.tree = torch.zeros(
-            3, dtype=torch.long, device=device
-        )  # tried, guess accepted, draw accepted
+        # tried, guess accepted, draw accepted
+        self.tree = torch.zeros(3, dtype=torch.long, device=device)
         self.committed: list[Tensor] = []  # [B] per iteration
         self.scored: list[int] = []  # tokens fed through the model per row, per iteration
+        # forward, verify, draft, both as one compiled step (seconds, when timed)
         self.times = [
             0.0,
             0.0,
             0.0,
             0.0,
-        ]  # forward, verify, draft, both as one compiled step (seconds, when timed)
+        ]
 
     @property
     def accumulators(self) -> tuple[Tensor, ...]:

@@ -70,9 +70,8 @@ def _shape(w: int, width: int, depth: int, branch: int) -> TreeShape:
                 node = first + t
                 parent.append(j if t == 0 else node - 1)
                 offsets.append(j + 1 + t)
-                source.append(
-                    w + j * alts + a if t == 0 else 1 + j + t
-                )  # the alternative, then draft j + t
+                # the alternative, then draft j + t
+                source.append(w + j * alts + a if t == 0 else 1 + j + t)
                 blocks[j, a, t:] = node
     N = len(parent)
     ancestors = torch.eye(N, dtype=torch.bool)
@@ -219,9 +218,8 @@ def verify_tree(
         hits.append(ok & (u < verifier.accept_prob(r, qa, xa)))
         r = torch.where(ok[..., None], residual(r, qa), r)
     level = k.clamp(max=shape.levels - 1)
-    choice = first_rejection(~torch.stack(hits, -1)).gather(1, level[:, None])[
-        :, 0
-    ]  # first accepted, or alts
+    # first accepted, or alts
+    choice = first_rejection(~torch.stack(hits, -1)).gather(1, level[:, None])[:, 0]
     at_level = (k < shape.levels) & (k < limit)
     took = at_level & (choice < shape.alts)
     branch = shape.blocks[level, choice.clamp(max=shape.alts - 1)]  # [B, Lmax]

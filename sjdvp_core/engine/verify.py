@@ -141,9 +141,8 @@ class LANTERN(SJD):
         if bound.table is None:
             return px, qx
         is_image = x < bound.num_image  # the largest prefix mass of x's neighbours within delta
-        mass = p.gather(-1, bound.table[x.clamp(max=bound.num_image - 1)].long()).cumsum(
-            -1
-        )  # [B, S, k]
+        # [B, S, k]
+        mass = p.gather(-1, bound.table[x.clamp(max=bound.num_image - 1)].long()).cumsum(-1)
         bonus = (mass * (mass <= self.delta)).amax(-1)
         return px + torch.where(is_image, bonus, torch.zeros_like(bonus)), qx
 
@@ -242,9 +241,8 @@ def accept(
     residual norm(max(0, p - q)) at the first rejection, else from p after the accepted prefix:
     together the committed tokens are distributed exactly as under p."""
     d = x.shape[1]
-    if (
-        d == 0
-    ):  # no drafts (AR): the next token is a draw from p, without the verification's ops around it
+    # no drafts (AR): the next token is a draw from p, without the verification's ops around it
+    if d == 0:
         return torch.zeros_like(limit), draw(p[:, 0], u_next), torch.zeros_like(u, dtype=torch.bool)
     accepted = (u < verifier.accept_prob(p[:, :d], q, x)) & (
         torch.arange(d, device=x.device) < limit[:, None]

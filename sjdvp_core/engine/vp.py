@@ -76,9 +76,8 @@ def fuse_many(
         shifts.append(
             up * torch.where(fused & (growth.gather(-1, idx) >= s.growth_steps), score, 0.0)
         )
-    if any(
-        c < 0 for c in strengths
-    ):  # fused tokens have top > 0: the log is finite where the shrink is kept
+    # fused tokens have top > 0: the log is finite where the shrink is kept
+    if any(c < 0 for c in strengths):
         shifts.append(
             down * torch.where(fused, torch.log(pbar.gather(-1, idx) + EPS) - torch.log(top), 0.0)
         )
@@ -118,9 +117,8 @@ class AutoStrength:
         self.score = torch.zeros(len(candidates), dtype=wide_float(device), device=device)
         self.count = torch.zeros((), dtype=torch.long, device=device)
         self.plain = torch.tensor(candidates.index(0.0) if 0.0 in candidates else 0, device=device)
-        self.weights = strength_weights(
-            candidates, device
-        )  # made once: a compiled step sees constants
+        # made once: a compiled step sees constants
+        self.weights = strength_weights(candidates, device)
 
     @property
     def accumulators(self) -> tuple[Tensor, Tensor]:
@@ -142,9 +140,8 @@ class AutoStrength:
         )
 
     def chosen(self, candidates: Tensor) -> Tensor:
-        return candidates.index_select(0, self.best.view(1))[
-            0
-        ]  # no host read (an index tensor is one)
+        # no host read (an index tensor is one)
+        return candidates.index_select(0, self.best.view(1))[0]
 
     def observe(self, p: Tensor, candidates: Tensor, verified: Tensor) -> None:
         """p [B, w, V]: the targets the drafts in slots [B, w] were just verified against;

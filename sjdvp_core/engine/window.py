@@ -32,9 +32,8 @@ class Slide:
         """t [..., B, S_t, ...] with slots at dim -> the slid field, `width` slots wide (default:
         as t)."""
         have, width = t.shape[dim], width or t.shape[dim]
-        if (
-            torch.compiler.is_compiling()
-        ):  # a graph shares the index itself; keys would fix its shapes
+        # a graph shares the index itself; keys would fix its shapes
+        if torch.compiler.is_compiling():
             return t.gather(dim, _along_slots(self.old[:, :width].clamp(max=have - 1), t, dim))
         key = (width, dim, t.shape)
         at = self._index.get(key)
@@ -75,9 +74,8 @@ class LocalLayout:
 
     def __init__(self, layout: TokenLayout, pad: int, device):
         self.layout, self.length = layout, layout.length
-        self.vocab = torch.cat([layout.image_tokens, layout.special_tokens]).to(
-            device
-        )  # local id -> vocabulary id
+        # local id -> vocabulary id
+        self.vocab = torch.cat([layout.image_tokens, layout.special_tokens]).to(device)
         self.num_image, self.size = layout.image_tokens.numel(), self.vocab.numel()
         first = int(self.vocab[0])
         # local ids that are one run of model ids (LlamaGen's, Janus's): the logits' columns are a

@@ -133,9 +133,8 @@ JANUS_7B_BYTES = 14_845 * MB
 JANUS_1_3B_BYTES = 4_185 * MB
 EMU3_BYTES = 35_053 * MB  # BAAI/Emu3-Gen and BAAI/Emu3-VisionTokenizer
 LUMINA_BYTES = 14_040 * MB  # the model's files and the text tokenizer's (768 repository)
-LUMINA_4BIT_BYTES = (
-    4_780 * MB + 10_260_000
-)  # model.safetensors (4.78 GB) and its config and tokenizer files
+# model.safetensors (4.78 GB) and its config and tokenizer files
+LUMINA_4BIT_BYTES = 4_780 * MB + 10_260_000
 LUMINA2_BYTES = 15_777 * MB  # Alpha-VLLM/Lumina-mGPT-2.0's files (below)
 # movqgan_270M.ckpt: no stored page showed its size; the 270M architecture's 270,669,103 parameters
 # in float32

@@ -80,9 +80,8 @@ def files(rep: Report, path: str) -> None:
         )
     for p in listing:
         name = os.path.relpath(p, path) if p != path else os.path.basename(p)
-        if not os.path.exists(
-            p
-        ):  # a link whose target is gone (a Hugging Face cache folder's, moved)
+        # a link whose target is gone (a Hugging Face cache folder's, moved)
+        if not os.path.exists(p):
             rep.problem(name, f"a link to {os.path.realpath(p)}, which is missing; re-download it")
             continue
         size = os.path.getsize(p)

@@ -248,9 +248,8 @@ class _State:
     def __init__(self, folder: str, entry: Entry):
         self.path = marker(folder, entry.model)
         self.data = {"entry": entry.name, "done": _done(read_marker(self.path))}
-        older = (
-            read_marker(marker(folder)) if entry.model else {}
-        )  # an older sjdvp marked a shared folder itself
+        # an older sjdvp marked a shared folder itself
+        older = read_marker(marker(folder)) if entry.model else {}
         adopt = older.get("entry") == entry.name
         if adopt:
             self.data["done"] = {**_done(older), **self.data["done"]}
@@ -311,9 +310,8 @@ def _fetch(item: Planned, dest: str, endpoint: str, token, report: Callable[[int
                 if r.status_code >= 400:
                     r.read()
                     hf_raise_for_status(r)
-                mode = (
-                    "ab" if have and r.status_code == 206 else "wb"
-                )  # 200: the server ignored the range
+                # 200: the server ignored the range
+                mode = "ab" if have and r.status_code == 206 else "wb"
                 got = have if mode == "ab" else 0
                 with open(part, mode) as f:
                     for chunk in r.iter_bytes(CHUNK):
@@ -422,9 +420,8 @@ def _download(
             and not state.data["done"]
             and not glob.glob(os.path.join(folder, "**", "*.part"), recursive=True)
         ):
-            os.remove(
-                state.path
-            )  # nothing fetched: unmarked, so files the message says to put there load
+            # nothing fetched: unmarked, so files the message says to put there load
+            os.remove(state.path)
             for made in created:  # nor left empty, where a folder model would pass for complete
                 if not os.listdir(made):
                     os.rmdir(made)

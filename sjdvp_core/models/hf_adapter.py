@@ -99,9 +99,8 @@ def load_pretrained(
     # shapes are transformers' to check
     name_mismatches = reshape is not None or not quantised
     try:
-        with (
-            quiet_transformers()
-        ):  # its load report would call parts we skip or reshape "newly initialized"
+        # its load report would call parts we skip or reshape "newly initialized"
+        with quiet_transformers():
             model, info = model_class.from_pretrained(
                 folder,
                 local_files_only=True,

@@ -30,9 +30,8 @@ class StaticKVCache(nn.Module):
         """positions [R, W] (each < max_len; not checked here, which would wait for the device in
         every layer: the engine keeps positions inside the layout); k, v [R, H, W, D] -> the
         whole cache [R, H, S, D] after the write."""
-        positions = positions.to(
-            self.k.device
-        )  # a no-op unless a device map put this layer elsewhere
+        # a no-op unless a device map put this layer elsewhere
+        positions = positions.to(self.k.device)
         rows = torch.arange(positions.shape[0], device=positions.device)[:, None]
         self.k[rows, :, positions] = k.transpose(1, 2).to(self.k.dtype)
         self.v[rows, :, positions] = v.transpose(1, 2).to(self.v.dtype)

@@ -74,9 +74,8 @@ def load_model(
     map (models.placement; auto's precision is then the compute dtype: the placement makes it
     fit); offload_dir: for a map's "disk" entries."""
     device = usable_device(device)
-    dtype = resolve_dtype(
-        precision, device
-    )  # (an unknown precision is refused there, whatever compute says)
+    # (an unknown precision is refused there, whatever compute says)
+    dtype = resolve_dtype(precision, device)
     dtype = dtype if compute is None or precision in DTYPES else DTYPES[compute]
     if placement is not None:
         return _placed(path, device, precision, NAMES[dtype], placement, offload_dir, options)
@@ -101,9 +100,8 @@ def load_model(
         from .memory import free_memory
 
         memory = free_memory(device)
-    if (
-        path == DEMO or memory is None
-    ):  # the demo's auto is fp32: it is small, and its pins were made so
+    # the demo's auto is fp32: it is small, and its pins were made so
+    if path == DEMO or memory is None:
         return load_family(path, device, torch.float32 if path == DEMO else dtype, options)
     adapter = load_family(path, torch.device("cpu"), dtype, options)
     fit_precision(adapter, NAMES[dtype], memory, device)

@@ -20,9 +20,8 @@ from .quantize import QUANTISED, bitsandbytes, quantisable
 
 ITEMSIZE = {"fp32": 4, "bf16": 2, "fp16": 2}
 FALLBACK = ("int8", "nf4")  # what auto tries, in order, when the compute dtype does not fit
-NF4_FIXED = (
-    16 * 4 + 256 * 4 + 170
-)  # per layer: the NF4 code, the scales' code, bitsandbytes' state record
+# per layer: the NF4 code, the scales' code, bitsandbytes' state record
+NF4_FIXED = 16 * 4 + 256 * 4 + 170
 
 
 def linear_bytes(

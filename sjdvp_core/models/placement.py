@@ -56,9 +56,8 @@ def device_map(
             f"placement {placement!r} places a model over CUDA devices; this one is {device}. Load it "
             "on one device, or give an explicit device map"
         )
-    if (
-        memory is None
-    ):  # what is free, and the weights already in CPU memory: the offload keeps them there
+    # what is free, and the weights already in CPU memory: the offload keeps them there
+    if memory is None:
         memory = get_max_memory()
         memory["cpu"] = memory.get("cpu", 0) + sum(
             t.nbytes for t in adapter.module.state_dict().values() if t.device.type == "cpu"
@@ -77,9 +76,8 @@ def device_map(
     mapping = accelerate.infer_auto_device_map(
         adapter.module, max_memory=memory, no_split_module_classes=no_split
     )
-    if (
-        "disk" in mapping.values()
-    ):  # (placing it would ask for an offload folder, which no node offers)
+    # (placing it would ask for an offload folder, which no node offers)
+    if "disk" in mapping.values():
         raise ValueError(
             f"{adapter.family} does not fit {device} and CPU memory together: load it in int8 (which "
             "offloads too) or free memory; a device map with 'disk' entries and offload_dir streams it "
@@ -109,9 +107,8 @@ def place(adapter, mapping: dict, device: torch.device, offload_dir: str | None 
             f"the device map names modules this model does not have: {', '.join(unknown[:4])}"
         )
     offloaded = [modules[name] for name, where in mapping.items() if where in ("cpu", "disk")]
-    if any(
-        holds_bitsandbytes(m) for m in offloaded
-    ):  # accelerate cannot move their quantisation state out
+    # accelerate cannot move their quantisation state out
+    if any(holds_bitsandbytes(m) for m in offloaded):
         raise ValueError(
             "NF4 (bitsandbytes) layers cannot be offloaded: to offload the model, load it in int8, "
             "bf16 or fp16 (a release stored 4-bit cannot be offloaded); or keep NF4 on one device, in "
@@ -129,9 +126,8 @@ def offload_map(adapter, blocks: list[int], to: str = "cpu", device="cpu") -> di
     numbered `blocks` (adapter.blocks() order), which go `to` ("cpu" memory or "disk") and stream
     in per pass."""
     chosen = [adapter.blocks()[i] for i in blocks]
-    device = torch.device(
-        device
-    )  # not the string "cpu", which accelerate reads as "offloaded to the CPU"
+    # not the string "cpu", which accelerate reads as "offloaded to the CPU"
+    device = torch.device(device)
     mapping = {}
 
     def walk(prefix: str, module: nn.Module) -> None:

@@ -112,9 +112,8 @@ FAMILIES = {
         options=("width", "height"),
     ),
 }
-DIT_FAMILIES = (
-    "glm_image",
-)  # whose pixels a DiT apart draws (their adapters' pixels_apart), not a VQ decoder
+# whose pixels a DiT apart draws (their adapters' pixels_apart), not a VQ decoder
+DIT_FAMILIES = ("glm_image",)
 LUMINA_ARCHITECTURE = (
     "ChameleonXLLMXForConditionalGeneration"  # Lumina's own class; Chameleon/Anole use others
 )
@@ -271,9 +270,10 @@ def list_models(roots: list[str]) -> list[str]:
                 continue
             if rel != "." and "config.json" in files and _listed_hf(dirpath):
                 found.append(rel)
+            # a GPT whose own download is unfinished
             found += [
                 os.path.normpath(os.path.join(rel, f))
                 for f in files
                 if is_gpt_file(f) and not incomplete(dirpath, f)
-            ]  # a GPT whose own download is unfinished
+            ]
     return [DEMO, *sorted(dict.fromkeys(found), key=str.lower)]

@@ -48,9 +48,8 @@ def test_prompts_seeds_and_jobs(tmp_path):
     bad.write_text('{"prompt": "a"}\n{"text": "b"}\n')
     with pytest.raises(ValueError, match="bad.jsonl:2"):
         read_prompts(str(bad))
-    bad.write_text(
-        '{"prompt": "a", "negative": ""}\n{"prompt": null}\n'
-    )  # null would be drawn as "None"
+    # null would be drawn as "None"
+    bad.write_text('{"prompt": "a", "negative": ""}\n{"prompt": null}\n')
     with pytest.raises(ValueError, match='bad.jsonl:2: "prompt" .* must be text'):
         read_prompts(str(bad))
     bad.write_text('{"prompt": "a", "negative": ""}\n')
@@ -61,9 +60,8 @@ def test_prompts_seeds_and_jobs(tmp_path):
 
 def test_one_process_writes_every_image_once_and_a_rerun_does_nothing(tmp_path):
     out = str(tmp_path / "run")
-    with pytest.raises(
-        FileNotFoundError
-    ):  # a typo stops the run before its first image: the folder stays open
+    # a typo stops the run before its first image: the folder stays open
+    with pytest.raises(FileNotFoundError):
         run(
             prompt_file(tmp_path, jsonl=True),
             ["0", "1"],
@@ -89,9 +87,8 @@ def test_one_process_writes_every_image_once_and_a_rerun_does_nothing(tmp_path):
     assert (r["prompt"], r["seed"], r["method"]) == (PROMPTS[0], 0, "sjd-vp") and r["settings"][
         "window"
     ] == 8
-    assert (
-        r["stats"]["forward_passes"] < records[0]["stats"]["forward_passes"]
-    )  # SJD-VP beats AR's steps
+    # SJD-VP beats AR's steps
+    assert r["stats"]["forward_passes"] < records[0]["stats"]["forward_passes"]
     assert (
         run(
             prompt_file(tmp_path, jsonl=True),
@@ -104,6 +101,7 @@ def test_one_process_writes_every_image_once_and_a_rerun_does_nothing(tmp_path):
         == 0
     )
     assert len(finished(out)) == 12
+    # a method named twice: the same jobs
     assert (
         run(
             prompt_file(tmp_path, jsonl=True),
@@ -114,7 +112,7 @@ def test_one_process_writes_every_image_once_and_a_rerun_does_nothing(tmp_path):
             device="cpu",
         )
         == 0
-    )  # a method named twice: the same jobs
+    )
     # a line cut short by a kill: its image is redone, and the next record does not stick to it
     log = os.path.join(out, "images.rank0.jsonl")
     text = open(log).read().splitlines(keepends=True)
@@ -133,9 +131,8 @@ def test_one_process_writes_every_image_once_and_a_rerun_does_nothing(tmp_path):
     assert [r["index"] for r in finished(out)] == list(range(12))
     other = tmp_path / "other.txt"
     other.write_text("a purple diamond on night\n")
-    with pytest.raises(
-        ValueError, match="another run's images"
-    ):  # other prompts into the same folder
+    # other prompts into the same folder
+    with pytest.raises(ValueError, match="another run's images"):
         run(str(other), ["0"], ["ar"], out, window="8", device="cpu")
     # other settings, or other seeds, would add images made otherwise, or replace images.jsonl's
     # index of them

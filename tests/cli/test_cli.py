@@ -197,9 +197,8 @@ def test_cli_writes_images_at_the_models_own_size(lumina2, tmp_path):
     for method in ("ar", "sjd-vp"):
         png = Image.open(out / f"{method}_seed0.png")
         assert png.size == (64, 32) and "Comment" not in png.info
-    assert (
-        generate(["--methods", "ar", "--repeats", "1", "--out", str(out)]) == 0
-    )  # the first run's is kept
+    # the first run's is kept
+    assert generate(["--methods", "ar", "--repeats", "1", "--out", str(out)]) == 0
     assert Image.open(out / "ar_seed0.png").size == (64, 32)
     demo = Image.open(out / "ar_seed0_2.png")
     assert (
@@ -222,16 +221,14 @@ def test_cli_batch_mistakes(tmp_path, capsys):
         batch(["--prompts", str(tmp_path / "p.txt"), "--seeds", "x", "--out", str(tmp_path)]) == 2
     )
     one_line(capsys, "python -m sjdvp_core.batch")
-    (tmp_path / "p.json").write_text(
-        '{"prompt": "a red circle on grass"}\n'
-    )  # drawn as that text before
+    # drawn as that text before
+    (tmp_path / "p.json").write_text('{"prompt": "a red circle on grass"}\n')
     assert batch(["--prompts", str(tmp_path / "p.json"), "--out", str(tmp_path)]) == 2
     assert "give a .jsonl file" in one_line(capsys, "python -m sjdvp_core.batch")
     (tmp_path / "p.JSONL").write_text('{"prompt": ""}\n')
     assert batch(["--prompts", str(tmp_path / "p.JSONL"), "--out", str(tmp_path / "runs")]) == 2
-    assert (
-        one_line(capsys, "python -m sjdvp_core.batch").count("prompt ''") == 1
-    )  # read as JSONL, named once
+    # read as JSONL, named once
+    assert one_line(capsys, "python -m sjdvp_core.batch").count("prompt ''") == 1
 
 
 def test_cli_check_and_download_mistakes(tmp_path, capsys):

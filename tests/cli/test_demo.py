@@ -143,9 +143,8 @@ def test_the_command_line_calibrates_and_warms_up_every_method_before_it_times_a
     rows = generate.main(
         "a red circle on grass", methods=("ar", "sjd-vp"), window="auto:8", out=str(tmp_path)
     )
-    assert (
-        events == ["warm", "calibrate", "warm"] + [("decode", None), ("decode", cost)] * 3
-    )  # taking turns
+    # taking turns
+    assert events == ["warm", "calibrate", "warm"] + [("decode", None), ("decode", cost)] * 3
     assert [r["method"] for r in rows] == ["ar", "sjd-vp"] and all(
         os.path.exists(r["path"]) for r in rows
     )
@@ -172,9 +171,8 @@ def test_the_command_line_shows_a_calibration_on_a_terminal_and_clears_it():
         and "pass cost 25%" in text
         and "acceptance profile 100%" in text
     )
-    assert (
-        text.endswith("\r") and text.rsplit("\r", 2)[-2].strip() == ""
-    )  # the line is blanked at the end
+    # the line is blanked at the end
+    assert text.endswith("\r") and text.rsplit("\r", 2)[-2].strip() == ""
     quiet = io.StringIO()  # not a terminal: nothing
     with generate.Measuring("sjd-vp", quiet) as shown:
         shown("pass cost", 1, 2)

@@ -92,9 +92,8 @@ class ComfyServer:
         os.makedirs(nodes, exist_ok=True)
         os.makedirs(self.models, exist_ok=True)
         os.makedirs(self.input, exist_ok=True)
-        example = os.path.join(
-            comfyui_root(), "input", "example.png"
-        )  # LoadImage's default, as an install has it
+        # LoadImage's default, as an install has it
+        example = os.path.join(comfyui_root(), "input", "example.png")
         if os.path.isfile(example) and not os.path.exists(os.path.join(self.input, "example.png")):
             shutil.copy(example, self.input)
         link = os.path.join(nodes, "sjdvp")

@@ -5,10 +5,11 @@ frontend's "Export (API)" does."""
 from __future__ import annotations
 
 WIDGET_TYPES = {"INT", "FLOAT", "STRING", "BOOLEAN", "COMBO"}
+# the frontend's own nodes: never sent to the server, not in /object_info
 VIRTUAL = {
     "Note",
     "MarkdownNote",
-}  # the frontend's own nodes: never sent to the server, not in /object_info
+}
 
 
 def inputs_in_order(info: dict) -> list[tuple[str, object, dict]]:
@@ -88,9 +89,8 @@ def to_api(workflow: dict, object_info: dict) -> dict:
         info = object_info[node["type"]]
         inputs, values = {}, list(node.get("widgets_values", []))
         for name, extra in widget_slots(info):
-            if (
-                not values
-            ):  # saved before this widget existed: the node's default keeps the old meaning
+            # saved before this widget existed: the node's default keeps the old meaning
+            if not values:
                 break
             inputs[name] = values.pop(0)
             if extra:

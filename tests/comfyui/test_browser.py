@@ -167,9 +167,8 @@ def test_workflow_loads_as_dropped(ui, path):
         assert B.overlaps(boxes) == [], (
             f"overlapping nodes ({'vue' if vue else 'classic'} renderer)"
         )
-    fit_and_shoot(
-        page, f"{version}-vue-dropped-{name(path)}"
-    )  # family thumbnails: tools/make_thumbnails.py
+    # family thumbnails: tools/make_thumbnails.py
+    fit_and_shoot(page, f"{version}-vue-dropped-{name(path)}")
     use_renderer(page, False)
     page.keyboard.press("Escape")
 
@@ -216,9 +215,8 @@ def run_and_check(page, path: str, vue: bool, seed: int, label: str, cached: boo
     )
     assert end["type"] == "execution_success", end
     if cached:
-        ran = {
-            str(n["id"]) for n in workflow["nodes"] if n["type"] not in VIRTUAL
-        }  # a Note never runs
+        # a Note never runs
+        ran = {str(n["id"]) for n in workflow["nodes"] if n["type"] not in VIRTUAL}
         assert ran <= set(page.evaluate("window.__sjdvpCached")), "not cached"
     fit(page)  # every node on screen: drawn, its images loaded
 

@@ -72,9 +72,8 @@ def test_nodes_register_with_pinned_widget_order(object_info):
         assert [name for name, _ in widget_slots(info)] == widgets
         assert info["description"] and info["category"] == "sjdvp"
         for kind, group in info["input"].items():
-            for name, spec in (
-                group.items() if kind != "hidden" else ()
-            ):  # output nodes get hidden inputs
+            # output nodes get hidden inputs
+            for name, spec in group.items() if kind != "hidden" else ():
                 assert spec[1].get("tooltip"), f"{node_id}.{name} has no tooltip"
         assert os.path.isfile(os.path.join(REPO, "web", "docs", f"{node_id}.md"))
     seed = dict(widget_slots(object_info["SJDVP_SpeculativeDecode"]))["seed"]
@@ -272,9 +271,8 @@ def test_glm_image_workflows_run_the_tiny_model(server, object_info, name):
         prompt[pixels]["inputs"].update(steps=2)
         image, figures = run_ok(server, prompt, workflow)
         grids = 3 * 2 if name.endswith("edit") else 19 * 13 + 3 * 2
-        assert (
-            image.size == (64, 96) and figures["ar_passes"] == grids
-        )  # a pass per token after the prefill's
+        # a pass per token after the prefill's
+        assert image.size == (64, 96) and figures["ar_passes"] == grids
     finally:
         shutil.rmtree(folder)
 

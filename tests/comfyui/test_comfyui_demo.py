@@ -77,10 +77,9 @@ def decoding(messages: list[dict], node: str) -> list[dict]:
     ]
 
 
-def test_the_quick_start_decodes_sjd_vp_and_a_prompt_without_method_stays_ar(server, object_info):
+def test_the_quick_start_decodes_sjd_vp_and_method_ar_decodes_plain_ar(server, object_info):
     """Three nodes and no knobs: Speculative Decode's method (SJD-VP, a new node's default) with the
-    automatic window; the same prompt saved before the widget existed (no `method` input) decodes
-    plain AR."""
+    automatic window; the same prompt with method AR decodes one token per pass."""
     prompt = to_api(
         load(os.path.join(REPO, "workflows", "sjdvp_demo_quick_start.json")), object_info
     )
@@ -95,7 +94,7 @@ def test_the_quick_start_decodes_sjd_vp_and_a_prompt_without_method_stays_ar(ser
     assert figures["estimated_speedup"] > 0 and history["outputs"][decode]["text"][0].startswith(
         "SJD-VP coupled: "
     )
-    del prompt[decode]["inputs"]["method"]
+    prompt[decode]["inputs"]["method"] = "AR"
     history, _ = server.run(prompt)
     assert history["status"]["status_str"] == "success", history["status"]
     [figures] = history["outputs"][decode]["sjdvp_report"]
@@ -109,9 +108,8 @@ def test_a_first_automatic_run_shows_its_measurement(server, object_info):
     calibration cache, as a fresh install)."""
     prompt = to_api(load(os.path.join(REPO, "workflows", "sjdvp_demo_sjd_vp.json")), object_info)
     window = next(v for v in prompt.values() if v["class_type"] == "SJDVP_JacobiWindow")
-    window["inputs"].update(
-        window=24, window_auto=True, tree_auto=False
-    )  # a window no other test measures
+    # a window no other test measures
+    window["inputs"].update(window=24, window_auto=True, tree_auto=False)
     decode = next(k for k, v in prompt.items() if v["class_type"] == "SJDVP_SpeculativeDecode")
     history, messages = server.run(prompt)
     assert history["status"]["status_str"] == "success", history["status"]

@@ -121,9 +121,8 @@ def test_model_defaults_replace_the_sampling_widgets(server):
         history, _ = server.run(prompt)
         assert history["status"]["status_str"] == "success", history["status"]
         figures = history["outputs"]["4"]["sjdvp_report"][0]
-        return {
-            k: v for k, v in figures.items() if "seconds" not in k and "speedup" not in k
-        }  # not times
+        # not times
+        return {k: v for k, v in figures.items() if "seconds" not in k and "speedup" not in k}
 
     model_defaults = report(1.5, "model defaults")
     assert model_defaults == report(3.0, "custom")

@@ -50,13 +50,11 @@ def test_roofline_knees_follow_the_devices():
     than on a 4090, where the same pass crosses into compute sooner."""
     h200, rtx = roofline("Lumina-mGPT 7B", "H200"), roofline("Lumina-mGPT 7B", "RTX 4090")
     assert h200.relative(32) < 1.02 and rtx.relative(32) < 1.02
-    assert (
-        h200.relative(89) < 1.02 < roofline("Lumina-mGPT 7B", "H200", grid=GRID).relative(89)
-    )  # no chord
+    # no chord
+    assert h200.relative(89) < 1.02 < roofline("Lumina-mGPT 7B", "H200", grid=GRID).relative(89)
     assert 1.0 < h200.relative(128) < rtx.relative(128)
-    assert roofline("LlamaGen-XL", "H200").relative(128) > h200.relative(
-        128
-    )  # a small model is sooner compute-bound
+    # a small model is sooner compute-bound
+    assert roofline("LlamaGen-XL", "H200").relative(128) > h200.relative(128)
     assert all(d.source and d.bandwidth > 0 and d.flops > 0 for d in DEVICES.values())
     assert set(SHAPES) == {
         "Lumina-mGPT 7B",
@@ -73,15 +71,13 @@ def test_candidates_drop_plans_that_a_richer_one_matches_in_cost():
     chains = [p.window for p in auto.candidate_plans(flat, 128)]
     assert chains == [128, 96, 64]  # below the knee, narrower windows only lose
     almost = PassCost((1, 64, 128), (1.0, 1.005, 1.5), "GPU-like: 0.5% dearer at 64")
-    assert 48 in [
-        p.window for p in auto.candidate_plans(almost, 128)
-    ]  # it may commit nearly as much for less
+    # it may commit nearly as much for less
+    assert 48 in [p.window for p in auto.candidate_plans(almost, 128)]
     assert [p.window for p in auto.candidate_plans(RISING, 16)] == [16, 12, 8, 6, 4, 3, 2]
     trees = [p for p in auto.candidate_plans(flat, 128, auto_tree=True) if p.tree.on]
     assert trees and all(p.window >= auto.TREE_FROM and p.tree in auto.TREES for p in trees)
-    assert not [
-        p for p in auto.candidate_plans(RISING, 16, auto_tree=True) if p.tree.on
-    ]  # too dear there
+    # too dear there
+    assert not [p for p in auto.candidate_plans(RISING, 16, auto_tree=True) if p.tree.on]
     assert auto.most_tokens(RISING, 64) == 12 and auto.most_tokens(RISING, 1) == 1
     user = TreeSettings(width=3)
     assert all(p.tree == user for p in auto.candidate_plans(RISING, 16, user))
@@ -101,10 +97,11 @@ def test_the_chooser_takes_the_best_rate_and_follows_this_decodes_acceptance():
         return first, chooser.choose(61)
 
     assert run(1.0) == (auto.Plan(16), auto.Plan(16))  # 5 / 3.8 beats 2.6 / 2.2 and 1.6 / 1.5
+    # (1 + 0.3) / 1.5 > (1 + 0.8) / 2.2 > (1 + 2) / 3.8
     assert run(0.5) == (
         auto.Plan(16),
         auto.Plan(4),
-    )  # (1 + 0.3) / 1.5 > (1 + 0.8) / 2.2 > (1 + 2) / 3.8
+    )
 
 
 def test_a_near_tie_goes_to_the_plan_that_scores_more():
@@ -125,12 +122,10 @@ def test_a_near_tie_goes_to_the_plan_that_scores_more():
 
 def test_only_plans_that_can_win_are_kept_and_allocated(monkeypatch):
     plans = (auto.Plan(16), auto.Plan(12), auto.Plan(8), auto.Plan(4))
-    profile = auto.Profile(
-        plans, (5.0, 2.0, 2.6, 1.6), "synthetic"
-    )  # 12 commits less than 8 for more cost
-    kept = auto.contenders(
-        profile, RISING
-    )  # 16 wins for g above 0.62, 4 below; 8 is never the best
+    # 12 commits less than 8 for more cost
+    profile = auto.Profile(plans, (5.0, 2.0, 2.6, 1.6), "synthetic")
+    # 16 wins for g above 0.62, 4 below; 8 is never the best
+    kept = auto.contenders(profile, RISING)
     assert kept.plans == (auto.Plan(16), auto.Plan(4)) and kept.of(auto.Plan(4)) == 1.6
     monkeypatch.setattr(auto, "G_RANGE", (0.9, 1.1))  # near the example's acceptance 16 always wins
     assert auto.contenders(profile, RISING).plans == (auto.Plan(16),)
@@ -155,9 +150,8 @@ def test_the_profile_is_measured_on_the_example_and_cached(tmp_path, monkeypatch
     plans = auto.candidate_plans(PassCost((1, 16), (1.0, 1.0), "flat"), 16, auto_tree=True)
     with caplog.at_level("INFO"):
         profile = acceptance_profile(toy, settings, plans)
-    assert (
-        "measuring the acceptance" in caplog.text and str(tmp_path) in caplog.text
-    )  # the wait is explained
+    # the wait is explained
+    assert "measuring the acceptance" in caplog.text and str(tmp_path) in caplog.text
     assert profile.plans == tuple(plans) and all(c >= 1 for c in profile.committed)
     caplog.clear()
     with caplog.at_level("INFO"):
@@ -190,25 +184,23 @@ def test_measured_cost_is_cached_per_model_and_device(tmp_path, monkeypatch):
         and cost.source.startswith("measured on cpu")
     )
     assert len(cost.engine) == len(cost.tokens)
-    assert (
-        list(tmp_path.rglob("*.json")) and pass_cost(toy, settings) == cost
-    )  # read back, not remeasured
+    # read back, not remeasured
+    assert list(tmp_path.rglob("*.json")) and pass_cost(toy, settings) == cost
     assert load_cached({"not": "a key"}) is None
+    # the report's
     fixed = pass_cost(
         toy, replace(settings, window=replace(settings.window, auto=False)), clock=clock
-    )  # the report's
+    )
     assert fixed.tokens == (1, 8, 16) and len(list(tmp_path.rglob("*.json"))) == 2
 
 
 def test_measuring_stops_past_the_widest_window_auto_allocates():
     toy = ToyGridAdapter(height=8, width=8, levels=4)
     cost = measure_cost(toy, method_settings("sjd", 128, toy.default_sampling), iterations=2)
-    assert all(
-        cost.relative(k) <= auto.MOST_FACTOR for k in cost.tokens[:-1]
-    )  # nothing past the first beyond
-    assert (
-        len(cost.tokens) >= 2
-    )  # (where round one stopped depends on this toy's sub-millisecond noise)
+    # nothing past the first beyond
+    assert all(cost.relative(k) <= auto.MOST_FACTOR for k in cost.tokens[:-1])
+    # (where round one stopped depends on this toy's sub-millisecond noise)
+    assert len(cost.tokens) >= 2
     assert list(cost.seconds) == sorted(cost.seconds)  # a wider pass never measures cheaper
 
 
@@ -228,21 +220,18 @@ def test_a_slow_stretch_does_not_cut_the_measured_grid(monkeypatch):
     cost = measure_cost(
         toy, method_settings("sjd", 32, toy.default_sampling), iterations=9, clock=clock
     )
-    assert (
-        slow["left"] == 0 and cost.tokens[-1] == 24
-    )  # timed past 4, up to the first window beyond 3 x t(1)
-    assert (
-        2 < cost.relative(16) < auto.MOST_FACTOR and cost.relative(4) < 2
-    )  # 52 / 22 and 28 / 22 paced
+    # timed past 4, up to the first window beyond 3 x t(1)
+    assert slow["left"] == 0 and cost.tokens[-1] == 24
+    # 52 / 22 and 28 / 22 paced
+    assert 2 < cost.relative(16) < auto.MOST_FACTOR and cost.relative(4) < 2
 
 
 def test_auto_never_picks_a_window_past_the_measured_cost():
     flat = PassCost((1, 2, 4), (1.0, 1.2, 1.21), "a grid cut short at 4 tokens")
     assert flat.relative(128) < auto.MOST_FACTOR  # the line past 4 would price 128 cheap
     assert auto.most_tokens(flat, 128) == 4
-    assert auto.most_tokens(RISING, 64) == RISING.largest_within(
-        auto.MOST_FACTOR, 16
-    )  # RISING ends at 16
+    # RISING ends at 16
+    assert auto.most_tokens(RISING, 64) == RISING.largest_within(auto.MOST_FACTOR, 16)
 
 
 def test_a_noisy_measurement_is_fitted_non_decreasing():
@@ -256,21 +245,18 @@ def test_the_profile_is_fitted_non_decreasing_in_the_window_per_tree():
     tree = TreeSettings(width=6, branch=4)
     plans = (auto.Plan(48), auto.Plan(32), auto.Plan(16), auto.Plan(32, tree), auto.Plan(16, tree))
     fitted = auto.Profile(plans, (4.27, 4.49, 3.2, 3.0, 3.5), "four seeds").fitted()
-    assert fitted.committed == pytest.approx(
-        (4.38, 4.38, 3.2, 3.25, 3.25)
-    )  # chains and trees apart
+    # chains and trees apart
+    assert fitted.committed == pytest.approx((4.38, 4.38, 3.2, 3.25, 3.25))
     assert fitted.source == "four seeds"
 
 
 @pytest.mark.parametrize("tree", [TreeSettings(), TreeSettings(width=3)])
 def test_greedy_auto_returns_the_ar_tokens(tree, monkeypatch):
     monkeypatch.setattr(auto, "EVERY", 1)
-    monkeypatch.setattr(
-        auto, "PRIOR", 0.5
-    )  # follow this decode's acceptance at once, so the plan changes
-    monkeypatch.setattr(
-        auto, "G_RANGE", (0.5, 20.0)
-    )  # and keep the plan that only wins far above the profile
+    # follow this decode's acceptance at once, so the plan changes
+    monkeypatch.setattr(auto, "PRIOR", 0.5)
+    # and keep the plan that only wins far above the profile
+    monkeypatch.setattr(auto, "G_RANGE", (0.5, 20.0))
     toy = ToyGridAdapter(height=6, width=6, levels=8)
     sampling = SamplingSettings(greedy=True, cfg_scale=2.0)
     ar = decode(
@@ -279,9 +265,8 @@ def test_greedy_auto_returns_the_ar_tokens(tree, monkeypatch):
     drafter = DrafterSettings(vp=VPSettings())
     # the profile undersells the wide plan: the greedy toy's drafts win far more, and the chooser
     # moves to it
-    wide = (
-        1.6 if tree.on else 1.3
-    )  # where the narrow plan wins at the profile's acceptance (a tree's costs more)
+    # where the narrow plan wins at the profile's acceptance (a tree's costs more)
+    wide = 1.6 if tree.on else 1.3
     profile = auto.Profile((auto.Plan(12, tree), auto.Plan(4, tree)), (wide, 1.1), "synthetic")
     out = decode(
         toy,
@@ -464,6 +449,7 @@ def test_only_the_cached_cost_is_forgotten_and_only_past_the_drift(tmp_path, mon
         )
 
     assert stats(1.5).pass_cost_drift == pytest.approx(1.5)
+    # too few to say
     assert (
         DecodeStats(
             length=64,
@@ -473,7 +459,7 @@ def test_only_the_cached_cost_is_forgotten_and_only_past_the_drift(tmp_path, mon
             iteration_seconds=[1.0] * 3,
         ).pass_cost_drift
         is None
-    )  # too few to say
+    )
     for ratio, forgotten in (
         (1.5, False),
         (0.6, False),
@@ -502,6 +488,5 @@ def test_the_memory_estimate_holds_the_largest_tree_auto_may_pick():
     assert scratch_nodes(32, widest_tree(both)) == biggest > scratch_nodes(32, small)
     assert widest_tree(replace(both, window=replace(both.window, auto_tree=False))) == small
     plans = auto.candidate_plans(PassCost((1, 64), (1.0, 1.0), "flat"), 32, small, auto_tree=True)
-    assert (
-        max(scratch_nodes(p.window, p.tree) for p in plans) == biggest
-    )  # what auto may really pick
+    # what auto may really pick
+    assert max(scratch_nodes(p.window, p.tree) for p in plans) == biggest

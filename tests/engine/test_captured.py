@@ -141,9 +141,8 @@ def test_where_passes_cannot_be_recorded_the_reason_is_named(replayed_on_cpu, mo
     del toy.device_map
     quantised = type("Linear4bit", (torch.nn.Module,), {"__module__": "bitsandbytes.nn.modules"})
     toy.module = torch.nn.Sequential(quantised())
-    assert "bitsandbytes" in captured.eager_reason(
-        toy, "auto"
-    )  # auto leaves bitsandbytes' kernels eager
+    # auto leaves bitsandbytes' kernels eager
+    assert "bitsandbytes" in captured.eager_reason(toy, "auto")
     assert captured.eager_reason(toy, "captured") is None  # captured tries them
     monkeypatch.delitem(captured.GRAPHS, "cpu")
     assert captured.eager_reason(toy, "captured") == "eager: no CUDA graphs on the CPU"

@@ -118,9 +118,8 @@ def test_batch_rows_advance_independently_and_count_passes():
     assert len(set(st.row_forward_passes.tolist())) > 1  # rows took different numbers of passes
     it = st.commit_iter
     assert (it >= 0).all() and (it.diff(dim=1) >= 0).all()  # committed left to right, each once
-    per_row = torch.stack(st.committed_per_iter).sum(
-        0
-    )  # the first token, and the forced tail, take no pass
+    # the first token, and the forced tail, take no pass
+    per_row = torch.stack(st.committed_per_iter).sum(0)
     assert per_row.tolist() == [TOY.layout.length - 3] * 4
 
 
@@ -134,9 +133,8 @@ def test_progress_reports_and_can_abort():
     dones = [d for d, _, _ in seen]
     assert dones == sorted(dones) and dones[-1] == seen[-1][1] == 2 * TOY.layout.length
     cells, L = TOY.layout.grid.numel(), TOY.layout.length
-    assert all(
-        k <= d and d - k <= 2 * (L - cells) for d, _, k in seen
-    )  # structure tokens are not cells
+    # structure tokens are not cells
+    assert all(k <= d and d - k <= 2 * (L - cells) for d, _, k in seen)
     assert seen[-1][2] == 2 * cells
 
     class Stop(Exception):
@@ -249,9 +247,10 @@ def test_decode_bytes_count_lantern_s_neighbour_table_until_it_is_built():
     assert decode_bytes(toy, s) - decode_bytes(toy, plain) == neighbour_bytes(codes, 5)
     decode(toy, [0], s)
     assert decode_bytes(toy, s) == decode_bytes(toy, plain)  # held with the model now
+    # rebuilt
     assert decode_bytes(toy, replace(s, drafter=replace(s.drafter, lantern_k=9))) > decode_bytes(
         toy, s
-    )  # rebuilt
+    )
     table = latent_neighbours(torch.randn(codes, 3), 5)
     assert 2 * table.numel() * table.element_size() < neighbour_bytes(codes, 5)
     assert neighbour_bytes(32768, 16000) > 2 * 32768 * 16000 * 2 > 2e9  # Emu3, int16, at k = 16000

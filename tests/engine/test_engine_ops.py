@@ -19,9 +19,8 @@ def test_coupled_sjd_vp_chain_step_is_at_most_half_the_ops_it_was(demo):
     settings = method_settings("sjd-vp", 32, demo.default_sampling, 0)
     per_iteration, _, iterations = count(demo, settings, "a red circle on grass")
     assert iterations > 20
-    assert (
-        per_iteration <= 559.0 / 2
-    )  # 559: the same counter on the engine #22 started from (d3c8e43)
+    # 559: the same counter on the engine #22 started from (d3c8e43)
+    assert per_iteration <= 559.0 / 2
 
 
 class HostReads(OpCounter):
@@ -41,6 +40,5 @@ def test_no_host_read_inside_the_loop(demo, tree):
     with model_uncounted(demo, reads), reads:
         result = decode(demo, "a red circle on grass", settings)
     assert result.stats.forward_passes > 20
-    assert (
-        reads.ops["read"] <= 8
-    )  # setup and the final statistics only; n.tolist() is not a scalar read
+    # setup and the final statistics only; n.tolist() is not a scalar read
+    assert reads.ops["read"] <= 8

@@ -185,9 +185,8 @@ def test_window_auto_keeps_the_law(other, monkeypatch):
     chain of 6 and another window or a capped tree (the chooser's own rule is tested in
     test_auto.py)."""
     monkeypatch.setattr(auto.PlanChooser, "choose", lambda self, it: self.profile.plans[it % 2])
-    monkeypatch.setattr(
-        calibrating, "contenders", lambda profile, cost: profile
-    )  # both plans stay choosable
+    # both plans stay choosable
+    monkeypatch.setattr(calibrating, "contenders", lambda profile, cost: profile)
     profile = auto.Profile((auto.Plan(6), other), (2.0, 2.0), "synthetic")
     cost = PassCost((1, 2, 4, 8), (1.0, 1.1, 1.4, 2.4), "synthetic")
     drafter = DrafterSettings(vp=VPSettings(**STRONG_VP, strength="auto"))

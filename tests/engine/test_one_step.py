@@ -26,12 +26,10 @@ from tests.helpers.toy_reference import chi2_pvalue
 
 pytestmark = pytest.mark.statistical
 ROWS, ALPHA, V = 120_000, 1e-3, 6
-Q = torch.tensor(
-    [0.34, 0.22, 0.18, 0.12, 0.09, 0.05]
-)  # the draft's distribution at the branching slot
-OLD = torch.tensor(
-    [0.05, 0.10, 0.15, 0.20, 0.20, 0.30]
-)  # what continuation's old draft was drawn from
+# the draft's distribution at the branching slot
+Q = torch.tensor([0.34, 0.22, 0.18, 0.12, 0.09, 0.05])
+# what continuation's old draft was drawn from
+OLD = torch.tensor([0.05, 0.10, 0.15, 0.20, 0.20, 0.30])
 GUESS = 1  # the committed cell left of the slot
 
 
@@ -49,10 +47,11 @@ def drafted(mode: str, gen: torch.Generator) -> tuple[Tensor, Tensor | None, boo
     if mode == "coupled":
         return coupled_draw(q, noise), noise, Drafter.follows_noise(DrafterSettings())
     old = coupled_draw(OLD.expand(ROWS, V), noise)  # continuation: the old draft (drawn with the
+    # noise) kept or not
     u_keep, u_residual = (
         torch.rand(ROWS, generator=gen),
         uniform(ROWS, gen, "cpu"),
-    )  # noise) kept or not
+    )
     return (
         continue_draft(old, OLD.expand(ROWS, V), q, u_keep, u_residual),
         noise,
@@ -111,9 +110,8 @@ def expected_joint(excluded_guess: bool) -> Tensor:
 @pytest.mark.parametrize("guesses", [False, True])
 def test_tree_draws_follow_their_stored_q_given_the_draft(mode, guesses):
     x0, cand = candidates(mode, width=4 if guesses else 2, guesses=guesses)
-    draw = (
-        2 if guesses else 0
-    )  # the left guess, the above one (none: the grid is one row), the draw
+    # the left guess, the above one (none: the grid is one row), the draw
+    draw = 2 if guesses else 0
     y, stored = cand.tokens[:, 0, draw], cand.q[:, 0, draw]
     # the q stored with the draw is Q without what was taken before it, renormalised
     taken = torch.nn.functional.one_hot(x0, V).bool()
@@ -177,9 +175,8 @@ def test_vp_drafts_follow_the_fused_q_they_are_stored_with(coupled, strength):
     window = drafter.start(n, canvas, gen, S)
     active = torch.ones(ROWS, dtype=torch.bool)
     first = torch.tensor([0.30, 0.25, 0.20, 0.10, 0.10, 0.05])
-    second = torch.tensor(
-        [0.20, 0.35, 0.15, 0.15, 0.10, 0.05]
-    )  # token 1 and 3 rise, the others fall
+    # token 1 and 3 rise, the others fall
+    second = torch.tensor([0.20, 0.35, 0.15, 0.15, 0.10, 0.05])
     for p in (first, second):
         m = torch.ones(ROWS, dtype=torch.long)
         window = drafter.redraft(

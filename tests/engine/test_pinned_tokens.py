@@ -57,9 +57,8 @@ def run(model: str, method: str, coupled: bool) -> tuple[int, str]:
         batch_size=3,
     )
     threads = torch.get_num_threads()
-    torch.set_num_threads(
-        1
-    )  # as recorded: a reduction split over threads rounds differently, and can flip a draw
+    # as recorded: a reduction split over threads rounds differently, and can flip a draw
+    torch.set_num_threads(1)
     try:
         result = decode(adapter, prompts, settings)
     finally:

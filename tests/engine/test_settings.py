@@ -56,9 +56,8 @@ def test_valid_edges_are_accepted():
         DrafterSettings(verifier="gsd", gsd_group=1),
     )
     assert DrafterSettings(verifier="gsd", vp=VPSettings(), coupled=False).name == "GSD-VP"
-    assert (
-        DrafterSettings().coupled and DrafterSettings().name == "SJD coupled"
-    )  # coupled is the default
+    # coupled is the default
+    assert DrafterSettings().coupled and DrafterSettings().name == "SJD coupled"
     assert (
         DrafterSettings(vp=VPSettings(strength=-0.7), coupled=True).name == "SJD-VP(-0.7) coupled"
     )

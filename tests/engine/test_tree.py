@@ -68,13 +68,14 @@ def test_shape_hangs_each_alternative_off_the_main_chain():
     assert paths[1] == [0, 5, 6, 7, 8]  # an alternative at slot 0 and its drafts
     assert paths[-1] == [0, 1, 16, 17, 18]  # one at slot 1, after slot 0's draft
     assert shape.offsets[paths[-1]].tolist() == [0, 1, 2, 3, 4]
+    # pool: committed, drafts 1..4, alternatives
     assert shape.source[paths[1]].tolist() == [
         0,
         5,
         2,
         3,
         4,
-    ]  # pool: committed, drafts 1..4, alternatives
+    ]
     assert shape.blocks[1, 1].tolist() == [16, 17, 18, 18]  # padded with its last node
     short = tree_shape(5, TreeSettings(width=2, branch=1), "cpu")
     assert branch_paths(short)[1] == [0, 5, 6] and short.nodes == 7

@@ -54,9 +54,8 @@ def test_fusion_needs_n_consecutive_rises_and_clips_the_score():
     pbar = torch.tensor([[[0.01, 0.1, 0.2]]])  # raw gains: log 60, log 2, 0
     growth = torch.tensor([[[2, 1, 5]]], dtype=torch.int16)
     out = fuse(p, pbar, 0.5 * pbar + 0.5 * p, growth, torch.tensor([[True]]), s)
-    assert torch.allclose(
-        out[0, 0], torch.tensor([1.2, 0.2, 0.2]) / 1.6
-    )  # clipped at x2; token 1 masked
+    # clipped at x2; token 1 masked
+    assert torch.allclose(out[0, 0], torch.tensor([1.2, 0.2, 0.2]) / 1.6)
 
 
 def test_negative_strength_shrinks_toward_the_history():
@@ -70,6 +69,7 @@ def test_negative_strength_shrinks_toward_the_history():
     expected = (p[0, 0, :3] ** 0.5) * (pbar[0, 0, :3] ** 0.5)
     assert torch.allclose(out[0, 0, :3], expected / expected.sum(), atol=1e-6)
     assert out[0, 0, 3] == 0  # a token outside p's support never appears, whatever its history
+    # |strength| is capped at 1: q = pbar on p's support
     full = fuse(
         p,
         pbar_prev,
@@ -77,7 +77,7 @@ def test_negative_strength_shrinks_toward_the_history():
         torch.zeros(1, 1, 4, dtype=torch.int16),
         torch.tensor([[True]]),
         VPSettings(top_k=3, strength=-3.0, beta=0.5),
-    )  # |strength| is capped at 1: q = pbar on p's support
+    )
     assert torch.allclose(full[0, 0, :3], pbar[0, 0, :3] / pbar[0, 0, :3].sum(), atol=1e-6)
 
 

@@ -5,15 +5,13 @@ or classes to decode)."""
 
 from __future__ import annotations
 
-import torch
 from safetensors.torch import save_file
 
-from sjdvp_core.models.llamagen.gpt import GPTConfig, LlamaGenGPT
 from tests.helpers.tiny_emu3 import SIZE as EMU3_SIZE
 from tests.helpers.tiny_emu3 import write_converted as write_emu3
 from tests.helpers.tiny_hf import PROMPTS
 from tests.helpers.tiny_janus import write_converted as write_janus
-from tests.helpers.tiny_llamagen import random_gpt, random_vq, write_t5
+from tests.helpers.tiny_llamagen import random_gpt, random_t2i_gpt, random_vq, write_t5
 from tests.helpers.tiny_lumina import write_lumina
 from tests.helpers.tiny_lumina2 import write_lumina2
 
@@ -30,21 +28,7 @@ def llamagen_c2i(d):
 
 def llamagen_t2i(d):
     """A text-to-image GPT (120 caption tokens from a 32-wide T5), its VQ and flan-t5-xl/ in d."""
-    torch.manual_seed(1)
-    gpt = LlamaGenGPT(
-        GPTConfig(
-            dim=128,
-            n_layer=2,
-            n_head=2,
-            vocab_size=64,
-            block_size=16,
-            model_type="t2i",
-            caption_dim=32,
-            cls_token_num=120,
-        )
-    )
-    for p in gpt.parameters():
-        torch.nn.init.normal_(p, std=0.3)
+    gpt = random_t2i_gpt()
     save_file(
         {k: v.contiguous() for k, v in gpt.state_dict().items()},
         str(d / "t2i_XL_stage1_256.safetensors"),

@@ -28,6 +28,7 @@ TEXT_SPECIALS = [
     "<|user|>",
     "<|assistant|>",
 ]
+# a source image between image start and end
 TEMPLATE = (
     "[gMASK]<sop>{% for m in messages %}<|{{ m['role'] }}|>\n{% for c in m['content'] %}"
     "{% if c['type'] == 'image' %}"
@@ -36,12 +37,13 @@ TEMPLATE = (
     + DIT[CODES + 1]
     + "{% else %}{{ c['text'] }}"
     "{% endif %}{% endfor %}{% endfor %}<|assistant|>\n"
-)  # a source image between image start and end
+)
+# the values the issue quotes for the release
 SAMPLING = {
     "temperature": 0.9,
     "top_p": 0.75,
     "do_sample": True,
-}  # the values the issue quotes for the release
+}
 
 
 def tiny_model(vocab_size: int, pad: int, image_token: int, seed: int = 0):

@@ -111,16 +111,14 @@ def assert_windows_match_recompute(adapter, prompts, cfg: bool, reference, steps
     for _ in range(steps):
         W = int(torch.randint(2, 7, (1,), generator=g))
         accept = torch.randint(0, W, (R,), generator=g).clamp(max=(L - n).clamp(min=0))
-        window = layout.image_tokens[
-            torch.randint(0, K, (R, W), generator=g)
-        ]  # drafts, mostly wrong
+        # drafts, mostly wrong
+        window = layout.image_tokens[torch.randint(0, K, (R, W), generator=g)]
         for r in range(R):
             window[r, : 1 + accept[r]] = truth[r, n[r] - 1 : n[r] + accept[r]]
         positions = ((n - 1)[:, None] + torch.arange(W)).clamp(max=L - 1)
         logits = adapter.forward(window, positions)
-        for r in range(
-            R
-        ):  # input at position L - 1 predicts nothing (and clamped drafts share its slot)
+        # input at position L - 1 predicts nothing (and clamped drafts share its slot)
+        for r in range(R):
             valid = min(int(accept[r]) + 1, int((positions[r] < L - 1).sum()))
             if valid == 0:
                 continue

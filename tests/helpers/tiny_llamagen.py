@@ -38,6 +38,28 @@ def random_gpt(config=GPT_TINY, seed=0):
     return model
 
 
+GPT_T2I_TINY = GPTConfig(
+    dim=128,
+    n_layer=2,
+    n_head=2,
+    vocab_size=64,
+    block_size=16,
+    model_type="t2i",
+    caption_dim=32,
+    cls_token_num=120,
+)
+
+
+def random_t2i_gpt() -> LlamaGenGPT:
+    """A text-to-image GPT reading 120 caption tokens from a 32-wide T5, with weights large enough
+    that its distributions are far from uniform."""
+    torch.manual_seed(1)
+    gpt = LlamaGenGPT(GPT_T2I_TINY)
+    for p in gpt.parameters():
+        torch.nn.init.normal_(p, std=0.3)
+    return gpt
+
+
 def random_vq(seed=0):
     torch.manual_seed(seed)
     return LlamaGenVQ(VQ_TINY)

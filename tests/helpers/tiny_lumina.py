@@ -181,9 +181,8 @@ def write_lumina(folder: str, seed: int = 0, vqgan: bool = True) -> str:
         if not k.startswith("model.vqmodel.")
     }
     g = torch.Generator().manual_seed(seed)
-    for k in [
-        k for k in state if "_norm." in k and "self_attn" in k
-    ]:  # Lumina's layout: [model parallel 1, D]
+    # Lumina's layout: [model parallel 1, D]
+    for k in [k for k in state if "_norm." in k and "self_attn" in k]:
         state[k] = 1 + 0.5 * torch.randn(1, state[k].shape[1], generator=g)
     write_shards(folder, state)
     if vqgan:
@@ -206,12 +205,13 @@ def write_lumina_4bit(folder: str, seed: int = 0) -> str:
 
     with tempfile.TemporaryDirectory() as tmp:
         source = write_lumina(os.path.join(tmp, "float"), seed)
+        # the [1, D] q/k norms: put back as stored below
         model = ChameleonForConditionalGeneration.from_pretrained(
             source,
             quantization_config=BitsAndBytesConfig(load_in_4bit=True),
             dtype=torch.bfloat16,
             ignore_mismatched_sizes=True,
-        )  # the [1, D] q/k norms: put back as stored below
+        )
         model.save_pretrained(folder)
         with open(os.path.join(folder, "config.json")) as f:
             quantization = json.load(f)["quantization_config"]

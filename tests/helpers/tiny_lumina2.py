@@ -39,9 +39,8 @@ LUMINA_SPECIALS = [
     "<reserved08799>",
     "<reserved08706>",
 ]
-LUMINA_SPECIALS += [
-    f"<reserved{8800 + n:05d}>" for n in range(1, MAX_GRIDS + 1)
-]  # resolution tokens
+# resolution tokens
+LUMINA_SPECIALS += [f"<reserved{8800 + n:05d}>" for n in range(1, MAX_GRIDS + 1)]
 MOVQ = dict(channels=(32, 32, 32, 32), blocks=2, attn_levels=(3,), n_embed=CODES)
 
 
@@ -188,9 +187,8 @@ def write_lumina2(
         if not k.startswith("model.vqmodel.")
     }
     g = torch.Generator().manual_seed(seed)
-    for k in [
-        k for k in state if "_norm." in k and "self_attn" in k
-    ]:  # per model-parallel shard: [1, D]
+    # per model-parallel shard: [1, D]
+    for k in [k for k in state if "_norm." in k and "self_attn" in k]:
         state[k] = 1 + 0.5 * torch.randn(1, state[k].shape[1], generator=g)
     write_shards(folder, state)
     with open(os.path.join(folder, "generation_config.json"), "w") as f:

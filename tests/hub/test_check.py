@@ -51,9 +51,8 @@ def test_llamagen_folder_and_a_corrupt_download(tmp_path):
         and "logits finite" in text
     )
     data = (tmp_path / "vq_ds16_c2i.pt").read_bytes()
-    (tmp_path / "vq_ds16_c2i.pt").write_bytes(
-        data[: len(data) // 2] + bytes(len(data) // 2)
-    )  # half a download
+    # half a download
+    (tmp_path / "vq_ds16_c2i.pt").write_bytes(data[: len(data) // 2] + bytes(len(data) // 2))
     problems, text = run(tmp_path)
     assert problems >= 1 and "PROBLEM  vq_ds16_c2i.pt" in text and "re-download" in text
 
@@ -63,9 +62,8 @@ def test_janus_folder_shows_its_key_ids(tmp_path):
     folder = write_converted(tmp_path / "Janus-Pro-1B")
     problems, text = run(folder)
     assert "BOS, pad, <begin_of_image>" in text and "<begin_of_image>" in text
-    assert (
-        "PROBLEM  image size: 64 px (Janus-Pro generates 384 x 384)" in text
-    )  # the tiny model's 4 x 4 grid
+    # the tiny model's 4 x 4 grid
+    assert "PROBLEM  image size: 64 px (Janus-Pro generates 384 x 384)" in text
     assert problems == 1, text
 
 

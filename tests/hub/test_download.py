@@ -60,10 +60,11 @@ def test_download_fetches_verifies_lists_loads_and_decodes(hub, tmp_path):
     assert path == str(folder / "c2i_B_256.pt") and not os.path.exists(
         marker(str(folder), ENTRY.model)
     )
+    # the allow patterns only
     assert sorted(os.listdir(folder)) == [
         "c2i_B_256.pt",
         "vq_ds16_c2i.pt",
-    ]  # the allow patterns only
+    ]
     total = len(hub.repos[C2I]["c2i_B_256.pt"]) + len(hub.repos[C2I]["vq_ds16_c2i.pt"])
     assert seen[-1] == (total, total) and all(a[0] <= b[0] for a, b in zip(seen, seen[1:]))
     assert list_models([str(tmp_path)]) == ["demo", os.path.join("llamagen-c2i", "c2i_B_256.pt")]
@@ -89,17 +90,15 @@ def test_download_interrupted_is_not_listed_is_explained_and_resumes(hub, tmp_pa
     with pytest.raises(Stop):
         download(ENTRY, str(tmp_path), stop_midway)
     folder = str(tmp_path / "llamagen-c2i")
-    assert incomplete(folder, ENTRY.model) and not incomplete(
-        folder
-    )  # the GPT's marker, not the folder's
+    # the GPT's marker, not the folder's
+    assert incomplete(folder, ENTRY.model) and not incomplete(folder)
     assert list_models([str(tmp_path)]) == ["demo"]  # never taken for a model
     with pytest.raises(
         ValueError, match="unfinished download of LlamaGen-c2i-B-256.*resume"
     ) as told:
         detect_family(folder)
-    assert f"sjdvp_core.download LlamaGen-c2i-B-256 --dir {tmp_path}`" in str(
-        told.value
-    )  # not ./models/sjdvp
+    # not ./models/sjdvp
+    assert f"sjdvp_core.download LlamaGen-c2i-B-256 --dir {tmp_path}`" in str(told.value)
     assert f"If you finished it by hand, delete {marker(folder, ENTRY.model)}" in str(told.value)
     out = io.StringIO()
     assert (
@@ -152,9 +151,8 @@ def test_download_refuses_without_the_disk_space_and_counts_what_is_there(
         err.value
     )
     folder.mkdir()  # (nothing was fetched: the folder went with the marker)
-    (folder / "vq_ds16_c2i.pt.part").write_bytes(
-        files["vq_ds16_c2i.pt"][:1000]
-    )  # a download that stopped
+    # a download that stopped
+    (folder / "vq_ds16_c2i.pt.part").write_bytes(files["vq_ds16_c2i.pt"][:1000])
     monkeypatch.setattr(dl.shutil, "disk_usage", lambda path: usage(10**12, 0, total - 1000))
     assert download(ENTRY, str(tmp_path)).endswith("c2i_B_256.pt")
 
@@ -233,9 +231,8 @@ def test_download_stops_while_hashing_a_file(hub, tmp_path, monkeypatch):
     folder.mkdir()
     data = hub.repos[C2I]["c2i_B_256.pt"]
     (folder / "c2i_B_256.pt").write_bytes(data)
-    open(marker(str(folder), ENTRY.model), "w").write(
-        "{}"
-    )  # a download that stopped, finished by hand
+    # a download that stopped, finished by hand
+    open(marker(str(folder), ENTRY.model), "w").write("{}")
     calls = []
 
     def stop_while_hashing(done, total):
@@ -245,9 +242,8 @@ def test_download_stops_while_hashing_a_file(hub, tmp_path, monkeypatch):
 
     with pytest.raises(Stop):
         download(ENTRY, str(tmp_path), stop_while_hashing)
-    assert calls[1:] == [0] * (len(calls) - 1) and len(calls) < len(data) // (
-        64 * 8
-    )  # before the file's end
+    # before the file's end
+    assert calls[1:] == [0] * (len(calls) - 1) and len(calls) < len(data) // (64 * 8)
     assert (folder / "c2i_B_256.pt").read_bytes() == data
 
 
@@ -309,17 +305,15 @@ def test_download_gated_missing_offline_and_unreachable_say_what_to_do(
     nobody = "http://127.0.0.1:1"  # nothing listens there
     with pytest.raises(DownloadError, match=f"cannot reach {nobody} .*by hand") as failed:
         download(ENTRY, str(tmp_path / "models" / "sjdvp"), endpoint=nobody)
-    assert (
-        "kept" not in str(failed.value) and not (tmp_path / "models").exists()
-    )  # nothing was: nothing left
+    # nothing was: nothing left
+    assert "kept" not in str(failed.value) and not (tmp_path / "models").exists()
     (tmp_path / "a-file").write_text("")
     with pytest.raises(
         DownloadError, match="cannot write in .*a-file.*choose a models folder this user can write"
     ):
         download(ENTRY, str(tmp_path / "a-file"), endpoint=nobody)  # a raw OSError before
-    janus = catalogue.BY_NAME[
-        "Janus-Pro-1B"
-    ]  # a folder model: a failed first try leaves no folder,
+    # a folder model: a failed first try leaves no folder,
+    janus = catalogue.BY_NAME["Janus-Pro-1B"]
     for _ in range(2):  # which would pass for the complete model next time
         with pytest.raises(DownloadError, match="was not found"):
             download(janus, str(tmp_path))
@@ -342,9 +336,8 @@ def test_download_cli_lists_and_fetches(hub, tmp_path, capsys):
     )
     assert main(["LlamaGen-c2i-B-256", "--dir", str(tmp_path)]) == 0
     assert "complete and verified" in capsys.readouterr().out
-    assert (
-        main(["LlamaGen-c2i-B-256", "--dir", str(tmp_path)]) == 0
-    )  # in place: not fetched, nor verified again
+    # in place: not fetched, nor verified again
+    assert main(["LlamaGen-c2i-B-256", "--dir", str(tmp_path)]) == 0
     assert (
         "already there (downloaded before, or put there by hand), so not fetched or verified"
         in capsys.readouterr().out
@@ -375,9 +368,8 @@ def test_download_catalogue_is_consistent_with_families_and_workflows():
                 os.path.join("tokenizer", "vqgan.yaml"),
             } <= locals_
     assert catalogue.find("Janus-Pro-1B").choice == "Janus-Pro-1B (download, ~4.2 GB)"
-    assert catalogue.find("Janus-Pro-1B (download, 4.2 GB)") is catalogue.find(
-        "Janus-Pro-1B"
-    )  # saved before
+    # saved before
+    assert catalogue.find("Janus-Pro-1B (download, 4.2 GB)") is catalogue.find("Janus-Pro-1B")
     assert catalogue.find("LlamaGen-c2i-B-256").choice.endswith("(download, ~732 MB)")
     shipped = {}
     for name in os.listdir(os.path.join(REPO, "workflows")):
@@ -414,9 +406,8 @@ def test_download_of_one_gpt_leaves_its_siblings_in_the_shared_folder_loadable(
     next run."""
     import sjdvp_core.hub.download as dl
 
-    hub.repos[C2I]["c2i_X_256.pt"] = (
-        hub.repos[C2I]["c2i_B_256.pt"] + b"\0" * 5000
-    )  # a larger sibling GPT
+    # a larger sibling GPT
+    hub.repos[C2I]["c2i_X_256.pt"] = hub.repos[C2I]["c2i_B_256.pt"] + b"\0" * 5000
     sibling = catalogue.Entry(
         "LlamaGen-c2i-X-256",
         "llamagen",
@@ -442,9 +433,8 @@ def test_download_of_one_gpt_leaves_its_siblings_in_the_shared_folder_loadable(
     assert detect_family(path) == "llamagen" and load_model(path).family == "LlamaGen c2i"
     with pytest.raises(ValueError, match="unfinished download of LlamaGen-c2i-X-256.*resume"):
         detect_family(folder)  # the folder may resolve to the unfinished GPT
-    os.replace(
-        marker(folder, sibling.model), marker(folder)
-    )  # as an older sjdvp left it: on the whole folder
+    # as an older sjdvp left it: on the whole folder
+    os.replace(marker(folder, sibling.model), marker(folder))
     assert list_models([str(tmp_path)]) == ["demo"] and on_disk(ENTRY, [str(tmp_path)]) is None
     assert download(sibling, str(tmp_path)).endswith("c2i_X_256.pt")
     assert not os.listdir(folder) or not [

@@ -207,6 +207,7 @@ FIXTURES = [
         dict(image_area=128, ratio="2:1"),
         broken=None,
     ),
+    # the tiny model's 4 x 4 grid
     Fixture(
         "janus",
         _janus,
@@ -214,7 +215,7 @@ FIXTURES = [
         "deepseek-community/Janus-Pro-1B",
         5.0,
         problems=("image size: 64 px (Janus-Pro generates 384 x 384)",),
-    ),  # the tiny model's 4 x 4 grid
+    ),
     Fixture(
         "janus",
         _janus_original,
@@ -335,9 +336,8 @@ def test_family_refuses_a_prompt_past_its_positions(family):
         ValueError, match=r"the prompt is \d+ tokens; .*has room for \d+\. Shorten it"
     ):
         decode(adapter, too_long, method_settings("sjd", 4, adapter.default_sampling))
-    assert (
-        adapter.prompt_length([spec.prompts[0]], None, spec.cfg > 1) > 0
-    )  # a prompt that fits still does
+    # a prompt that fits still does
+    assert adapter.prompt_length([spec.prompts[0]], None, spec.cfg > 1) > 0
 
 
 def test_family_tree_forward_equals_its_chains(family):
@@ -350,9 +350,8 @@ def test_family_decode_image_is_an_image(family):
     spec, _, adapter = family
     sampling = SamplingSettings(cfg_scale=spec.cfg, top_k=8)
     res = decode(adapter, list(spec.prompts), method_settings("sjd-vp", 8, sampling, batch_size=2))
-    image = adapter.decode_image(
-        res.codes, PixelSettings(spec.prompts, steps=2)
-    )  # a VQ decoder ignores it
+    # a VQ decoder ignores it
+    image = adapter.decode_image(res.codes, PixelSettings(spec.prompts, steps=2))
     h, w = adapter.layout.grid.shape
     assert res.codes.shape == (2, h, w) and image.shape[0] == 2 and image.shape[3] == 3
     assert image.dtype == torch.float32 and 0 <= float(image.min()) and float(image.max()) <= 1

@@ -213,9 +213,8 @@ def write_vqgan_folder(folder: Path, state, meta) -> str:
         f"model:\n  target: taming.models.vqgan.VQModel\n  params:\n    embed_dim: {p['embed_dim']}\n"
         f"    n_embed: {p['n_embed']}\n    ddconfig:\n{dd}\n"
     )
-    torch.save(
-        {"epoch": 1, "global_step": 1, "state_dict": state}, folder / "vqgan.ckpt"
-    )  # Lightning layout
+    # Lightning layout
+    torch.save({"epoch": 1, "global_step": 1, "state_dict": state}, folder / "vqgan.ckpt")
     return str(folder)
 
 

@@ -20,9 +20,8 @@ def tool():
     spec = importlib.util.spec_from_file_location(
         "memory_table", os.path.join(REPO, "tools", "memory_table.py")
     )
-    module = sys.modules["memory_table"] = importlib.util.module_from_spec(
-        spec
-    )  # its dataclass looks itself up
+    # its dataclass looks itself up
+    module = sys.modules["memory_table"] = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 

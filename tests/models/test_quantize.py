@@ -40,9 +40,8 @@ def test_every_family_quantised_decodes_greedy_sjd_equal_to_its_own_ar(family, p
     assert is_quantised(blocks) and not quantisable(blocks)  # every block linear was swapped
     assert not is_quantised(adapter.image_decoder)  # the VQ decoder keeps its dtype
     assert weight_bytes(adapter.image_decoder) == weight_bytes(full.image_decoder)
-    assert weight_bytes(blocks) < weight_bytes(
-        torch.nn.ModuleList(full.blocks())
-    )  # ratios: on the demo, below
+    # ratios: on the demo, below
+    assert weight_bytes(blocks) < weight_bytes(torch.nn.ModuleList(full.blocks()))
     sampling = SamplingSettings(cfg_scale=3.0, greedy=True, temperature=0.0)
     B = len(prompts)
     ar = decode(adapter, prompts, method_settings("ar", 1, sampling, batch_size=B))
@@ -75,9 +74,8 @@ def test_without_bitsandbytes_the_message_says_what_to_install(monkeypatch):
 def test_unknown_precisions_are_refused():
     with pytest.raises(ValueError, match="int8"):
         load_model("demo", precision="int4")
-    with pytest.raises(
-        ValueError, match="int8"
-    ):  # as ComfyUI's loader calls it, with its compute dtype
+    # as ComfyUI's loader calls it, with its compute dtype
+    with pytest.raises(ValueError, match="int8"):
         load_model("demo", precision="fp8", compute="fp32")
 
 
@@ -181,6 +179,5 @@ def test_sjd_on_a_quantised_model_samples_the_quantised_models_law(precision):
             code_index(res.codes.flatten(1), K), minlength=exact.numel()
         ).double()
         assert chi2_pvalue(counts, exact * N) > ALPHA, method
-        assert chi2_pvalue(counts, unquantised * N) < ALPHA, (
-            method
-        )  # the test tells the two models apart
+        # the test tells the two models apart
+        assert chi2_pvalue(counts, unquantised * N) < ALPHA, method

@@ -31,10 +31,11 @@ def test_family_detection_and_listing(tmp_path):
     torch.save({"model": random_vq().state_dict()}, folder / "vq_ds16_c2i.pt")
     (tmp_path / "empty").mkdir()
     assert detect_family(str(folder)) == "llamagen" and detect_family("demo") == "demo"
+    # by file
     assert list_models([str(tmp_path)]) == [
         "demo",
         os.path.join("llamagen-c2i", "c2i_B_256.pt"),
-    ]  # by file
+    ]
     # another root (ComfyUI's extra_model_paths.yaml) with the same folder name and another GPT, and
     # a link to a folder elsewhere (a larger disk), with a link back up that must not be walked
     # forever: every model listed, sorted, each resolving to its own root
@@ -105,9 +106,8 @@ def test_report_text_and_commit_map():
         r"decoded in ",
         priced,
     )
-    steep = PassCost(
-        (1, 64), (1.0, 64.0), "each token a pass's time"
-    )  # a window too wide for the device
+    # a window too wide for the device
+    steep = PassCost((1, 64), (1.0, 64.0), "each token a pass's time")
     slower = report_text(
         decode(toy, 1, DecodeSettings(window=WindowSettings(8)), cost=steep), "SJD"
     )
@@ -133,9 +133,8 @@ def test_ar_report_leaves_out_what_does_not_apply():
         and "tokens per pass: mean 1.00, max 1" in text
     )
     summary = decode(toy, 1, decode_settings(None, None, DecodeSettings().sampling)).stats.summary()
-    assert (
-        summary["acceptance_rate"] is None and summary["accept_if_rose"] is None
-    )  # no draft: no figure, no NaN
+    # no draft: no figure, no NaN
+    assert summary["acceptance_rate"] is None and summary["accept_if_rose"] is None
 
 
 def test_command_line_runs_a_llamagen_folder_with_its_defaults(tmp_path, capsys):
@@ -195,9 +194,8 @@ def test_report_data_and_the_commit_figure():
     res = decode(toy, 1, DecodeSettings(window=WindowSettings(8), batch_size=2))
     data = report_data(res, "SJD")
     assert data["forward_passes"] == res.stats.forward_passes
-    assert (
-        data["ar_passes"] == toy.layout.length - 2
-    )  # the forced row end and end of image need no pass
+    # the forced row end and end of image need no pass
+    assert data["ar_passes"] == toy.layout.length - 2
     assert f"{data['step_compression']:.2f}x fewer steps" in report_text(res, "SJD")
     # a batch's tokens per pass are over its passes, as its step compression (the mean of each
     # image's own rate read higher than the batch achieved)
@@ -213,8 +211,7 @@ def test_report_data_and_the_commit_figure():
         "estimated_speedup"
     ] == 1.0 and "x faster than AR" in report_text(priced, "SJD")
     figure = commit_figure(res, "SJD", min_width=64)
-    assert (
-        figure.shape[0] == 2 and figure.shape[2] == 64 and figure.shape[1] > 64
-    )  # map + legend band
+    # map + legend band
+    assert figure.shape[0] == 2 and figure.shape[2] == 64 and figure.shape[1] > 64
     last = int(res.stats.commit_iter[:, res.layout.grid].max())  # one colour scale for the batch
     assert torch.equal(figure[:, :64], commit_map(res, cell=16, last=last))

@@ -124,9 +124,8 @@ def test_tree_widgets_reach_the_decode(pack, demo):
     assert fixed_window(pack, 16).tree.width == 1
     assert d.JacobiWindow.execute(64, True, False, 1, 1, "random").values[0].auto_tree is False
     assert d.JacobiWindow.execute(64, True, True, 1, 1, "random").values[0].auto_tree is True
-    assert (
-        d.JacobiWindow.execute(64, True, True, 3, 1, "random").values[0].auto_tree is False
-    )  # the user's tree
+    # the user's tree
+    assert d.JacobiWindow.execute(64, True, True, 3, 1, "random").values[0].auto_tree is False
     window = fixed_window(pack, 8, 4, 2)
     assert (window.tree.width, window.tree.depth) == (4, 2)
     res = (
@@ -142,9 +141,8 @@ def test_no_drafter_is_plain_ar_whatever_the_window(pack, demo):
     res = run(pack, demo, window=window).values[0].result
     assert res.stats.forward_passes == res.stats.ar_passes == 256
     assert run(pack, demo).values[0].method == "AR"
-    assert (
-        run(pack, demo, negative_prompt=" \n").values[0].method == "AR"
-    )  # a stray newline is no negative prompt
+    # a stray newline is no negative prompt
+    assert run(pack, demo, negative_prompt=" \n").values[0].method == "AR"
 
 
 def test_a_new_decode_node_runs_sjd_vp_with_the_automatic_window(pack, demo):
@@ -165,10 +163,11 @@ def test_a_new_decode_node_runs_sjd_vp_with_the_automatic_window(pack, demo):
     assert dec.method_or_nodes("SJD-VP", sjd, None) == (sjd, s.DEFAULT_WINDOW)
     assert dec.method_or_nodes("LANTERN", None, fixed) == (s.METHODS["lantern"], fixed)
     assert dec.method_or_nodes("AR", None, None)[0] is None
+    # the verifier node overrides
     assert dec.method_or_nodes("AR", sjd, None) == (
         sjd,
         s.DEFAULT_WINDOW,
-    )  # the verifier node overrides
+    )
     with pytest.raises(ValueError, match="method='fast': choose one of"):
         run(pack, demo, method="fast")
 
@@ -263,9 +262,8 @@ def test_out_of_memory_says_what_to_change(pack, demo, monkeypatch):
         pack["mm"].OOM_EXCEPTION, match=r"out of memory while decoding.*Jacobi window \(now 64\)"
     ):
         run(pack, demo, drafter=sjd, window=window)
-    monkeypatch.setattr(
-        pack["mm"], "load_models_gpu", oom
-    )  # moving the weights in: the same message
+    # moving the weights in: the same message
+    monkeypatch.setattr(pack["mm"], "load_models_gpu", oom)
     with pytest.raises(
         pack["mm"].OOM_EXCEPTION, match=r"out of memory while decoding.*Jacobi window \(now 64\)"
     ):
@@ -306,10 +304,11 @@ def test_decoding_pixels_loads_only_the_image_decoder(pack, demo):
     mm = pack["mm"]
     mm.loads.clear()
     tokens = run(pack, demo, drafter=pack["drafting"].DrafterSJD.execute(True).values[0]).values[0]
+    # decoding tokens (and previews): both
     assert mm.loads[-1][0] == [
         demo.patcher,
         demo.decoder_patcher,
-    ]  # decoding tokens (and previews): both
+    ]
     # with room for the decode: the KV cache of both CFG rows (a tree's scratch entries) and the
     # loop's state
     from sjdvp_core.engine.budget import decode_bytes, state_bytes
@@ -361,9 +360,8 @@ def test_glm_image_decodes_tokens_then_draws_pixels_with_its_dit(pack, glm, monk
         batch_size=2,
     )
     tokens = out.values[0]
-    assert (
-        mm.loads[-1][0] == [glm.patcher] and "images" in out.ui
-    )  # the last preview, without the DiT
+    # the last preview, without the DiT
+    assert mm.loads[-1][0] == [glm.patcher] and "images" in out.ui
     assert tokens.prompts == ("a red circle on grass",) * 2
     bars = []
     monkeypatch.setattr(
@@ -465,10 +463,11 @@ def test_reference_images_edit_with_glm_image_and_are_refused_elsewhere(pack, de
         ValueError, match="does not take reference images: disconnect the images input"
     ):
         run(pack, demo, images=images)
+    # an IMAGE with alpha
     edit, rgba = (
         pack["decode"].edit,
         torch.cat([images, torch.ones(2, 64, 64, 1)], -1),
-    )  # an IMAGE with alpha
+    )
     assert all(
         torch.equal(a, b) for a, b in zip(edit(glm.adapter, "make it snow", rgba).images, images)
     )
@@ -534,15 +533,13 @@ def test_download_on_first_run_counts_bytes_and_the_saved_value_keeps_working(
     choices = runtime.model_choices()
     assert os.path.join("llamagen-c2i", "c2i_B_256.pt") in choices and choice not in choices
     gets = len([r for r in fake_hub.requests if r[0] == "GET"])
-    assert runtime.model_path(choice).endswith(
-        "c2i_B_256.pt"
-    )  # the saved value: found, not fetched
+    # the saved value: found, not fetched
+    assert runtime.model_path(choice).endswith("c2i_B_256.pt")
     assert len([r for r in fake_hub.requests if r[0] == "GET"]) == gets
     import shutil
 
-    shutil.rmtree(
-        os.path.dirname(runtime.model_path(choice))
-    )  # leave the module's models folder bare
+    # leave the module's models folder bare
+    shutil.rmtree(os.path.dirname(runtime.model_path(choice)))
 
 
 def test_download_stops_on_interrupt_and_resumes(pack, fake_hub, monkeypatch):
@@ -606,6 +603,7 @@ def test_quantised_precisions_and_auto_on_a_card_too_small_for_bf16(pack, monkey
     ).is_quantised
     runtime, mm = pack["runtime"], pack["mm"]
     loader = importlib.import_module(f"{stubs.PACKAGE}.nodes.model_nodes").LoadModel
+    # appended
     assert widgets(loader)["precision"].options == [
         "auto",
         "bf16",
@@ -613,15 +611,14 @@ def test_quantised_precisions_and_auto_on_a_card_too_small_for_bf16(pack, monkey
         "fp32",
         "int8",
         "nf4",
-    ]  # appended
+    ]
     int8 = runtime.load("demo", "int8", "auto")
     assert int8.adapter.precision == "int8" and is_quantised(int8.adapter.module)
     assert run(pack, int8).values[0].result.tokens.shape[1] == int8.adapter.layout.length
     folder, _, _ = llamagen_c2i(tmp_path)
     monkeypatch.setattr(runtime, "model_path", lambda name: folder)
-    monkeypatch.setattr(
-        mm, "get_torch_device", lambda: torch.device("cuda")
-    )  # a GPU ComfyUI would use
+    # a GPU ComfyUI would use
+    monkeypatch.setattr(mm, "get_torch_device", lambda: torch.device("cuda"))
     roomy = runtime.load("tiny", "auto", "auto")
     assert roomy.adapter.precision.startswith("fp32 (auto:") and not is_quantised(
         roomy.adapter.module
@@ -661,9 +658,8 @@ def test_placed_models_are_kept_out_of_comfyuis_memory_manager(pack, tmp_path, m
         assert not mm.frees
         with pytest.raises(ValueError, match="sees 0 cuda device"):
             runtime.load("demo", "auto", "offload to CPU")
-    assert mm.frees == [
-        (1e30, torch.device("cuda", 0))
-    ]  # what ComfyUI holds is freed before the device map
+    # what ComfyUI holds is freed before the device map
+    assert mm.frees == [(1e30, torch.device("cuda", 0))]
     with pytest.raises(ValueError, match="device='cuda:1': choose one of"):
         runtime.load("demo", "auto", "cuda:1")
     placement = importlib.import_module(f"{stubs.PACKAGE}.sjdvp_core.models.placement")
@@ -677,9 +673,8 @@ def test_placed_models_are_kept_out_of_comfyuis_memory_manager(pack, tmp_path, m
     placed = runtime.LoadedModel(
         "demo", demo.adapter, demo.patcher, demo.decoder_patcher, placed=True
     )
-    assert (
-        0 < placed.get_ram_usage() < demo.get_ram_usage()
-    )  # the block on disk is not in CPU memory
+    # the block on disk is not in CPU memory
+    assert 0 < placed.get_ram_usage() < demo.get_ram_usage()
     mm.loads.clear()
     out = run(pack, placed)
     assert out.values[0].result.tokens.shape[1] == placed.adapter.layout.length

@@ -22,9 +22,8 @@ def test_badge_reads_the_figures_the_nodes_send(tmp_path):
     cost = measure_cost(
         toy, DecodeSettings(window=WindowSettings(8), drafter=drafter), iterations=2
     )
-    res = decode(
-        toy, 1, DecodeSettings(window=WindowSettings(8), drafter=drafter), cost=cost
-    )  # as the node does
+    # as the node does
+    res = decode(toy, 1, DecodeSettings(window=WindowSettings(8), drafter=drafter), cost=cost)
     sample = tmp_path / "report.txt"
     # what nodes/decode_nodes.py report_ui sends (that module needs ComfyUI to import)
     sample.write_text(

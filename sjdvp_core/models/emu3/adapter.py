@@ -37,9 +37,8 @@ NEGATIVE_PROMPT = (
     "username, blurry."
 )
 IMAGE_AREA = 720 * 720
-SAMPLING = SamplingSettings(
-    cfg_scale=3.0, top_k=2048
-)  # upstream's generation example (with the negative prompt)
+# upstream's generation example (with the negative prompt)
+SAMPLING = SamplingSettings(cfg_scale=3.0, top_k=2048)
 # upstream's PAT_STR: one digit per piece, letters with one leading non-letter, punctuation runs
 PATTERN = (
     r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
@@ -192,9 +191,8 @@ class Emu3Adapter(SizeChoice, HFAdapter):
 
     @torch.no_grad()
     def decode_image(self, codes: Tensor, pixels=None) -> Tensor:
-        pixels = self.image_decoder.decode(
-            codes.to(weights_device(self.image_decoder))
-        )  # [B, 3, H, W]
+        # [B, 3, H, W]
+        pixels = self.image_decoder.decode(codes.to(weights_device(self.image_decoder)))
         return to_image(pixels, self.pixel_mean, self.pixel_std)
 
 

@@ -125,9 +125,8 @@ VQ_RENAMES = [
     (r"\.mid\.", ".middle_block."),
 ]
 log = logging.getLogger(__name__)
-ATTENTION_CONV = re.compile(
-    r"\.(q|k|v|proj_out)\.weight$"
-)  # 1x1 convolutions there, linear layers here
+# 1x1 convolutions there, linear layers here
+ATTENTION_CONV = re.compile(r"\.(q|k|v|proj_out)\.weight$")
 
 
 def is_original(folder: str) -> bool:

@@ -197,9 +197,8 @@ class GlmImageAdapter(SizeChoice, HFAdapter):
         if not images:
             return Encoded(ids)
         grids = out["image_grid_thw"]
-        if len(grids) <= len(
-            images
-        ):  # transformers 5.17's processor drops the sources' grids from one prompt
+        # transformers 5.17's processor drops the sources' grids from one prompt
+        if len(grids) <= len(images):
             grids = self.processor.image_processor(
                 images=[i["image"] for i in images], return_tensors="pt"
             )["image_grid_thw"]
@@ -234,9 +233,8 @@ class GlmImageAdapter(SizeChoice, HFAdapter):
         device = weights_device(inner.visual)
         grids = torch.tensor([(1, h, w) for h, w in row.grids], device=device)
         features = inner.get_image_features(row.pixel_values.to(device), grids).pooler_output
-        if (
-            features[0].dim() == 2
-        ):  # transformers 5.17: each image's features flat, tokenised with the grids
+        # transformers 5.17: each image's features flat, tokenised with the grids
+        if features[0].dim() == 2:
             codes = inner.get_image_tokens(torch.cat(features), grids)
         else:  # 5.18 on: each image's [C, h, w]
             codes = inner.get_image_tokens(features)
@@ -449,11 +447,12 @@ def _pil(image: Tensor):
     return Image.fromarray((image.detach().float().clamp(0, 1) * 255).round().byte().cpu().numpy())
 
 
+# what generate() takes where unset
 GENERATE_DEFAULTS = {
     "temperature": 1.0,
     "top_k": 50,
     "top_p": 1.0,
-}  # what generate() takes where unset
+}
 # generate()'s other ways of changing the law it samples: a release that sets one is sampled
 # otherwise here (said)
 UNAPPLIED = (

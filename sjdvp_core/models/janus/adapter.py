@@ -43,9 +43,8 @@ class JanusAdapter(HFAdapter):
             tokenizer.id(PAD),
             device,
         )
-        self.image_decoder = (
-            model.model.vqmodel.float()
-        )  # decode in fp32, as LlamaGen's tokenizer does
+        # decode in fp32, as LlamaGen's tokenizer does
+        self.image_decoder = model.model.vqmodel.float()
         self.tokenizer, self.bos, self.boi = (
             tokenizer,
             model.config.text_config.bos_token_id,
@@ -103,9 +102,8 @@ class JanusAdapter(HFAdapter):
 
     @torch.no_grad()
     def decode_image(self, codes: Tensor, pixels=None) -> Tensor:
-        pixels = self.image_decoder.decode(
-            codes.flatten(1).to(weights_device(self.image_decoder))
-        )  # in [-1, 1]
+        # in [-1, 1]
+        pixels = self.image_decoder.decode(codes.flatten(1).to(weights_device(self.image_decoder)))
         return to_image(pixels)
 
 

@@ -28,21 +28,24 @@ from .adapter import PAD, JanusAdapter
 
 REPOS = "deepseek-ai/Janus-Pro-1B (or Janus-Pro-7B)"
 MODEL_TYPE = "multi_modality"
+# DeepSeek-LLM's, in every Janus release
 BOS, EOS = (
     "<｜begin▁of▁sentence｜>",
     "<｜end▁of▁sentence｜>",
-)  # DeepSeek-LLM's, in every Janus release
+)
+# single file; shards are listed in <name>.index.json
 WEIGHTS = (
     "pytorch_model.bin",
     "model.safetensors",
-)  # single file; shards are listed in <name>.index.json
+)
+# release names of what generation never runs
 SKIPPED = (
     "vision_model.",
     "aligner.",
     "language_model.lm_head.",
     "gen_vision_model.encoder.",
     "gen_vision_model.quant_conv.",
-)  # release names of what generation never runs
+)
 UNUSED = (
     "model.vision_model",
     "model.aligner",

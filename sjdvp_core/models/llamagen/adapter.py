@@ -293,9 +293,8 @@ class LlamaGenAdapter(ModelAdapter):
                     f"unknown class {condition!r}: give a class index 0..{n - 1} or a class name"
                 )
         try:
-            index = (
-                None if isinstance(condition, bool) else operator.index(condition)
-            )  # 3.7 is not class 3
+            # 3.7 is not class 3
+            index = None if isinstance(condition, bool) else operator.index(condition)
         except TypeError:
             index = None
         if index is None:
@@ -332,10 +331,11 @@ class LlamaGenAdapter(ModelAdapter):
             ids += [c.num_classes] * (len(conditions) if cfg else 0)
             return self.gpt.embed_condition(torch.tensor(ids, device=self.device)), None
         captions, mask = self.text_encoder(list(conditions))  # [B, T, D], [B, T]
+        # the encoder may sit elsewhere
         captions, mask = (
             captions.to(self.device),
             mask.to(self.device),
-        )  # the encoder may sit elsewhere
+        )
         if cfg:
             uncond = self.gpt.cls_embedding.uncond_embedding.expand_as(captions)
             captions, mask = torch.cat([captions, uncond]), torch.cat([mask, mask])
@@ -375,9 +375,8 @@ class LlamaGenAdapter(ModelAdapter):
     def prompt_length(self, conditions, negatives, cfg: bool) -> int:
         if conditions is not None:
             self._class_ids(conditions, negatives)  # an unknown class is told before anything runs
-        return (
-            self.config.cls_token_num
-        )  # a fixed prefix: the class token, or the caption's 120 slots
+        # a fixed prefix: the class token, or the caption's 120 slots
+        return self.config.cls_token_num
 
     def forward_bytes(
         self,

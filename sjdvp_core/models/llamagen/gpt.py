@@ -188,14 +188,12 @@ class Attention(nn.Module):
         B, S, _ = x.shape
         c, kv = self.c, self.c.kv_heads * self.c.head_dim
         qk, v = self.wqkv(x).split([c.dim + kv, kv], dim=-1)
-        qk = apply_rope(qk.view(B, S, c.n_head + c.kv_heads, c.head_dim), rope).transpose(
-            1, 2
-        )  # q and k at once
+        # q and k at once
+        qk = apply_rope(qk.view(B, S, c.n_head + c.kv_heads, c.head_dim), rope).transpose(1, 2)
         q, k = qk.split([c.n_head, c.kv_heads], dim=1)  # [B, H, S, D]
         v = v.view(B, S, c.kv_heads, c.head_dim).transpose(1, 2)
-        if (
-            self.kv_cache is not None
-        ):  # the slots the mask covers: those written so far (see LlamaGenGPT.keys)
+        # the slots the mask covers: those written so far (see LlamaGenGPT.keys)
+        if self.kv_cache is not None:
             k, v = (t[:, :, : mask.shape[-1]] for t in self.kv_cache.update(slots, k, v))
         if c.kv_heads != c.n_head:
             k = k.repeat_interleave(c.n_head // c.kv_heads, dim=1)

@@ -37,9 +37,8 @@ class T5CaptionEncoder:
         )
         self.model = self.model.to(device).eval()
         self.max_length = max_length
-        self.told: set[str] = (
-            set()
-        )  # prompts whose losses were said: once, not per image and decode
+        # prompts whose losses were said: once, not per image and decode
+        self.told: set[str] = set()
 
     @property
     def device(self) -> torch.device:

@@ -36,16 +36,16 @@ REPO = "Alpha-VLLM/Lumina-mGPT-7B-768 (or -512, -1024)"
 BOS, PAD, END_OF_TURN = "<s>", "<pad>", "<reserved08706>"
 IMAGE_START, ROW_END, IMAGE_END = "<racm3:break>", "<reserved08799>", "<eoss>"
 PROMPT = "Generate an image of {w}x{h} according to the following prompt:\n{prompt}"
-SAMPLING = SamplingSettings(
-    cfg_scale=4.0, top_k=2000
-)  # upstream's text-to-image demos (image top-k)
+# upstream's text-to-image demos (image top-k)
+SAMPLING = SamplingSettings(cfg_scale=4.0, top_k=2000)
 GRID = 32  # pixels per resolution-token unit (2 x 2 VQGAN codes)
 DIGITS = str.maketrans("ABCDEFGHIJ", "0123456789")  # image token names spell the code with letters
 DEFAULT_TRAINED = 768  # the main release
+# Meta's tokenizer/ folder copied into the model folder, or its files there
 VQGAN_PLACES = (
     "tokenizer",
     "",
-)  # Meta's tokenizer/ folder copied into the model folder, or its files there
+)
 
 
 def resolution_token(grids: int) -> str:

@@ -19,11 +19,12 @@ from ..llamagen.vq import AttnBlock, ResnetBlock, Upsample, swish
 CONFIG_FILE = "vqgan.yaml"
 WEIGHT_FILES = ("vqgan.ckpt", "vqgan.safetensors")  # Meta's file, or its state dict converted
 VQGAN_HINT = "Meta's Chameleon VQGAN checkpoint (keys like decoder.conv_in.weight, quantize.embedding.weight)"
+# encoding side and Lightning's training losses
 UNUSED_PREFIXES = (
     "encoder.",
     "quant_conv.",
     "loss.",
-)  # encoding side and Lightning's training losses
+)
 GROUPS = 32  # taming's GroupNorm
 
 
@@ -134,9 +135,8 @@ class Decoder(nn.Module):
 class Codebook(nn.Module):
     def __init__(self, c: VQGANConfig):
         super().__init__()
-        self.embedding = nn.Embedding(
-            c.n_embed, c.embed_dim
-        )  # plain vectors: nearest is by L2, no normalising
+        # plain vectors: nearest is by L2, no normalising
+        self.embedding = nn.Embedding(c.n_embed, c.embed_dim)
 
 
 class ChameleonVQGAN(nn.Module):

@@ -202,9 +202,8 @@ def image_entries(
     vocab = tokenizer_json.get("model", {}).get("vocab") or {}
     if isinstance(vocab, list):  # a Unigram model: [piece, score] by id
         vocab = {piece: i for i, (piece, _) in enumerate(vocab)}
-    text = {
-        i: name for name, i in vocab.items() if i in image and listed.get(i) != name
-    }  # added may repeat there
+    # added may repeat there
+    text = {i: name for name, i in vocab.items() if i in image and listed.get(i) != name}
     if text:
         shown = ", ".join(f"{text[i]!r} at {i}" for i in sorted(text)[:3])
         raise CheckpointError(
@@ -300,9 +299,8 @@ def load_lumina2(
         ) from e
     check_image_room(movq.config.n_embed, config.vocab_size, folder)
     listed = image_entries(tokenizer, tokenizer_json, movq.config.n_embed, config.vocabulary_map)
-    if (
-        config.vocabulary_map is None
-    ):  # transformers' Chameleon reads 1.0's image-token names from it; 2.0 has none
+    # transformers' Chameleon reads 1.0's image-token names from it; 2.0 has none
+    if config.vocabulary_map is None:
         config.vocabulary_map = {}
     model = load_pretrained(
         ChameleonForConditionalGeneration,

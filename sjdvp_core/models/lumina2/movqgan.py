@@ -87,9 +87,8 @@ class AttnBlock(nn.Module):
         B, C, H, W = x.shape
         h = self.norm(x, zq)
         q, k, v = (m(h).flatten(2).transpose(1, 2) for m in (self.q, self.k, self.v))  # [B, HW, C]
-        y = F.scaled_dot_product_attention(q[:, None], k[:, None], v[:, None])[
-            :, 0
-        ]  # memory-efficient at 96 x 96
+        # memory-efficient at 96 x 96
+        y = F.scaled_dot_product_attention(q[:, None], k[:, None], v[:, None])[:, 0]
         return x + self.proj_out(y.transpose(1, 2).reshape(B, C, H, W))
 
 

@@ -109,9 +109,8 @@ def test_forced_tokens_sit_where_upstream_puts_them(adapter):
         assert (ids == visual) == (int(layout.forced[j]) < 0)
         assert ids == visual or ids == [int(layout.forced[j])], j
     names = [tok.tok.id_to_token(int(t)) for t in layout.image_tokens]
-    assert names == [
-        f"<|visual token {c:06d}|>" for c in range(CODES)
-    ]  # local id == codebook index
+    # local id == codebook index
+    assert names == [f"<|visual token {c:06d}|>" for c in range(CODES)]
 
 
 def test_ar_equals_transformers_generate_with_negative_prompt(adapter):
@@ -151,9 +150,8 @@ def test_decode_image_matches_transformers(adapter):
     res = decode(adapter, PROMPTS, method_settings("sjd", 8, sampling, batch_size=2, seed=1))
     image = adapter.decode_image(res.codes)
     assert image.shape == (2, 8, 16, 3) and image.min() >= 0 and image.max() <= 1
-    expected = adapter.model.model.decode_image_tokens(
-        res.tokens, height=4, width=8
-    )  # [B, 3, H, W]
+    # [B, 3, H, W]
+    expected = adapter.model.model.decode_image_tokens(res.tokens, height=4, width=8)
     assert torch.allclose(
         image, (expected.float() * 0.6 + 0.4).clamp(0, 1).permute(0, 2, 3, 1), atol=1e-5
     )

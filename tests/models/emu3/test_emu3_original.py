@@ -44,15 +44,17 @@ def test_original_folders_are_detected_and_listed_without_the_vision_tokenizer(f
         4,
         8,
     )
+    # no vision_tokenizer
     assert sorted(list_models([os.path.dirname(hf)])) == [
         "Emu3-Gen",
         "Emu3-Gen-hf",
         "demo",
-    ]  # no vision_tokenizer
+    ]
+    # not Emu3-VisionTokenizer
     assert list_models([os.path.dirname(sibling)]) == [
         "demo",
         "Emu3-Gen",
-    ]  # not Emu3-VisionTokenizer
+    ]
     assert load_model(sibling, **SIZE).pixel_mean == [0.4] * 3  # the sibling's preprocessor
 
 
@@ -60,9 +62,8 @@ def test_original_vocabulary_gives_the_converted_ids(adapters):
     converted, original = adapters
     for name in ["<|endoftext|>", "<|im_end|>", *EXTRAS[1:], *VISION]:
         assert original.tokenizer.id(name) == converted.tokenizer.id(name), name
-    assert original.tokenizer.id("<|extra_0|>") == converted.tokenizer.id(
-        "<image>"
-    )  # the converter's rename
+    # the converter's rename
+    assert original.tokenizer.id("<|extra_0|>") == converted.tokenizer.id("<image>")
     assert original.model.config.image_token_id == converted.model.config.image_token_id
     assert torch.equal(original.layout.image_tokens, converted.layout.image_tokens)
     for cfg in (False, True):
@@ -88,9 +89,8 @@ def test_size_string_is_read_digit_by_digit_even_where_the_tokenizer_merges_digi
 ):
     from tokenizers import Tokenizer
 
-    raw = Tokenizer.from_file(
-        os.path.join(folders[0], "tokenizer.json")
-    )  # as the converter writes it
+    # as the converter writes it
+    raw = Tokenizer.from_file(os.path.join(folders[0], "tokenizer.json"))
     merged = [raw.token_to_id(t) for t in ("90", "12", "10")]
     assert None not in merged and raw.encode("90*90").ids == [
         merged[0],
@@ -230,11 +230,12 @@ def test_a_vision_tokenizer_beside_the_model_under_any_name_is_found_and_named(f
     out = io.StringIO()
     assert check(str(model), run_forward=False, out=out) == 0, out.getvalue()
     assert f"vision tokenizer: {model.parent / 'Emu3-VisionTokenizer-original'}" in out.getvalue()
+    # the VQs are not models
     assert sorted(list_models([str(model.parent)])) == [
         "Emu3-Gen",
         "Emu3-Gen-hf",
         "demo",
-    ]  # the VQs are not models
+    ]
     shutil.copytree(original / "vision_tokenizer", model.parent / "emu3-vq-copy")
     with pytest.raises(
         CheckpointError,

@@ -31,9 +31,8 @@ def folder(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def adapter(folder):
-    return load_glm_image(
-        folder, width=64, height=96
-    )  # a 3 x 2 image grid after a 19 x 13 prior grid
+    # a 3 x 2 image grid after a 19 x 13 prior grid
+    return load_glm_image(folder, width=64, height=96)
 
 
 def test_layout_follows_the_processor(folder, adapter):
@@ -95,10 +94,11 @@ def test_sizes_guidance_and_sampling(folder, adapter, tmp_path, caplog):
     with pytest.raises(ValueError, match="multiples of 32 px .* the nearest is 96x64"):
         adapter.with_size(100, 70)
     assert adapter.with_size(128, 64).layout.grid.shape == (2, 4)
+    # past about 256:1 the small first grid has no row or column
     for wide, tall in (
         (8224, 32),
         (32, 8224),
-    ):  # past about 256:1 the small first grid has no row or column
+    ):
         with pytest.raises(ValueError, match="too far from square for GLM-Image"):
             adapter.with_size(wide, tall)
     with pytest.raises(ValueError, match="no classifier-free guidance"):
@@ -219,10 +219,11 @@ def test_detected_listed_and_loaded_with_its_pixel_stage_apart(folder, tmp_path)
     res = decode(full, PROMPTS[:1], method_settings("sjd-vp", 8, full.default_sampling))
     pixels = PixelSettings(PROMPTS[:1], steps=2, seed=3)
     drawn = full.decode_image(res.codes, pixels)
+    # of fp32, at tiny sizes (scales, NF4's state record)
     for precision, most in (
         ("int8", 0.4),
         ("nf4", 0.6),
-    ):  # of fp32, at tiny sizes (scales, NF4's state record)
+    ):
         quantised = load_model(str(root / "GLM-Image"), precision=precision, width=64, height=96)
         assert quantised.pixels_apart and quantised.precision == precision
         dit = {id(p) for p in quantised.image_decoder.parameters()}
@@ -313,9 +314,8 @@ def test_auto_chooses_the_dits_precision_for_the_dit_alone(folder):
 
 
 # --- editing: source images in the prompt, only the image grid written ----------------------------
-SOURCE = torch.rand(
-    64, 64, 3, generator=torch.Generator().manual_seed(0)
-)  # an IMAGE as ComfyUI holds one
+# an IMAGE as ComfyUI holds one
+SOURCE = torch.rand(64, 64, 3, generator=torch.Generator().manual_seed(0))
 WIDE = torch.rand(32, 48, 3, generator=torch.Generator().manual_seed(1))
 
 
@@ -368,9 +368,8 @@ def test_edit_ar_writes_upstream_generates_tokens(adapter):
         assert torch.equal(
             out[0, inputs["input_ids"].shape[1] :][: L - 1], ours.tokens[row, : L - 1]
         ), row
-    assert (
-        adapter.layout.length == 19 * 13 + 3 * 2 + 1
-    )  # text to image's layout again after the edit
+    # text to image's layout again after the edit
+    assert adapter.layout.length == 19 * 13 + 3 * 2 + 1
 
 
 @torch.inference_mode()
@@ -391,9 +390,8 @@ def test_edit_positions_follow_get_rope_index(adapter):
     assert len(row.grids) == 2 and row.grids[0] != row.grids[1]  # as the processor sized them
     ours, after = prompt_rope(row.ids, row.grids, adapter.image_start, adapter.image_end)
     assert torch.equal(ours, theirs[:, 0])
-    generated = adapter.model.model._cached_decode_position_ids[
-        0
-    ]  # upstream's table for its generate()
+    # upstream's table for its generate()
+    generated = adapter.model.model._cached_decode_position_ids[0]
     assert torch.equal(after + adapter.layouts[True][1], generated)
 
 
@@ -479,9 +477,8 @@ def test_edit_dit_draws_from_the_sources(folder, adapter):
         )
     with pytest.raises(ValueError, match="at least one image"):
         Edit("make it snow", ())
-    assert (
-        len(Edit("make it snow", torch.stack([SOURCE, SOURCE])).images) == 2
-    )  # a batch tensor is images too
+    # a batch tensor is images too
+    assert len(Edit("make it snow", torch.stack([SOURCE, SOURCE])).images) == 2
     with pytest.raises(
         ValueError, match=r"an Edit's images are RGB \[H, W, 3\] tensors .*got \(64, 64, 1\)"
     ):

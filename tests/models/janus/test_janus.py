@@ -33,10 +33,11 @@ def test_folder_is_detected_listed_and_loaded(folder, adapter):
     assert detect_family(folder) == "janus"
     assert list_models([str(folder) + "/.."]) == ["demo", "Janus-Pro-1B"]
     assert isinstance(adapter, JanusAdapter) and adapter.family == "Janus-Pro"
+    # 32 px / patch 8; Pro: 24 x 24
     assert adapter.layout.length == 16 and adapter.layout.grid.shape == (
         4,
         4,
-    )  # 32 px / patch 8; Pro: 24 x 24
+    )
     assert (adapter.layout.forced < 0).all() and adapter.layout.special_tokens.numel() == 0
     assert adapter.default_sampling == SamplingSettings(cfg_scale=5.0, top_k=0)
     with pytest.raises(ValueError, match="a Janus-Pro folder takes no options"):

@@ -77,9 +77,8 @@ def test_original_folders_are_detected_listed_and_loaded(folders, adapters):
             assert getattr(adapter.model.config.vq_config, field) == getattr(
                 reference.model.config.vq_config, field
             )
-        assert (
-            adapter.model.model.vision_model is None and adapter.model.lm_head is None
-        )  # never run, never read
+        # never run, never read
+        assert adapter.model.model.vision_model is None and adapter.model.lm_head is None
         assert not any(p.is_meta for p in adapter.model.parameters())
 
 

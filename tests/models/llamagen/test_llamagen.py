@@ -44,9 +44,8 @@ def files(tmp_path_factory):
 @pytest.mark.parametrize("layout", ["ddp", "deepspeed", "bare", "safetensors"])
 def test_official_layouts_load_to_the_same_model(files, layout):
     model = load_gpt(files[layout])
-    assert (
-        model.config.model_type == "c2i" and model.config.block_size == 256
-    )  # 256 px / 16 = 16 x 16 tokens
+    # 256 px / 16 = 16 x 16 tokens
+    assert model.config.model_type == "c2i" and model.config.block_size == 256
     ref = random_gpt().state_dict()
     for k, v in model.state_dict().items():
         assert torch.equal(v, ref[k]), k
@@ -122,10 +121,11 @@ def test_sampled_decode_is_deterministic_and_uses_lantern_neighbours(files):
     assert torch.equal(a.tokens, b.tokens) and a.codes.shape == (1, 4, 4)
     from sjdvp_core.engine.verify import _NEIGHBOURS
 
+    # computed once for this model, kept with its weights
     assert _NEIGHBOURS[ad.module].shape == (
         64,
         8,
-    )  # computed once for this model, kept with its weights
+    )
 
 
 class Evil:
@@ -214,9 +214,8 @@ def test_a_tokenizer_of_the_other_kind_is_refused(files, tmp_path):
     from sjdvp_core.models.loading import load_model
 
     shutil.copy(files["ddp"], tmp_path / "c2i_B_256.pt")
-    torch.save(
-        {"model": random_vq().state_dict()}, tmp_path / "vq_ds16_t2i.pt"
-    )  # same codebook shape
+    # same codebook shape
+    torch.save({"model": random_vq().state_dict()}, tmp_path / "vq_ds16_t2i.pt")
     with pytest.raises(
         CheckpointError,
         match=r"no tokenizer for the c2i model c2i_B_256\.pt; vq_ds16_t2i\.pt is "

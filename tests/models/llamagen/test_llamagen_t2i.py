@@ -11,7 +11,7 @@ from sjdvp_core.models.llamagen.adapter import LlamaGenAdapter, load_gpt, load_v
 from sjdvp_core.models.llamagen.gpt import GPTConfig, LlamaGenGPT
 from sjdvp_core.models.llamagen.t5_text import T5CaptionEncoder, left_pad
 from tests.helpers.paths import TESTS
-from tests.helpers.tiny_llamagen import random_vq, write_t5
+from tests.helpers.tiny_llamagen import random_t2i_gpt, random_vq, write_t5
 from tests.helpers.tree_check import assert_tree_matches_chains
 
 
@@ -44,21 +44,7 @@ def test_t5_encoder_reads_a_local_folder(t5_folder, tmp_path):
 
 
 def test_t2i_greedy_sjd_equals_ar_and_padding_is_masked(t5_folder, tmp_path):
-    torch.manual_seed(1)
-    gpt = LlamaGenGPT(
-        GPTConfig(
-            dim=128,
-            n_layer=2,
-            n_head=2,
-            vocab_size=64,
-            block_size=16,
-            model_type="t2i",
-            caption_dim=32,
-            cls_token_num=120,
-        )
-    )
-    for p in gpt.parameters():
-        torch.nn.init.normal_(p, std=0.3)
+    gpt = random_t2i_gpt()
     gpt.cls_embedding.uncond_embedding.normal_()
     torch.save({"model": gpt.state_dict()}, tmp_path / "t2i_XL_stage1_256.pt")
     torch.save({"model": random_vq().state_dict()}, tmp_path / "vq_ds16_t2i.pt")
@@ -72,13 +58,11 @@ def test_t2i_greedy_sjd_equals_ar_and_padding_is_masked(t5_folder, tmp_path):
     ar = decode(ad, prompts, DecodeSettings(window=WindowSettings(1), **kw)).tokens
     sjd = decode(ad, prompts, DecodeSettings(window=WindowSettings(8), **kw)).tokens
     assert torch.equal(ar, sjd)
-    with pytest.raises(
-        ValueError, match="no negative prompt"
-    ):  # its guidance branch is the learned empty caption
+    # its guidance branch is the learned empty caption
+    with pytest.raises(ValueError, match="no negative prompt"):
         decode(ad, prompts, DecodeSettings(window=WindowSettings(8), **kw), negatives="blurry")
-    with pytest.raises(
-        ValueError, match="needs a text prompt, got None"
-    ):  # T5 would caption it "none"
+    # T5 would caption it "none"
+    with pytest.raises(ValueError, match="needs a text prompt, got None"):
         decode(ad, [prompts[0], None], DecodeSettings(window=WindowSettings(8), **kw))
     assert_tree_matches_chains(ad, prompts, True)  # the tree mask keeps the caption padding masked
     # what sits in the masked padding does not matter
@@ -151,15 +135,13 @@ def test_t5_encoder_names_what_it_does_not_read(t5_folder, caplog):
     assert torch.equal(feats[0], feats[1]) and "T5 tokens" not in caplog.text
     caplog.clear()
     with caplog.at_level("WARNING"):
-        feats, mask = enc(
-            ["a red fox in the snow blue sky a fox", "a red fox in the snow blue"]
-        )  # 7 words fit
+        # 7 words fit
+        feats, mask = enc(["a red fox in the snow blue sky a fox", "a red fox in the snow blue"])
     assert "read the first 7 T5 tokens of a prompt; this one has 10" in caplog.text
     assert "'sky a fox'" in caplog.text and caplog.text.count("not read") == 1
     assert torch.equal(feats[0], feats[1]) and mask.all()
     caplog.clear()
     with caplog.at_level("WARNING"):
-        enc(
-            ["a red fox in the snow blue sky a fox"] * 2
-        )  # said once per prompt, not per image and decode
+        # said once per prompt, not per image and decode
+        enc(["a red fox in the snow blue sky a fox"] * 2)
     assert not caplog.text

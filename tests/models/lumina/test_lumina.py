@@ -39,9 +39,8 @@ WIDE = dict(width=64, height=32)  # 2 rows of 4 codes (+ row ends) at the tiny f
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
-    return write_lumina(
-        str(tmp_path_factory.mktemp("models") / "Lumina-mGPT-tiny-64")
-    )  # "trained" at 64 px
+    # "trained" at 64 px
+    return write_lumina(str(tmp_path_factory.mktemp("models") / "Lumina-mGPT-tiny-64"))
 
 
 @pytest.fixture(scope="module")
@@ -50,9 +49,8 @@ def adapter(folder):
 
 
 def test_vqgan_loads_the_official_layout_and_decodes(folder):
-    vq = load_vqgan(
-        folder + "/tokenizer"
-    )  # Lightning checkpoint: encoder and loss keys are skipped
+    # Lightning checkpoint: encoder and loss keys are skipped
+    vq = load_vqgan(folder + "/tokenizer")
     assert vq.config == VQGANConfig(
         n_embed=CODES,
         embed_dim=8,
@@ -83,9 +81,8 @@ def test_vqgan_matches_the_released_architecture():
         "decoder.conv_out.weight": (3, 128, 3, 3),
     }
     assert {k: tuple(state[k].shape) for k in shapes} == shapes
-    assert not any(
-        k.startswith("decoder.up.0.upsample") or ".attn." in k for k in state
-    )  # no attn_resolutions
+    # no attn_resolutions
+    assert not any(k.startswith("decoder.up.0.upsample") or ".attn." in k for k in state)
     # 5 levels of 3 blocks (8 tensors each), 4 upsamples, 2 channel-changing shortcuts
     assert sum(1 for k in state if k.startswith("decoder.up.")) == 5 * 3 * 8 + 4 * 2 + 2 * 2
 
@@ -97,9 +94,8 @@ def test_folder_is_detected_listed_and_loaded(folder, adapter):
     assert adapter.layout.grid.shape == (2, 4) and adapter.layout.length == 2 * 5 + 1
     assert adapter.default_sampling == SamplingSettings(cfg_scale=4.0, top_k=2000)
     names = [adapter.tokenizer.tok.id_to_token(int(t)) for t in adapter.layout.image_tokens]
-    assert names == [
-        f"IMGIMG{''.join(chr(65 + int(d)) for d in str(c))}Z" for c in range(CODES)
-    ]  # local id == code
+    # local id == code
+    assert names == [f"IMGIMG{''.join(chr(65 + int(d)) for d in str(c))}Z" for c in range(CODES)]
     img2bpe = adapter.model.model.vocabulary_mapping.img2bpe  # transformers' reading of config.json
     assert adapter.layout.image_tokens.tolist() == [img2bpe[c] for c in range(CODES)]
     with (
@@ -108,9 +104,8 @@ def test_folder_is_detected_listed_and_loaded(folder, adapter):
     ):
         image_token_ids(adapter.tokenizer, ChameleonVQGAN(VQGANConfig()))
     assert torch.equal(adapter.codebook(), adapter.vqgan.quantize.embedding.weight)
-    stored = read_tensor(
-        folder, "model.layers.1.self_attn.k_norm.weight"
-    )  # [1, D]: one model-parallel shard
+    # [1, D]: one model-parallel shard
+    stored = read_tensor(folder, "model.layers.1.self_attn.k_norm.weight")
     loaded = adapter.model.model.layers[1].self_attn.k_norm.weight  # [H, D]: per head
     assert stored.shape == (1, 8) and torch.equal(loaded, stored.expand(4, 8))
 
@@ -121,9 +116,8 @@ def test_sizes_follow_the_training_crop_list(folder):
         trained_size("Lumina-mGPT-7B-1024") == 1024 and trained_size("Lumina-mGPT-34B-512") == 512
     )
     assert (768, 768) in supported_sizes(768) and (1536, 384) in supported_sizes(768)
-    assert (384, 1536) in supported_sizes(768) and (1600, 384) not in supported_sizes(
-        768
-    )  # at most 4:1
+    # at most 4:1
+    assert (384, 1536) in supported_sizes(768) and (1600, 384) not in supported_sizes(768)
     assert load_model(folder).layout.grid.shape == (4, 4)  # default: the trained size, 64 x 64
     with pytest.raises(
         ValueError, match="not a size Lumina-mGPT trained at 64 px generates.*64x32"
@@ -133,11 +127,12 @@ def test_sizes_follow_the_training_crop_list(folder):
 
 def test_prompt_and_image_only_guidance_branch(adapter):
     tok = adapter.tokenizer
+    # height, then width
     prefix = [
         tok.id(IMAGE_START),
         tok.id(resolution_token(1)),
         tok.id(resolution_token(2)),
-    ]  # height, then width
+    ]
     cond, uncond = adapter.prompt_ids(["a red fox"], None, cfg=True)
     text = "Generate an image of 64x32 according to the following prompt:\na red fox<reserved08706>"
     assert cond == [tok.id("<s>")] + tok.encode(text) + prefix
@@ -212,9 +207,8 @@ def test_vqgan_files_missing_or_wrong_say_what_to_do(folder, tmp_path):
     ) as err:
         load_model(str(bare))
     assert "tokenizer/ folder" in str(err.value)
-    shutil.copytree(
-        folder + "/tokenizer", bare, dirs_exist_ok=True
-    )  # the files may also sit in the model folder
+    # the files may also sit in the model folder
+    shutil.copytree(folder + "/tokenizer", bare, dirs_exist_ok=True)
     assert load_model(str(bare), **WIDE).vqgan.config.n_embed == CODES
     (bare / "vqgan.yaml").write_text("model: {}\n")
     with pytest.raises(CheckpointError, match=r"vqgan\.yaml: is not a VQGAN config"):
@@ -261,10 +255,11 @@ def test_trained_size_is_given_or_read_from_the_name_else_warned(folder, tmp_pat
     )
     caplog.clear()
     with caplog.at_level("WARNING"):
+        # given: no warning, its sizes
         assert load_model(str(renamed), trained=64).layout.grid.shape == (
             4,
             4,
-        )  # given: no warning, its sizes
+        )
     assert not [r for r in caplog.records if r.name.startswith("sjdvp")]
     with pytest.raises(ValueError, match="trained=100"):
         load_model(str(renamed), trained=100)
@@ -288,9 +283,8 @@ def test_chameleon_and_anole_folders_are_not_taken_for_lumina(folder, tmp_path):
 
 def test_vqgan_extra_tensors_are_listed_not_fatal(folder, tmp_path, caplog):
     ckpt = torch.load(folder + "/tokenizer/vqgan.ckpt", weights_only=True)
-    ckpt["state_dict"]["decoder.up.0.extra_scale"] = torch.ones(
-        3
-    )  # e.g. a later taming version's buffer
+    # e.g. a later taming version's buffer
+    ckpt["state_dict"]["decoder.up.0.extra_scale"] = torch.ones(3)
     where = shutil.copytree(folder + "/tokenizer", tmp_path / "tokenizer")
     torch.save(ckpt, where / "vqgan.ckpt")
     with caplog.at_level("WARNING"):

@@ -58,15 +58,13 @@ def test_lumina2_folder_is_detected_listed_and_loaded(folder, adapter):
     assert adapter.layout.grid.shape == (4, 8) and adapter.layout.length == 4 * 9 + 1
     assert adapter.layout.image_tokens.tolist() == list(range(IMAGE_BASE, IMAGE_BASE + CODES))
     assert torch.equal(adapter.codebook(), adapter.movq.quantize.embedding.weight)
-    stored = read_tensor(
-        folder, "model.layers.1.self_attn.q_norm.weight"
-    )  # [1, D]: one model-parallel shard
+    # [1, D]: one model-parallel shard
+    stored = read_tensor(folder, "model.layers.1.self_attn.q_norm.weight")
     assert stored.shape == (1, 8) and torch.equal(
         adapter.model.model.layers[1].self_attn.q_norm.weight, stored.expand(2, 8)
     )
-    tok = (
-        adapter.tokenizer
-    )  # Lumina's special tokens keep the ids past Qwen's vocabulary that upstream hardcodes
+    # Lumina's special tokens keep the ids past Qwen's vocabulary that upstream hardcodes
+    tok = adapter.tokenizer
     assert [tok.id(n) for n in ("<racm3:break>", "<eoss>", "<reserved08799>")] == [
         151665,
         151666,
@@ -76,11 +74,12 @@ def test_lumina2_folder_is_detected_listed_and_loaded(folder, adapter):
 
 def test_lumina2_prompt_bos_and_image_only_guidance_branch(adapter):
     tok = adapter.tokenizer
+    # height, then width
     prefix = [
         tok.id(IMAGE_START),
         tok.id(resolution_token(1)),
         tok.id(resolution_token(2)),
-    ]  # height, then width
+    ]
     cond, uncond = adapter.prompt_ids(["a red fox"], None, cfg=True)
     text = "Generate an image of 64x32 according to the following prompt:\na red fox<reserved08706>"
     # Qwen's tokenizer_config.json has no bos_token: xllmx's Tokenizer takes the eos_token instead
@@ -148,9 +147,8 @@ def test_lumina2_sizes_up_to_the_positions(adapter):
         r"positions.*64x64 at this aspect ratio, 64x64 square",
     ):
         adapter.with_size(96, 96)
-    loaded = load_model(
-        adapter.tokenizer.path.rsplit("/", 1)[0]
-    )  # 768 px does not fit: the largest square does
+    # 768 px does not fit: the largest square does
+    loaded = load_model(adapter.tokenizer.path.rsplit("/", 1)[0])
     assert (loaded.width, loaded.height) == (64, 64)
 
 
