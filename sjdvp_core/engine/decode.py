@@ -7,7 +7,7 @@ from typing import Any, Sequence
 
 import torch
 
-from .adapter import ModelAdapter
+from .adapter import Edit, ModelAdapter
 from .auto import Profile, largest_tree
 from .budget import per_image
 from .calibration import MeasureFn, calibration, forget_stale_cost
@@ -51,6 +51,11 @@ def decode(
     B = settings.batch_size
     conditions = per_image(conditions, B, "conditions")
     negatives = None if negatives is None else per_image(negatives, B, "negatives")
+    if not adapter.takes_images and any(isinstance(c, Edit) for c in conditions):
+        raise ValueError(
+            f"{adapter.family} does not take reference images: give the text alone (GLM-Image "
+            "edits images)"
+        )
     speculative = settings.window.size > 1
     auto = settings.window.auto and speculative
     if auto or (priced and speculative and cost is None):

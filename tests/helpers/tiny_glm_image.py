@@ -171,3 +171,15 @@ def write_glm_image(folder: str, sampling: dict | None = None) -> str:
     with open(os.path.join(folder, "vision_language_encoder", "generation_config.json"), "w") as f:
         json.dump(SAMPLING if sampling is None else sampling, f)
     return folder
+
+
+# an edit's source images, as ComfyUI holds an IMAGE: [H, W, 3] floats in [0, 1]
+SOURCE = torch.rand(64, 64, 3, generator=torch.Generator().manual_seed(0))
+WIDE = torch.rand(32, 48, 3, generator=torch.Generator().manual_seed(1))
+
+
+def edits() -> list:
+    """Two edits of one source image: the tiny model's conditions with references."""
+    from sjdvp_core.engine.adapter import Edit
+
+    return [Edit("make it snow", (SOURCE,)), Edit("a sky above it", (SOURCE,))]

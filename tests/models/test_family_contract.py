@@ -1,7 +1,8 @@
 """The contract every model family keeps, run on each family's tiny real-layout fixture (as
 diffusers' PipelineTesterMixin runs one suite on every pipeline): detected from its files and
 loaded; greedy SJD and SJD-VP return AR's tokens, on a chain, on a draft tree and with the
-automatic window (the nodes' default); a tree's forward equals its branches' forwards;
+automatic window (the nodes' default), and with reference images where the family edits (others
+refuse them); a tree's forward equals its branches' forwards;
 decode_image gives an IMAGE (a diffusion decoder's from the prompts); every missing or broken
 file is named with the repository to download; the check command finds no problem. A family's
 original release, where its loader takes one beside the converted layout, is a fixture of its
@@ -13,6 +14,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
@@ -21,7 +23,7 @@ import pytest
 import torch
 
 from sjdvp_core import decode, method_settings
-from sjdvp_core.engine.adapter import PixelSettings
+from sjdvp_core.engine.adapter import Edit, PixelSettings
 from sjdvp_core.engine.settings import SamplingSettings, TreeSettings
 from sjdvp_core.hub.check import check
 from sjdvp_core.models.checkpoint import CheckpointError
@@ -120,6 +122,12 @@ def _glm_image(folder: str) -> str:
     return write_glm_image(folder)
 
 
+def _glm_image_edits() -> list:
+    from tests.helpers.tiny_glm_image import edits
+
+    return edits()
+
+
 def _glm_image_broken(folder: str, tmp_path) -> list[tuple[str, str]]:
     """The release's diffusers folder: a part's folder missing, the token stage's or the DiT's
     weights broken or incomplete, the processor's tokenizer missing or broken."""
@@ -182,6 +190,9 @@ class Fixture:
     # test_<family>_original.py
     broken: Callable | None = hf_broken_folders
     freed: Callable = lambda adapter: adapter.cache is None  # whether finish() freed the KV cache
+    # () -> conditions with reference images (engine.adapter.Edit), for a family that edits; None:
+    # the family takes no reference images and must refuse them
+    edits: Callable | None = None
 
 
 FIXTURES = [
@@ -249,6 +260,7 @@ FIXTURES = [
         1.0,
         dict(width=64, height=96),
         broken=_glm_image_broken,
+        edits=lambda: _glm_image_edits(),
     ),
 ]
 
@@ -338,6 +350,30 @@ def test_family_refuses_a_prompt_past_its_positions(family):
         decode(adapter, too_long, method_settings("sjd", 4, adapter.default_sampling))
     # a prompt that fits still does
     assert adapter.prompt_length([spec.prompts[0]], None, spec.cfg > 1) > 0
+
+
+def test_family_edits_keep_the_law_or_are_refused(family):
+    """Editing is a capability of the contract. A family that takes reference images decodes greedy
+    SJD and SJD-VP to AR's tokens with them, on chains and trees, its tree forward equals its
+    branches' forwards with them, and a reference too small for its encoder is named. A family
+    that takes none refuses an edit by name before anything decodes."""
+    spec, _, adapter = family
+    settings = method_settings("sjd", 4, adapter.default_sampling)
+    if spec.edits is None:
+        assert not adapter.takes_images
+        edit = Edit(str(spec.prompts[0]), (torch.rand(16, 16, 3),))
+        with pytest.raises(
+            ValueError, match=f"{re.escape(adapter.family)} does not take reference"
+        ):
+            decode(adapter, [edit], settings)
+        return
+    assert adapter.takes_images
+    edits = spec.edits()
+    assert_greedy_sjd_equals_ar(adapter, edits, windows=(4, 16), cfg_scales=sorted({1.0, spec.cfg}))
+    assert_tree_matches_chains(adapter, edits, spec.cfg > 1)
+    small = Edit(edits[0].text, (edits[0].images[0][:4, :4],))
+    with pytest.raises(ValueError, match=r"reference images \(4x4 px\)"):
+        decode(adapter, [small], settings)
 
 
 def test_family_tree_forward_equals_its_chains(family):

@@ -17,8 +17,8 @@ from sjdvp_core.engine.adapter import Edit, PixelSettings
 from sjdvp_core.models.glm_image import is_glm_image
 from sjdvp_core.models.glm_image.adapter import GENERATE_DEFAULTS, load_glm_image
 from sjdvp_core.models.glm_image.dit import prior_token_ids
-from tests.helpers.tiny_glm_image import CODES, SAMPLING, write_glm_image
-from tests.helpers.tiny_hf import assert_greedy_sjd_equals_ar, assert_windows_match_recompute
+from tests.helpers.tiny_glm_image import CODES, SAMPLING, SOURCE, WIDE, edits, write_glm_image
+from tests.helpers.tiny_hf import assert_windows_match_recompute
 
 PROMPTS = ["a red fox in the snow", "a sky"]
 GREEDY = SamplingSettings(greedy=True, temperature=0.0)
@@ -314,15 +314,6 @@ def test_auto_chooses_the_dits_precision_for_the_dit_alone(folder):
 
 
 # --- editing: source images in the prompt, only the image grid written ----------------------------
-# an IMAGE as ComfyUI holds one
-SOURCE = torch.rand(64, 64, 3, generator=torch.Generator().manual_seed(0))
-WIDE = torch.rand(32, 48, 3, generator=torch.Generator().manual_seed(1))
-
-
-def edits() -> list[Edit]:
-    return [Edit("make it snow", (SOURCE,)), Edit("a sky above it", (SOURCE,))]
-
-
 def _upstream_inputs(adapter, edit: Edit):
     """Upstream's inputs for one edit. transformers 5.17's processor leaves the sources' grids out
     of one prompt's (its model then fails): they are put back as 5.18's processor gives them, so
@@ -431,10 +422,6 @@ def test_edit_source_block_laid_out_otherwise_is_refused(adapter):
         assert "zai-org/GLM-Image" in str(err.value)
 
 
-def test_edit_greedy_sjd_equals_ar_on_chains_and_trees(adapter):
-    assert_greedy_sjd_equals_ar(adapter, edits(), windows=(4,), cfg_scales=(1.0,))
-
-
 def test_edit_dit_draws_from_the_sources(folder, adapter):
     """The DiT gets each edit's source images (sized to their token grids) and their tokens (2 x 2
     blocks, grids doubled), as the pipeline takes them; a batch mixing edits and text alone is
@@ -483,14 +470,6 @@ def test_edit_dit_draws_from_the_sources(folder, adapter):
         ValueError, match=r"an Edit's images are RGB \[H, W, 3\] tensors .*got \(64, 64, 1\)"
     ):
         Edit("make it snow", (SOURCE[..., :1],))
-    with pytest.raises(
-        ValueError, match=r"cannot take the reference images \(4x4 px\): .*use larger images"
-    ):
-        decode(
-            adapter,
-            [Edit("make it snow", (SOURCE[:4, :4],))],
-            method_settings("sjd", 4, adapter.default_sampling),
-        )
 
 
 def test_the_catalogue_entry_downloads_the_release_folder(folder, tmp_path, monkeypatch):
