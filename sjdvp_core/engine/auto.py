@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 
 from .cost import PassCost, monotone
-from .settings import MAX_WINDOW, TreeSettings
+from .settings import MAX_WINDOW, DecodeSettings, TreeSettings
 from .tree import scratch_nodes
 
 MOST_FACTOR = (
@@ -171,6 +171,15 @@ class Profile:
             for i, c in zip(same, monotone([self.committed[i] for i in same])):
                 committed[i] = c
         return replace(self, committed=tuple(committed))
+
+
+def allocated(settings: DecodeSettings, profile: Profile | None) -> Plan:
+    """The widest plan a decode may run, what its canvas, drafts and the model's scratch nodes are
+    sized for: the user's window and tree, or with the automatic window (profile) its widest
+    contender and largest tree."""
+    if profile is None:
+        return Plan(settings.window.size, settings.window.tree)
+    return Plan(max(p.window for p in profile.plans), largest_tree(list(profile.plans)))
 
 
 def rate(profile: Profile, cost: PassCost, plan: Plan, g: float) -> float:

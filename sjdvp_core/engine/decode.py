@@ -8,7 +8,7 @@ from typing import Any, Sequence
 import torch
 
 from .adapter import Edit, ModelAdapter
-from .auto import Profile, largest_tree
+from .auto import Profile, allocated
 from .budget import per_image
 from .calibration import MeasureFn, calibration, forget_stale_cost
 from .cost import PassCost
@@ -59,12 +59,12 @@ def decode(
     speculative = settings.window.size > 1
     auto = settings.window.auto and speculative
     if auto or (priced and speculative and cost is None):
-        # said before measuring
+        # a prompt too long for the model is said before measuring
         adapter.prompt_length(conditions, negatives, settings.sampling.uses_cfg)
         cost, profile = calibration(adapter, settings, cost, profile, measuring)
-    tree = largest_tree(profile.plans) if auto else settings.window.tree
-    widest = max(p.window for p in profile.plans) if auto else settings.window.size
-    scratch = scratch_nodes(widest, tree)
+    chosen_by = profile if auto else None  # a fixed window's decode chooses nothing
+    widest = allocated(settings, chosen_by)
+    scratch = scratch_nodes(widest.window, widest.tree)
     if scratch and not adapter.trees:
         raise ValueError(
             f"{adapter.family}: this model adapter cannot score draft trees; set tree width to 1"
@@ -74,9 +74,7 @@ def decode(
             layout, first_logits = adapter.start(
                 conditions, negatives, settings.sampling.uses_cfg, scratch
             )
-            decoder = JacobiDecoder(
-                adapter, settings, layout, timing, cost, profile if auto else None
-            )
+            decoder = JacobiDecoder(adapter, settings, layout, timing, cost, chosen_by)
             result = decoder.run(first_logits, progress)
         finally:
             adapter.finish()

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from .adapter import ModelAdapter, TokenLayout
-from .auto import Plan, PlanChooser, Profile, warmed
+from .auto import Plan, PlanChooser, Profile, allocated, warmed
 from .captured import Passes
 from .compiled import compiled, hold_in_place
 from .cost import PassCost
@@ -104,7 +104,7 @@ class JacobiDecoder:
         auto = settings.window.auto and cost is not None and profile is not None
         self.chooser = PlanChooser(cost, profile) if auto else None
         self.plan = Plan(settings.window.size, settings.window.tree)
-        self.width = max(p.window for p in profile.plans) if auto else settings.window.size
+        self.width = allocated(settings, profile if auto else None).window
         self.B = settings.batch_size
         self.local = LocalLayout(layout, self.width + 1, self.device)
         self.offsets = torch.arange(self.width + 1, device=self.device)  # a step's slot offsets
@@ -242,7 +242,7 @@ class JacobiDecoder:
         elif self.passes.steps:  # recorded as a CUDA graph, captured.py
             m, n, window = self.passes.step(self.after_forward, args, self.written(loop))
         else:
-            p, m = self.verify(*args[:-1])
+            p, m = self.verify(*args[:-1])  # timed apart from the re-draft (its draws last)
             t2, n = self.clock.now(), loop.n + m
             window = self.redraft(window, p, m, n, active, loop.canvas, draws)
             return Outcome(m, n, window, plan.window, t1, t2)

@@ -43,10 +43,9 @@ def read_state_dict(path: str, expected: str) -> tuple[dict[str, Tensor], dict[s
             with safe_open(path, framework="pt") as f:
                 obj, meta = {k: f.get_tensor(k) for k in f.keys()}, dict(f.metadata() or {})
         else:
+            mmap = zipfile.is_zipfile(path)  # a legacy (non-zip) pickle cannot be mapped
             with torch.serialization.safe_globals(SAFE_GLOBALS):
-                obj = torch.load(
-                    path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path)
-                )
+                obj = torch.load(path, weights_only=True, map_location="cpu", mmap=mmap)
     except pickle.UnpicklingError as e:
         raise CheckpointError(_refused_pickle(path, expected)) from e
     except Exception as e:  # corrupt or truncated

@@ -260,7 +260,7 @@ FIXTURES = [
         1.0,
         dict(width=64, height=96),
         broken=_glm_image_broken,
-        edits=lambda: _glm_image_edits(),
+        edits=_glm_image_edits,
     ),
 ]
 
