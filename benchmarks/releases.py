@@ -213,9 +213,8 @@ def emu3_gen(device="meta", dtype=torch.bfloat16, tiny=False) -> ReleaseShape:
 def janus_pro(hidden: int, layers: int, ffn: int, heads: int) -> Callable[..., ReleaseShape]:
     """Janus-Pro as released (deepseek-ai's files): a Llama stack of the given size (vocabulary
     102400), its generation aligner and head as wide as the stack, transformers' JanusConfig
-    defaults for the rest (the 16384-code VQ), less what janus.original leaves out because
-    generation never runs it (SigLIP tower, aligner, text head, VQ encoder); 384 px (24 x 24
-    tokens)."""
+    defaults for the rest (the 16384-code VQ, the SigLIP-L understanding tower edits run), less the
+    text head janus.original leaves out; 384 px (24 x 24 tokens)."""
 
     def build(device="meta", dtype=torch.bfloat16, tiny=False) -> ReleaseShape:
         from transformers import JanusConfig, JanusForConditionalGeneration
@@ -242,16 +241,17 @@ def janus_pro(hidden: int, layers: int, ffn: int, heads: int) -> Callable[..., R
                 num_res_blocks=1,
                 latent_channels=8,
             )
-        # dropped below: built small
-        vision = dict(
-            hidden_size=32,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            image_size=32,
-            patch_size=8,
-            projection_dim=64,
-            num_image_tokens=16,
-        )
+        # the understanding tower edits run: transformers' defaults are Janus's SigLIP-L at 384 px
+        vision = dict(projection_dim=width)
+        if tiny:
+            vision |= dict(
+                hidden_size=64,
+                num_hidden_layers=1,
+                num_attention_heads=1,
+                image_size=32,
+                patch_size=8,
+                num_image_tokens=16,
+            )
         config = JanusConfig(
             text_config=dict(
                 model_type="llama", vocab_size=102400, max_position_embeddings=16384, **text

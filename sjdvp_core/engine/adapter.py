@@ -129,8 +129,8 @@ class PixelSettings:
 
 class ModelAdapter:
     """What a model family implements for the engine, with the optional parts supplied here (so the
-    engine and the check command never probe an adapter). Rows R = B, or 2B with CFG (cond rows
-    first)."""
+    engine and the check command never probe an adapter). Rows R = B, or with CFG 2B (cond rows
+    first) or 3B (row_groups)."""
 
     family: str = "model"  # the family's display name ("Lumina-mGPT", "LlamaGen c2i", ...)
     layout: TokenLayout  # where the generated tokens go, at the current size
@@ -163,6 +163,12 @@ class ModelAdapter:
         the layout and the logits [R, V] for generated position 0. scratch: cache entries to keep
         past the sequence for draft-tree branches."""
         raise NotImplementedError
+
+    def row_groups(self, conditions: Sequence[Any] | None, cfg: bool) -> int:
+        """Model rows start() runs per image: the condition, with cfg also its unconditional (or
+        negative) twin; a family whose edits are guided by the text and the reference apart
+        (Janus-4o) runs a third, the text with the reference's understanding alone (cfg_mix)."""
+        return 2 if cfg else 1
 
     def forward(self, tokens: Tensor, positions: Tensor) -> Tensor:
         """Score a window: tokens [R, W] placed at generated positions [R, W] (consecutive per row,

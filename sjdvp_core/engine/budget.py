@@ -53,17 +53,16 @@ def decode_bytes(
     itemsize: int | None = None,
 ) -> int:
     """Memory a decode with these settings needs beyond the weights: the model's KV cache for its
-    rows (CFG doubles them; a draft tree adds scratch entries; the prompt's length where
+    rows (CFG doubles or triples them; a draft tree adds scratch entries; the prompt's length where
     conditions are given), one forward's transients, the loop's own state, and LANTERN's
     neighbour table as it is built (not once it is: it stays with the model). What a memory
     manager is told to keep free. itemsize: of the compute dtype (default: the weights')."""
-    cfg = settings.sampling.uses_cfg
-    rows = settings.batch_size * (2 if cfg else 1)
+    cfg, B = settings.sampling.uses_cfg, settings.batch_size
+    conditions = None if conditions is None else per_image(conditions, B, "conditions")
+    rows = B * adapter.row_groups(conditions, cfg)
     scratch = scratch_nodes(settings.window.size, widest_tree(settings))
     prompt = adapter.prompt_length(
-        None if conditions is None else per_image(conditions, settings.batch_size, "conditions"),
-        None if negatives is None else per_image(negatives, settings.batch_size, "negatives"),
-        cfg,
+        conditions, None if negatives is None else per_image(negatives, B, "negatives"), cfg
     )
     # a window's forward, or the prefill's
     window = min(settings.window.size, adapter.layout.length) + scratch

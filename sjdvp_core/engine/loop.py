@@ -106,6 +106,7 @@ class JacobiDecoder:
         self.plan = Plan(settings.window.size, settings.window.tree)
         self.width = allocated(settings, profile if auto else None).window
         self.B = settings.batch_size
+        self.groups = 1  # model rows per image: read from the prefill (begin)
         self.local = LocalLayout(layout, self.width + 1, self.device)
         self.offsets = torch.arange(self.width + 1, device=self.device)  # a step's slot offsets
         self.drafter = Drafter(
@@ -175,6 +176,7 @@ class JacobiDecoder:
                 "or fp32"
             )
         B, dev = self.B, self.device
+        self.groups = guidance_groups(first_logits.shape[0], B, self.s.sampling.uses_cfg)
         canvas = torch.zeros(B, self.local.length + self.width + 1, dtype=torch.long, device=dev)
         at_zero = torch.zeros(B, 1, dtype=torch.long, device=dev)
         first_p = self.targets(first_logits[:, None], at_zero)[:, 0]
@@ -343,12 +345,12 @@ class JacobiDecoder:
     def targets(self, logits: Tensor, at: Tensor) -> Tensor:
         """Model logits [R, N, V_model] predicting positions at [B, N] -> p [B, N, V]."""
         s, local = self.s.sampling, self.local
-        mixed = cfg_mix(local.local_logits(logits), s.cfg_scale, s.uses_cfg)
+        mixed = cfg_mix(local.local_logits(logits), s, self.groups)
         return target_probs(mixed, local.mask_at(at.clamp(max=local.length + self.width)), s)
 
     def rows(self, t: Tensor) -> Tensor:
-        """Per-image tensor -> per model row (CFG runs cond and uncond rows)."""
-        return torch.cat([t, t]) if self.s.sampling.uses_cfg else t
+        """Per-image tensor -> per model row (CFG runs a group of rows per condition kind)."""
+        return t if self.groups == 1 else torch.cat([t] * self.groups)
 
     def commit(self, canvas: Tensor, n: Tensor, active: Tensor, k: Tensor, nxt: Tensor) -> Tensor:
         """Write the token after the k accepted drafts -> tokens committed per row [B]; in a row
@@ -413,3 +415,16 @@ class JacobiDecoder:
         grid = self.local.grid
         known = grid[None] < torch.tensor(done, device=grid.device)[:, None, None]
         progress(sum(done), self.B * self.local.length, torch.where(known, canvas[:, grid], -1))
+
+
+def guidance_groups(rows: int, images: int, cfg: bool) -> int:
+    """The row groups the prefill ran (cond, then with cfg uncond, and for an edit guided by its
+    reference apart a third: cfg_mix), or the error that says an adapter's rows do not add up."""
+    groups = rows // images
+    allowed = (2, 3) if cfg else (1,)
+    if groups * images != rows or groups not in allowed:
+        raise ValueError(
+            f"the model adapter prefilled {rows} rows for {images} images with cfg "
+            f"{'on' if cfg else 'off'}: it must give {' or '.join(str(g * images) for g in allowed)}"
+        )
+    return groups

@@ -65,6 +65,9 @@ class SamplingSettings:
     top_k: int = 0  # 0 = keep the whole (image) vocabulary
     top_p: float = 1.0  # nucleus mass kept, in (0, 1]
     greedy: bool = False  # argmax decoding: SJD then returns the AR tokens token for token
+    # a family whose edits run a third row, the text with the reference's understanding alone
+    # (Janus-4o): that row's weight in the condition, (full + w part) / (1 + w); ignored elsewhere
+    image_cfg_scale: float = 0.0
 
     def __post_init__(self):
         _check_real("cfg_scale", self.cfg_scale)
@@ -80,6 +83,8 @@ class SamplingSettings:
         _check_real("top_p", self.top_p)
         _check(0 < self.top_p <= 1, "top_p", self.top_p, "in (0, 1]")
         _check(isinstance(self.greedy, bool), "greedy", self.greedy, "True or False")
+        _check_real("image_cfg_scale", self.image_cfg_scale)
+        _check(self.image_cfg_scale >= 0, "image_cfg_scale", self.image_cfg_scale, ">= 0")
 
     @property
     def uses_cfg(self) -> bool:

@@ -17,13 +17,19 @@ from .settings import SamplingSettings
 NEG_INF = float("-inf")
 
 
-def cfg_mix(logits: Tensor, scale: float, cfg: bool) -> Tensor:
-    """[R, W, V] -> [B, W, V]: uncond + scale * (cond - uncond); cond rows come first."""
+def cfg_mix(logits: Tensor, s: SamplingSettings, groups: int) -> Tensor:
+    """[groups * B, W, V] -> [B, W, V]. One group: as is. Two (cond, uncond): uncond + cfg *
+    (cond - uncond). Three (full, part, uncond: an edit guided by the text and the reference apart,
+    ShareGPT-4o-Image's Janus-4o): cond = (full + image_cfg * part) / (1 + image_cfg) first."""
     logits = logits.float()
-    if not cfg:
+    if groups == 1:
         return logits
-    cond, uncond = logits.chunk(2, dim=0)
-    return uncond + scale * (cond - uncond)
+    *conds, uncond = logits.chunk(groups, dim=0)
+    cond = conds[0]
+    if groups == 3:
+        w = s.image_cfg_scale
+        cond = (cond + w * conds[1]) / (1 + w)
+    return uncond + s.cfg_scale * (cond - uncond)
 
 
 def structure_mask(forced: Tensor, num_image: int, size: int) -> Tensor:

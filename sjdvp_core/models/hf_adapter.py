@@ -300,6 +300,11 @@ class HFAdapter(ModelAdapter):
     def head(self, hidden: Tensor) -> Tensor:
         raise NotImplementedError
 
+    def prompt_embeddings(self, ids: Tensor, conditions: Sequence) -> Tensor:
+        """The left-padded prompts ids [R, P] of `conditions` -> input embeddings [R, P, C]. A family
+        whose references enter as features, not tokens (Janus-4o's), places them here."""
+        return self.lm.get_input_embeddings()(ids)
+
     def prompt_positions(
         self, ids: Tensor, valid: Tensor, conditions: Sequence
     ) -> tuple[Tensor, Tensor]:
@@ -328,7 +333,7 @@ class HFAdapter(ModelAdapter):
         self.key_valid[:, :P] = valid
         self.cache = PositionCache(R, S)
         slots = torch.arange(P, device=self.device).expand(R, -1)
-        hidden = self._run(self.lm.get_input_embeddings()(ids), slots, positions)
+        hidden = self._run(self.prompt_embeddings(ids, conditions), slots, positions)
         return self.layout, self.head(hidden[:, -1]).float().to(self.device)
 
     def forward(self, tokens: Tensor, positions: Tensor) -> Tensor:

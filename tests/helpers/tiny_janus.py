@@ -134,10 +134,10 @@ def write_converted(d) -> str:
             eos_token_id=ids[EOS],
             pad_token_id=ids[PAD],
         ),
-        vision_config=dict(
-            hidden_size=32,
+        vision_config=dict(  # SigLIP's heads are 64 wide (the original loader relies on it)
+            hidden_size=64,
             num_hidden_layers=1,
-            num_attention_heads=2,
+            num_attention_heads=1,
             image_size=32,
             patch_size=8,
             projection_dim=32,
@@ -198,7 +198,7 @@ def original_config(vocab_size: int) -> dict:
     """The tiny model's config.json in the release's structure and field names."""
     config = json.loads(json.dumps(JANUS_PRO_7B))
     config["vision_config"]["params"].update(image_size=32, model_name="siglip_large_patch8_32")
-    config["aligner_config"]["params"].update(input_dim=32, n_embed=32)
+    config["aligner_config"]["params"].update(input_dim=64, n_embed=32)
     config["gen_vision_config"]["params"].update(image_token_size=16)
     config["gen_aligner_config"]["params"].update(n_embed=32)
     config["gen_head_config"]["params"].update(
@@ -256,3 +256,14 @@ def write_original(converted: str, d, sharded: bool, safetensors: bool = False) 
         json.dumps({"metadata": {}, "weight_map": weight_map})
     )
     return str(d)
+
+
+# a reference, as ComfyUI holds an IMAGE: [H, W, 3] floats in [0, 1]; not square, so it is padded
+REFERENCE = torch.rand(40, 30, 3, generator=torch.Generator().manual_seed(0))
+
+
+def edits() -> list:
+    """Two edits of one reference: the tiny model's conditions with references (Janus-4o's way)."""
+    from sjdvp_core.engine.adapter import Edit
+
+    return [Edit("make it snow", (REFERENCE,)), Edit("a sky above it", (REFERENCE,))]

@@ -122,6 +122,12 @@ def _glm_image(folder: str) -> str:
     return write_glm_image(folder)
 
 
+def _janus_edits() -> list:
+    from tests.helpers.tiny_janus import edits
+
+    return edits()
+
+
 def _glm_image_edits() -> list:
     from tests.helpers.tiny_glm_image import edits
 
@@ -226,6 +232,7 @@ FIXTURES = [
         "deepseek-community/Janus-Pro-1B",
         5.0,
         problems=("image size: 64 px (Janus-Pro generates 384 x 384)",),
+        edits=_janus_edits,
     ),
     Fixture(
         "janus",
@@ -235,6 +242,7 @@ FIXTURES = [
         5.0,
         problems=("image size: 64 px (Janus-Pro generates 384 x 384)",),
         broken=None,
+        edits=_janus_edits,
     ),
     Fixture(
         "lumina",

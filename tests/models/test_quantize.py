@@ -164,7 +164,7 @@ def enumerated_law(adapter: LlamaGenAdapter) -> torch.Tensor:
     rest = adapter.forward(codes[:, :-1].repeat(2, 1), torch.arange(CELLS - 1).expand(2 * M, -1))
     adapter.finish()
     logits = torch.cat([first[:, None], rest], 1)  # [2M, CELLS, K]
-    probs = cfg_mix(logits, LAW_SAMPLING.cfg_scale, True).softmax(-1)
+    probs = cfg_mix(logits, LAW_SAMPLING, 2).softmax(-1)
     return probs.gather(-1, codes[..., None]).squeeze(-1).prod(-1).double()
 
 

@@ -1,10 +1,11 @@
-"""Janus-Pro 1B / 7B (Chen et al. 2025, github.com/deepseek-ai/Janus) through transformers.
+"""Janus-Pro 1B / 7B (Chen et al. 2025, github.com/deepseek-ai/Janus) and Janus-4o-7B through
+transformers.
 
 JanusForConditionalGeneration, from the converted deepseek-community/Janus-Pro-{1B,7B} folders or
 the original deepseek-ai ones (mapped at load time, original.py). Image generation takes the
 model's own path: its generation embeddings, aligner and head over the 16384 VQ codes (not the LM
-head), 24 x 24 codes at 384 px with no structure tokens, upstream's prompt and CFG twin. The
-path, the prompt, the twin and the sampling: docs/families.md, "Janus-Pro"."""
+head), 24 x 24 codes at 384 px, upstream's prompt and CFG twin. Edits place each reference as
+ShareGPT-4o-Image's Janus-4o does (Chen et al. 2025): docs/families.md, "Janus-Pro"."""
 
 from __future__ import annotations
 
@@ -14,18 +15,32 @@ import torch
 from torch import Tensor
 from torch.nn import functional as F
 
-from ...engine.adapter import TokenLayout
+from ...engine.adapter import Edit, TokenLayout
 from ...engine.settings import SamplingSettings
 from ..hf_adapter import HFAdapter, TextTokenizer, load_pretrained, to_image
 from ..placement import weights_device
 
 REPOS = "deepseek-community/Janus-Pro-1B (or Janus-Pro-7B)"
-PAD, BOI = "<｜▁pad▁｜>", "<begin_of_image>"
-SAMPLING = SamplingSettings(cfg_scale=5.0)  # upstream generation: CFG 5, temperature 1, no top-k
+PAD, BOI, EOI, PLACEHOLDER = (
+    "<｜▁pad▁｜>",
+    "<begin_of_image>",
+    "<end_of_image>",
+    "<image_placeholder>",
+)
+# upstream generation: CFG 5, temperature 1, no top-k; Janus-4o's edits weigh the row without the
+# reference's VQ tokens 5 too (ShareGPT-4o-Image's cfg_weight2)
+SAMPLING = SamplingSettings(cfg_scale=5.0, image_cfg_scale=5.0)
+GREY = 127 / 255  # what upstream pads a reference to a square with (its image mean, 0.5, in bytes)
 
 
-def chat_prompt(prompt: str) -> str:
-    return f"<|User|>: {prompt.strip()}\n\n<|Assistant|>:{BOI}"
+def chat_prompt(prompt: str, references: str = "") -> str:
+    return f"<|User|>: {references}{prompt.strip()}\n\n<|Assistant|>:{BOI}"
+
+
+def reference_blocks(understood: int, tokens: int) -> str:
+    """One reference in Janus-4o's prompt: a block the understanding tower fills, then one of pads
+    that its VQ tokens fill in the full condition's rows only."""
+    return f"{BOI}{PLACEHOLDER * understood}{EOI}{BOI}{PAD * tokens}{EOI}"
 
 
 class JanusAdapter(HFAdapter):
@@ -50,26 +65,100 @@ class JanusAdapter(HFAdapter):
             model.config.text_config.bos_token_id,
             tokenizer.id(BOI),
         )
+        self.placeholder, self.eoi = tokenizer.id(PLACEHOLDER), tokenizer.id(EOI)
         self._codebook: Tensor | None = None
 
     @property
     def default_sampling(self) -> SamplingSettings:
         return SAMPLING
 
+    takes_images = True
+
+    def row_groups(self, conditions, cfg: bool) -> int:
+        """With cfg, a batch with edits runs three groups, as Janus-4o's code does: the full
+        condition, the condition without the reference's VQ tokens, the unconditional."""
+        edits = conditions is not None and any(isinstance(c, Edit) for c in conditions)
+        return (3 if edits else 2) if cfg else 1
+
     def prompt_ids(
         self, conditions: Sequence, negatives: Sequence | None, cfg: bool
     ) -> list[list[int]]:
+        """The full condition's rows; with cfg the rows without the references' VQ tokens (the same
+        ids: prompt_embeddings leaves their pads) where there are edits, then the unconditional:
+        the negative prompt, or everything but BOS and the image start padded, as upstream."""
         cond = [self._encode(c) for c in conditions]
         if not cfg:
             return cond
+        part = cond if self.row_groups(conditions, cfg) == 3 else []
         if negatives is not None:
-            return cond + [self._encode(n) for n in negatives]
-        return cond + [[ids[0]] + [self.pad_id] * (len(ids) - 2) + [ids[-1]] for ids in cond]
+            return cond + part + [self._encode(n) for n in negatives]
+        return cond + part + [[ids[0]] + [self.pad_id] * (len(ids) - 2) + [ids[-1]] for ids in cond]
 
-    def _encode(self, prompt) -> list[int]:
-        if not isinstance(prompt, str):
-            raise ValueError(f"Janus-Pro needs a text prompt, got {prompt!r}")
-        return [self.bos] + self.tokenizer.encode(chat_prompt(prompt))
+    def _encode(self, condition) -> list[int]:
+        text, images = (
+            (condition.text, condition.images) if isinstance(condition, Edit) else (condition, ())
+        )
+        if not isinstance(text, str):
+            raise ValueError(f"Janus-Pro needs a text prompt, got {text!r}")
+        for image in images:
+            reference_size(image)  # a reference too small is said before anything runs
+        understood = self.model.config.vision_config.num_image_tokens
+        blocks = reference_blocks(understood, self.layout.grid.numel()) * len(images)
+        ids = [self.bos] + self.tokenizer.encode(chat_prompt(text, blocks))
+        if ids.count(self.placeholder) != len(images) * understood:
+            raise ValueError(
+                f"the prompt holds {ids.count(self.placeholder)} {PLACEHOLDER} tokens of its own: "
+                f"remove them from the text"
+            )
+        return ids
+
+    def prompt_embeddings(self, ids: Tensor, conditions: Sequence) -> Tensor:
+        """The prompt's embeddings with each reference in place: the understanding tower's features
+        over its placeholders (the full and part rows), its VQ tokens' generation embeddings over
+        the pads after them (the full rows only), as ShareGPT-4o-Image's Janus-4o inference."""
+        x = super().prompt_embeddings(ids, conditions)
+        B, n = len(conditions), self.layout.grid.numel()
+        m = self.model.config.vision_config.num_image_tokens
+        full_rows = ids.shape[0] // B  # 1: no cfg; 3: full, part, uncond (row_groups)
+        for b, condition in enumerate(conditions):
+            if not isinstance(condition, Edit):
+                continue
+            features, tokens = self.reference_inputs(condition)
+            starts = (ids[b] == self.placeholder).nonzero()[::m, 0].tolist()
+            for row in (b, b + B) if full_rows == 3 else (b,):
+                for k, at in enumerate(starts):
+                    x[row, at : at + m] = features[k].to(x.dtype)
+            for k, at in enumerate(starts):  # past the placeholders' end and the next start
+                x[b, at + m + 2 : at + m + 2 + n] = tokens[k].to(x.dtype)
+        return x
+
+    @torch.no_grad()
+    def reference_inputs(self, edit: Edit) -> tuple[Tensor, Tensor]:
+        """An edit's references as [I, n, C] understanding features and [I, n, C] generation
+        embeddings of their VQ tokens."""
+        inner = self.model.model
+        vision = self.model.config.vision_config
+        pixels = torch.stack([square(image, vision.image_size) for image in edit.images])
+        device = weights_device(inner.vision_model)
+        hidden = inner.vision_model(pixel_values=pixels.to(device, self._dtype(inner.vision_model)))
+        features = inner.aligner(hidden.last_hidden_state)
+        codes = self.encode_references(edit.images)
+        return features.to(self.device), self.embed(codes.to(self.device))
+
+    @torch.no_grad()
+    def encode_references(self, images: Sequence[Tensor]) -> Tensor:
+        """References [H, W, 3] -> their VQ codes [I, n], as upstream encodes them: the l2-normalised
+        latent's nearest l2-normalised codebook entry (transformers' quantizer skips the norm)."""
+        vq = self.image_decoder
+        side = self.layout.grid.shape[0] * 2 ** (len(vq.config.channel_multiplier) - 1)
+        pixels = torch.stack([square(image, side) for image in images])
+        latent = vq.quant_conv(vq.encoder(pixels.to(weights_device(vq), torch.float32)))
+        latent = F.normalize(latent.flatten(2).transpose(1, 2), dim=-1)
+        return (latent @ self.codebook().to(latent.device).T).argmax(-1)
+
+    @staticmethod
+    def _dtype(module: torch.nn.Module) -> torch.dtype:
+        return next(module.parameters()).dtype
 
     def embed(self, tokens: Tensor) -> Tensor:
         return self.model.prepare_embeddings_for_image_generation(tokens)
@@ -114,3 +203,29 @@ def load_converted(folder: str, device="cpu", dtype=torch.float32) -> JanusAdapt
 
     model = load_pretrained(JanusForConditionalGeneration, folder, REPOS, dtype)
     return JanusAdapter(model, TextTokenizer(folder, REPOS), device=device)
+
+
+MIN_REFERENCE = 16  # px a side: one VQ cell; less holds no token of the image
+
+
+def reference_size(image: Tensor) -> None:
+    h, w = image.shape[:2]
+    if min(h, w) < MIN_REFERENCE:
+        raise ValueError(
+            f"Janus cannot take the reference images ({w}x{h} px): a reference needs "
+            f"{MIN_REFERENCE} px a side or more (one image token); use a larger image"
+        )
+
+
+def square(image: Tensor, side: int) -> Tensor:
+    """A reference [H, W, 3] in [0, 1] -> [3, side, side] in [-1, 1] as upstream's processor makes
+    it: the long side scaled to `side` (bicubic, antialiased), centred on a grey square."""
+    h, w = image.shape[:2]
+    scale = side / max(h, w)
+    size = (max(round(h * scale), 1), max(round(w * scale), 1))
+    pixels = image.detach().float().cpu().permute(2, 0, 1)[None]
+    pixels = F.interpolate(pixels, size=size, mode="bicubic", antialias=True, align_corners=False)
+    out = torch.full((3, side, side), GREY)
+    top, left = (side - size[0]) // 2, (side - size[1]) // 2
+    out[:, top : top + size[0], left : left + size[1]] = pixels[0].clamp(0, 1)
+    return out * 2 - 1

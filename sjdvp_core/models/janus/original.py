@@ -3,7 +3,8 @@
 deepseek-ai/Janus-Pro-1B and -7B (model_type "multi_modality") load into transformers'
 JanusForConditionalGeneration, their config and tensor names mapped at load time as transformers'
 convert_janus_weights_to_hf.py maps them, checked against the release's own classes
-(github.com/deepseek-ai/Janus). What image generation never runs is neither read nor kept. The
+(github.com/deepseek-ai/Janus). The understanding tower and the VQ's encoder are kept: edits run
+them on the reference (adapter.py); the text head and training statistics are dropped. The
 files, the upstream sources and what is skipped: docs/families.md, "Janus-Pro"."""
 
 from __future__ import annotations
@@ -38,39 +39,52 @@ WEIGHTS = (
     "pytorch_model.bin",
     "model.safetensors",
 )
-# release names of what generation never runs
+# release names of what no decode runs: the understanding tower's pooling head, the LM's text head,
+# the VQ's usage counts (training statistics)
 SKIPPED = (
-    "vision_model.",
-    "aligner.",
+    "vision_model.vision_tower.attn_pool.",
     "language_model.lm_head.",
-    "gen_vision_model.encoder.",
-    "gen_vision_model.quant_conv.",
+    "gen_vision_model.quantize.codebook_used",
 )
-UNUSED = (
-    "model.vision_model",
-    "model.aligner",
-    "lm_head",
-    "model.vqmodel.encoder",
-    "model.vqmodel.quant_conv",
-)
+UNUSED = ("lm_head",)
+VISION = r"^vision_model\.vision_tower\."
 RENAMES = [
     (r"^language_model\.model\.", "model.language_model."),
     (r"^gen_embed\.", "model.generation_embeddings."),
-    (r"^gen_aligner\.layers\.0\.", "model.generation_aligner.fc1."),
     # MlpProjector is Sequential(Linear, GELU, Linear, ...): Linear 2k is hidden layer k - 1
+    (r"^(gen_)?aligner\.layers\.0\.", lambda m: f"model.{_aligner(m[1])}.fc1."),
     (
-        r"^gen_aligner\.layers\.(\d+)\.",
-        lambda m: f"model.generation_aligner.hidden_layers.{int(m[1]) // 2 - 1}.",
+        r"^(gen_)?aligner\.layers\.(\d+)\.",
+        lambda m: f"model.{_aligner(m[1])}.hidden_layers.{int(m[2]) // 2 - 1}.",
     ),
     (r"^gen_head\.output_mlp_projector\.", "model.generation_head.proj_out."),
     (r"^gen_head\.vision_head\.", "model.generation_head.vision_head."),
     (r"^gen_vision_model\.decoder\.conv_blocks\.", "model.vqmodel.decoder.up."),
-    (r"^gen_vision_model\.decoder\.mid\.0\.", "model.vqmodel.decoder.mid.block_1."),
-    (r"^gen_vision_model\.decoder\.mid\.1\.", "model.vqmodel.decoder.mid.attn_1."),
-    (r"^gen_vision_model\.decoder\.mid\.2\.", "model.vqmodel.decoder.mid.block_2."),
+    (r"^gen_vision_model\.encoder\.conv_blocks\.", "model.vqmodel.encoder.down."),
+    (r"^gen_vision_model\.(encoder|decoder)\.mid\.0\.", r"model.vqmodel.\1.mid.block_1."),
+    (r"^gen_vision_model\.(encoder|decoder)\.mid\.1\.", r"model.vqmodel.\1.mid.attn_1."),
+    (r"^gen_vision_model\.(encoder|decoder)\.mid\.2\.", r"model.vqmodel.\1.mid.block_2."),
     (r"^gen_vision_model\.", "model.vqmodel."),
-    (r"^(model\.vqmodel\.decoder\.up\.\d+)\.res\.", r"\1.block."),
+    (r"^(model\.vqmodel\.(?:encoder\.down|decoder\.up)\.\d+)\.res\.", r"\1.block."),
+    # the understanding tower: timm's SigLIP ViT names -> transformers' JanusVisionModel's
+    (VISION + r"pos_embed$", "model.vision_model.embeddings.position_embedding.weight"),
+    (VISION + r"patch_embed\.proj\.", "model.vision_model.embeddings.patch_embedding."),
+    (VISION + r"norm\.", "model.vision_model.post_layernorm."),
+    (
+        VISION + r"blocks\.(\d+)\.attn\.proj\.",
+        r"model.vision_model.encoder.layers.\1.self_attn.projection_layer.",
+    ),
+    (VISION + r"blocks\.(\d+)\.attn\.", r"model.vision_model.encoder.layers.\1.self_attn."),
+    (VISION + r"blocks\.(\d+)\.norm(\d)\.", r"model.vision_model.encoder.layers.\1.layer_norm\2."),
+    (VISION + r"blocks\.", "model.vision_model.encoder.layers."),
 ]
+# SigLIP's query, key and value projections, stored as one qkv
+QKV = r"^(model\.vision_model\.encoder\.layers\.\d+\.self_attn\.)qkv\.(weight|bias)$"
+SIGLIP_HEAD = 64  # every SigLIP tower a Janus release holds (siglip_large_*: 1024 wide, 16 heads)
+
+
+def _aligner(gen: str | None) -> str:
+    return "generation_aligner" if gen else "aligner"
 
 
 def is_original(folder: str) -> bool:
@@ -79,7 +93,7 @@ def is_original(folder: str) -> bool:
 
 
 def load_original(folder: str, device="cpu", dtype: torch.dtype = torch.float32) -> JanusAdapter:
-    """-> the adapter on JanusForConditionalGeneration holding the generation path in `dtype`."""
+    """-> the adapter on JanusForConditionalGeneration in `dtype`, less the text head."""
     files = weight_files(folder)
     tokenizer = TextTokenizer(folder, REPOS)
     state = {}
@@ -95,9 +109,14 @@ def load_original(folder: str, device="cpu", dtype: torch.dtype = torch.float32)
     with config_errors(path, REPOS):
         config = janus_config(read_json(path), shapes, tokens)
     model = _empty_model(config, dtype)
-    mapped = {name: t.to(dtype) for k, t in state.items() if (name := hf_name(k)) is not None}
+    mapped = {
+        name: t.to(dtype)
+        for k, stored in state.items()
+        if (key := hf_name(k)) is not None
+        for name, t in hf_tensors(key, stored)
+    }
     load_strict(model, mapped, folder, f"Janus-Pro as released; download every file of {REPOS}")
-    _compute_rope(model)
+    _computed_at_init(model)
     return JanusAdapter(model.eval(), tokenizer, device=device)
 
 
@@ -140,6 +159,17 @@ def hf_name(key: str) -> str | None:
     return key
 
 
+def hf_tensors(name: str, tensor: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
+    """A mapped tensor as JanusForConditionalGeneration holds it: SigLIP's qkv split in three, its
+    position table without the batch axis timm keeps."""
+    qkv = re.match(QKV, name)
+    if qkv:
+        return [(f"{qkv[1]}{p}_proj.{qkv[2]}", t) for p, t in zip("qkv", tensor.chunk(3))]
+    if name == "model.vision_model.embeddings.position_embedding.weight":
+        return [(name, tensor.reshape(tensor.shape[-2:]))]
+    return [(name, tensor)]
+
+
 def janus_config(original: dict, shapes: Mapping[str, torch.Size], tokens: Mapping[str, int]):
     """The release's config.json (+ its tensor shapes, + token ids) -> JanusConfig. The language
     model is LlamaConfig(**language_config), as the release builds it (Janus-Pro-7B's lists only
@@ -156,12 +186,12 @@ def janus_config(original: dict, shapes: Mapping[str, torch.Size], tokens: Mappi
         for k, v in _section(original, "language_config").items()
         if not k.startswith("_") and k not in ("torch_dtype", "dtype")
     }
-    patch = re.search(r"patch(\d+)", vision.get("model_name", "patch16"))
     return JanusConfig(
         text_config={**text, "model_type": "llama", **tokens},
         vision_config={
-            "image_size": _field(vision, "image_size"),
-            "patch_size": int(patch[1]) if patch else 16,
+            **vision_shape(shapes, _field(vision, "image_size")),
+            "projection_dim": _field(_params(original, "aligner_config"), "n_embed"),
+            "depth": _params(original, "aligner_config").get("depth", 2),
         },
         vq_config={
             **vq_shape(shapes),
@@ -170,6 +200,24 @@ def janus_config(original: dict, shapes: Mapping[str, torch.Size], tokens: Mappi
             "image_token_embed_dim": _field(gen_head, "image_token_embed"),
         },
     )
+
+
+def vision_shape(shapes: Mapping[str, torch.Size], image_size: int) -> dict:
+    """JanusVisionConfig sizes of the understanding tower (timm's SigLIP ViT) from its tensors; its
+    heads from SigLIP's head width (the release names the tower, whose class fixes them)."""
+    prefix = "vision_model.vision_tower."
+    width, _, patch, _ = _shape(shapes, prefix + "patch_embed.proj.weight")
+    layers = {k[len(prefix) :].split(".")[1] for k in shapes if k.startswith(prefix + "blocks.")}
+    mlp = _shape(shapes, prefix + "blocks.0.mlp.fc1.weight")[0]
+    return {
+        "hidden_size": width,
+        "num_hidden_layers": len(layers),
+        "num_attention_heads": max(width // SIGLIP_HEAD, 1),
+        "mlp_ratio": mlp / width,
+        "image_size": image_size,
+        "patch_size": patch,
+        "num_image_tokens": (image_size // patch) ** 2,
+    }
 
 
 def vq_shape(shapes: Mapping[str, torch.Size]) -> dict:
@@ -220,8 +268,7 @@ def _shape(shapes: Mapping[str, torch.Size], key: str) -> torch.Size:
 
 
 def _empty_model(config, dtype: torch.dtype):
-    """The model on the meta device (no memory, no init), without the modules generation never
-    runs."""
+    """The model on the meta device (no memory, no init), without the modules no decode runs."""
     from transformers import JanusForConditionalGeneration
 
     with torch.device("meta"):
@@ -232,17 +279,20 @@ def _empty_model(config, dtype: torch.dtype):
 
 
 def without_unused(model):
-    """The model less the modules generation never runs (UNUSED)."""
+    """The model less the modules no decode runs (UNUSED)."""
     for path in UNUSED:
         parent, _, name = path.rpartition(".")
         setattr(model.get_submodule(parent), name, None)
     return model
 
 
-def _compute_rope(model) -> None:
-    """RoPE frequencies are computed at init, not stored: build them again off the meta device."""
+def _computed_at_init(model) -> None:
+    """RoPE frequencies and the understanding tower's position ids are computed at init, not
+    stored: build them again off the meta device."""
     lm = model.model.language_model
     lm.rotary_emb = type(lm.rotary_emb)(config=lm.config)
+    embeddings = model.model.vision_model.embeddings
+    embeddings.position_ids = torch.arange(embeddings.num_positions)[None]
     left = [n for n, t in (*model.named_parameters(), *model.named_buffers()) if t.is_meta]
     if left:
         raise RuntimeError(

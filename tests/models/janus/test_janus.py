@@ -39,7 +39,7 @@ def test_folder_is_detected_listed_and_loaded(folder, adapter):
         4,
     )
     assert (adapter.layout.forced < 0).all() and adapter.layout.special_tokens.numel() == 0
-    assert adapter.default_sampling == SamplingSettings(cfg_scale=5.0, top_k=0)
+    assert adapter.default_sampling == SamplingSettings(cfg_scale=5.0, top_k=0, image_cfg_scale=5.0)
     with pytest.raises(ValueError, match="a Janus-Pro folder takes no options"):
         load_model(folder, image_area=64)
 

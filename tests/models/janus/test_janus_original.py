@@ -77,8 +77,13 @@ def test_original_folders_are_detected_listed_and_loaded(folders, adapters):
             assert getattr(adapter.model.config.vq_config, field) == getattr(
                 reference.model.config.vq_config, field
             )
-        # never run, never read
-        assert adapter.model.model.vision_model is None and adapter.model.lm_head is None
+        # the text head is never run, never read; what edits run is mapped to the converted names
+        assert adapter.model.lm_head is None
+        for part in ("vision_model", "aligner", "vqmodel"):
+            mine = getattr(adapter.model.model, part).state_dict()
+            theirs = getattr(reference.model.model, part).state_dict()
+            assert mine.keys() == theirs.keys()
+            assert all(torch.equal(mine[k], theirs[k].to(mine[k].dtype)) for k in mine), part
         assert not any(p.is_meta for p in adapter.model.parameters())
 
 
@@ -92,7 +97,7 @@ def test_janus_1b_single_safetensors_runs_as_janus_pro(folders, adapters, tmp_pa
         "Janus-1.3B",
     ]
     adapter = load_model(janus_1b)
-    assert isinstance(adapter, JanusAdapter) and adapter.model.model.vision_model is None
+    assert isinstance(adapter, JanusAdapter) and adapter.model.lm_head is None
     tokens, positions = torch.tensor([[3, 7, 1, 12]]).repeat(2, 1), torch.arange(1, 5).expand(2, -1)
     outputs = []
     for each in (adapter, adapters[0]):
@@ -126,11 +131,15 @@ def test_original_decodes_the_same_images(adapters):
 
 def test_original_janus_pro_7b_config_maps_right():
     """The released 7B config.json with VQ-16's tensor shapes gives what the release builds."""
-    from transformers import JanusVQVAE, JanusVQVAEConfig
+    from transformers import JanusVisionConfig, JanusVisionModel, JanusVQVAE, JanusVQVAEConfig
 
     with torch.device("meta"):
         vq = JanusVQVAE(JanusVQVAEConfig())  # its defaults are VQ-16
+        tower = JanusVisionModel(JanusVisionConfig())  # and SigLIP-L at 384 px
     shapes = {original_name(f"model.vqmodel.{k}"): t.shape for k, t in vq.state_dict().items()}
+    shapes |= {
+        original_name(f"model.vision_model.{k}"): t.shape for k, t in tower.state_dict().items()
+    }
     assert vq_shape(shapes) == dict(
         base_channels=128,
         channel_multiplier=[1, 1, 2, 2, 4],
@@ -158,6 +167,18 @@ def test_original_janus_pro_7b_config_maps_right():
         4096,
         2,
     )
+    vision = config.vision_config
+    assert (
+        vision.hidden_size,
+        vision.num_hidden_layers,
+        vision.num_attention_heads,
+        vision.mlp_ratio,
+        vision.image_size,
+        vision.patch_size,
+        vision.num_image_tokens,
+        vision.projection_dim,
+        vision.depth,
+    ) == (1024, 24, 16, 4.0, 384, 16, 576, 4096, 2)
 
 
 def test_original_missing_files_shards_and_tensors_are_named(folders, tmp_path):
