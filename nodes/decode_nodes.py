@@ -23,6 +23,7 @@ from ..sjdvp_core.engine.settings import (
 )
 from ..sjdvp_core.figures import commit_figure
 from ..sjdvp_core.models.glm_image.dit import GUIDANCE, STEPS
+from ..sjdvp_core.models.janus.adapter import SAMPLING as JANUS_SAMPLING
 from . import runtime
 from .drafting_nodes import DRAFTER, WINDOW
 from .model_nodes import MODEL
@@ -183,6 +184,17 @@ class SpeculativeDecode(io.ComfyNode):
                     tooltip="How the model's pass runs: auto replays CUDA graphs on a GPU; never "
                     "changes a token.",
                 ),
+                # 1.1.0, optional: a prompt without it keeps its meaning
+                io.Float.Input(
+                    "image_cfg",
+                    default=JANUS_SAMPLING.image_cfg_scale,
+                    min=0.0,
+                    max=20.0,
+                    step=0.5,
+                    optional=True,
+                    tooltip="Janus edits only: weight of the condition without the reference's "
+                    "image tokens (Janus-4o's second guidance); custom sampling.",
+                ),
             ],
             outputs=[TOKENS.Output(display_name="tokens")],
         )
@@ -208,6 +220,7 @@ class SpeculativeDecode(io.ComfyNode):
         images=None,
         window=None,
         drafter=None,
+        image_cfg=JANUS_SAMPLING.image_cfg_scale,
     ) -> io.NodeOutput:
         adapter = at_size(model.adapter, width, height)
         condition = prompt if images is None else edit(adapter, prompt, images)
@@ -216,7 +229,13 @@ class SpeculativeDecode(io.ComfyNode):
         chosen = (
             adapter.default_sampling
             if sampling == MODEL_DEFAULTS
-            else SamplingSettings(cfg_scale=cfg, temperature=temperature, top_k=top_k, top_p=top_p)
+            else SamplingSettings(
+                cfg_scale=cfg,
+                temperature=temperature,
+                top_k=top_k,
+                top_p=top_p,
+                image_cfg_scale=image_cfg,
+            )
         )
         drafter, window = method_or_nodes(method, drafter, window)
         settings = decode_settings(
@@ -257,7 +276,7 @@ def edit(adapter, prompt: str, images: torch.Tensor) -> Edit:
     if not adapter.takes_images:
         raise ValueError(
             f"{adapter.family} does not take reference images: disconnect the images input (GLM-Image "
-            "edits images)"
+            "and Janus edit images)"
         )
     if images.shape[-1] not in (3, 4):
         raise ValueError(

@@ -32,6 +32,7 @@ OUT = os.path.join(REPO, "workflows")
 RUN = DecodeSettings()
 FOX = "a photo of a red fox sitting in fresh snow, morning light"
 GLM_EDIT = "turn this photo into a watercolor painting, keep its composition"
+JANUS_EDIT = "make it a snowy winter evening"
 GLM_PROMPT = 'a poster of a red fox sitting in fresh snow, the title "WINTER" in bold white letters at the top'
 
 
@@ -60,7 +61,16 @@ EXAMPLES = {
         ),
         Example("sjdvp_llamagen_t2i", "LlamaGen-t2i-XL-256", "LlamaGen-t2i", sampling="t2i"),
     ),
-    "janus": (Example("sjdvp_janus_pro", "Janus-Pro-7B", "Janus-Pro"),),
+    "janus": (
+        Example("sjdvp_janus_pro", "Janus-Pro-7B", "Janus-Pro"),
+        Example(
+            "sjdvp_janus_4o_edit",
+            "Janus-4o-7B",
+            "Janus-4o edit",
+            JANUS_EDIT,
+            reference="example.png",
+        ),
+    ),
     "emu3": (Example("sjdvp_emu3", "Emu3-Gen", "Emu3", size=(720, 720)),),
     "lumina": (Example("sjdvp_lumina_mgpt", "Lumina-mGPT-7B-768", "Lumina-mGPT", size=(768, 768)),),
     "lumina2": (
@@ -256,6 +266,7 @@ def decode_branch(
         s.top_p,
         False,
         RUN.passes,
+        s.image_cfg_scale,
     ]
     dec = g.add("SJDVP_SpeculativeDecode", widgets, (x, y), name, size=DECODE_SIZE)
     g.connect(model, 0, dec, "model")

@@ -54,7 +54,7 @@ def decode(
     if not adapter.takes_images and any(isinstance(c, Edit) for c in conditions):
         raise ValueError(
             f"{adapter.family} does not take reference images: give the text alone (GLM-Image "
-            "edits images)"
+            "and Janus edit images)"
         )
     speculative = settings.window.size > 1
     auto = settings.window.auto and speculative

@@ -63,6 +63,9 @@ class Entry:
     approx: bool = False
     model: str = ""
     note: str = ""
+    # for a release whose file listing no stored Hub page shows: what its (approximate) size rests
+    # on; its sources then require only files every release of its code saves
+    estimate: str = ""
 
     @property
     def path(self) -> str:
@@ -235,6 +238,39 @@ def _janus_1_3b() -> Entry:
     )
 
 
+def _janus_4o() -> Entry:
+    """Janus-4o-7B (ShareGPT-4o-Image): Janus-Pro-7B fine-tuned to edit, saved by its train_janus.py
+    (save_pretrained of the original classes, and its processor). No stored Hub page lists its
+    files, so its weights are taken in whichever form the repository holds and its size is
+    Janus-Pro-7B's."""
+    return Entry(
+        "Janus-4o-7B",
+        "janus",
+        "Janus-4o-7B",
+        (
+            Source(
+                "FreedomIntelligence/Janus-4o-7B",
+                ("config.json", "tokenizer.json"),
+                optional=(
+                    *JANUS_FILES,
+                    "model.safetensors",
+                    "model.safetensors.index.json",
+                    "model-*.safetensors",
+                    "pytorch_model.bin",
+                    "pytorch_model.bin.index.json",
+                    "pytorch_model-*.bin",
+                ),
+            ),
+        ),
+        JANUS_7B_BYTES,
+        "not declared on a page we could read (its base, Janus-Pro-7B: MIT code, DeepSeek Model "
+        "License weights)",
+        approx=True,
+        note="edits images: text and a reference image to image",
+        estimate="Janus-Pro-7B's download: the same architecture and parameters, fine-tuned",
+    )
+
+
 def _lumina(px: int) -> Entry:
     repo = f"Alpha-VLLM/Lumina-mGPT-7B-{px}"
     sources = [Source(repo, LUMINA_FILES, licence=LUMINA_LICENCE)]
@@ -290,6 +326,7 @@ ENTRIES: tuple[Entry, ...] = (
     _t2i("stage2", 512),
     _janus("1B", ("pytorch_model.bin",), JANUS_1B_BYTES),
     _janus("7B", ("pytorch_model.bin.index.json", "pytorch_model-*-of-*.bin"), JANUS_7B_BYTES),
+    _janus_4o(),
     Entry(
         "Emu3-Gen",
         "emu3",

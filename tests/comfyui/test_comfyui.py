@@ -58,6 +58,7 @@ PINNED = {
         "top_p",
         "compile",
         "passes",
+        "image_cfg",
     ],
     "SJDVP_DecodeImage": ["steps", "guidance"],
     "SJDVP_Report": [],
@@ -97,6 +98,7 @@ def test_shipped_workflows_match_the_node_definitions(path, object_info):
         ("sjdvp_lumina_mgpt", "Lumina-mGPT-7B-768"),
         ("sjdvp_emu3", "Emu3-Gen"),
         ("sjdvp_janus_pro", "Janus-Pro-7B"),
+        ("sjdvp_janus_4o_edit", "Janus-4o-7B"),
         ("sjdvp_lumina_mgpt2", "Lumina-mGPT-2.0"),
         ("sjdvp_glm_image", "GLM-Image"),
     ],
@@ -244,6 +246,33 @@ def test_emu3_workflow_runs_the_tiny_model(server, object_info):
             and figures["step_compression"] >= 1
             and figures["ar_passes"] >= 4 * 8
         )
+    finally:
+        shutil.rmtree(folder)
+
+
+def test_janus_4o_edit_workflow_runs_the_tiny_model(server, object_info):
+    """The Janus-4o editing workflow as shipped (LoadImage's picture, 48 x 64 px, padded to a
+    square as upstream does -> Speculative Decode's images -> Tokens to Image -> Save), a tiny
+    Janus in its catalogue entry's folder: the edit decodes its 16 tokens with three row groups,
+    and custom sampling's image_cfg reaches the decode."""
+    from PIL import Image
+
+    from sjdvp_core.hub.catalogue import BY_NAME
+    from tests.helpers.tiny_janus import write_converted
+
+    Image.new("RGB", (48, 64), (40, 90, 200)).save(os.path.join(server.input, "example.png"))
+    workflow = load(os.path.join(REPO, "workflows", "sjdvp_janus_4o_edit.json"))
+    prompt = to_api(workflow, object_info)
+    folder = os.path.join(server.models, BY_NAME["Janus-4o-7B"].folder)
+    os.makedirs(folder)
+    write_converted(pathlib.Path(folder))
+    try:
+        _, figures = run_ok(server, prompt, workflow)
+        assert figures["ar_passes"] == 16  # 32 px, 8 px a token
+        decode = next(k for k, v in prompt.items() if v["class_type"] == "SJDVP_SpeculativeDecode")
+        prompt[decode]["inputs"].update(sampling="custom", image_cfg=0.0)
+        _, figures = run_ok(server, prompt, workflow)
+        assert figures["ar_passes"] == 16
     finally:
         shutil.rmtree(folder)
 

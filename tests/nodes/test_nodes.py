@@ -101,15 +101,15 @@ def test_widget_defaults_come_from_the_engine_settings(pack):
 def test_execute_takes_the_widgets_in_the_schemas_order(pack):
     """From 1.0.0 the widget order is a contract with saved workflows (docs/contributing.md): every
     node's execute takes its inputs in the schema's order, the required ones first, so
-    widgets_values map by name as by position; every widget of 1.0.0 is required, and only
-    sockets are optional."""
+    widgets_values map by name as by position; every widget of 1.0.0 is required, and those added
+    since are optional, at the end (a prompt without them keeps its meaning)."""
     for node in pack["nodes"].NODES:
         inputs = node.define_schema().inputs
         params = list(inspect.signature(node.execute).parameters)
         required = [i.name for i in inputs if not getattr(i, "optional", False)]
         optional = [i.name for i in inputs if getattr(i, "optional", False)]
         assert params == required + optional, node.__name__
-        assert optional == {"SpeculativeDecode": ["images", "window", "drafter"]}.get(
+        assert optional == {"SpeculativeDecode": ["images", "window", "drafter", "image_cfg"]}.get(
             node.__name__, []
         )
     d = pack["drafting"]

@@ -4,9 +4,9 @@ import { test } from "node:test";
 
 import { greyable, ignoredWidgets, olderThan, settable } from "../../web/js/ignored.js";
 
-test("the model's sampling defaults grey out the four sampling widgets", () => {
+test("the model's sampling defaults grey out the sampling widgets", () => {
   const decode = (sampling) => [...ignoredWidgets("SJDVP_SpeculativeDecode", { sampling })].sort();
-  assert.deepEqual(decode("model defaults"), ["cfg", "temperature", "top_k", "top_p"]);
+  assert.deepEqual(decode("model defaults"), ["cfg", "image_cfg", "temperature", "top_k", "top_p"]);
   assert.deepEqual(decode("custom"), []);
 });
 
@@ -24,7 +24,7 @@ test("Tokens to Image ignores the DiT's steps and guidance where the model's pix
   assert.deepEqual(image("dit"), []);
   assert.deepEqual(image(undefined), []);       // the graph does not say: nothing greyed
   assert.deepEqual([...greyable("SJDVP_DecodeImage")].sort(), ["guidance", "steps"]);
-  assert.deepEqual([...greyable("SJDVP_SpeculativeDecode")].sort(), ["cfg", "temperature", "top_k", "top_p"]);
+  assert.deepEqual([...greyable("SJDVP_SpeculativeDecode")].sort(), ["cfg", "image_cfg", "temperature", "top_k", "top_p"]);
   assert.equal(greyable("SaveImage").size, 0);
 });
 

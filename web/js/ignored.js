@@ -5,7 +5,7 @@
 // starting with "@" is no widget but a fact of the graph that the extension reads (sjdvp.js):
 // "@pixels" is where the connected model's pixels come from, "dit" (GLM-Image) or "vq" (every other family).
 export const IGNORED = {
-  SJDVP_SpeculativeDecode: { sampling: { "model defaults": ["cfg", "temperature", "top_k", "top_p"] } },
+  SJDVP_SpeculativeDecode: { sampling: { "model defaults": ["cfg", "temperature", "top_k", "top_p", "image_cfg"] } },
   SJDVP_VerificationPrediction: { strength_mode: { auto: ["strength"] } },
   SJDVP_JacobiWindow: { window_auto: { false: ["tree_auto"] } },
   SJDVP_DecodeImage: { "@pixels": { vq: ["steps", "guidance"] } },
