@@ -75,6 +75,24 @@ class ReleaseShape(HFAdapter):
         return self._head(hidden)
 
 
+class JanusEditShape(ReleaseShape):
+    """Janus-4o editing with one reference, as the engine drives it: three row groups with cfg, the
+    prompt grown by the reference's two blocks of 576 tokens and their four markers, the reference
+    towers moved in for the prefill."""
+
+    towers: torch.nn.Module
+
+    def reference_bytes(self, conditions) -> int:
+        return sum(t.numel() * t.element_size() for t in self.towers.state_dict().values())
+
+    def row_groups(self, conditions, cfg: bool) -> int:
+        return 3 if cfg else 1
+
+    def prompt_ids(self, conditions, negatives, cfg):
+        ids = list(range(1, PROMPT + 2 * (576 + 2) + 1))
+        return [ids] * (len(conditions) * self.row_groups(conditions, cfg))
+
+
 def sizes(tiny: bool, **real) -> dict:
     """A text stack's sizes as released, or a tiny stand-in of the same structure (grouped KV
     heads stay grouped)."""
@@ -210,11 +228,14 @@ def emu3_gen(device="meta", dtype=torch.bfloat16, tiny=False) -> ReleaseShape:
     )
 
 
-def janus_pro(hidden: int, layers: int, ffn: int, heads: int) -> Callable[..., ReleaseShape]:
+def janus_pro(
+    hidden: int, layers: int, ffn: int, heads: int, edit: bool = False
+) -> Callable[..., ReleaseShape]:
     """Janus-Pro as released (deepseek-ai's files): a Llama stack of the given size (vocabulary
     102400), its generation aligner and head as wide as the stack, transformers' JanusConfig
-    defaults for the rest (the 16384-code VQ, the SigLIP-L understanding tower edits run), less the
-    text head janus.original leaves out; 384 px (24 x 24 tokens)."""
+    defaults for the rest (the 16384-code VQ, the SigLIP-L understanding tower edits run, held apart
+    as the adapter holds it), less the text head janus.original leaves out; 384 px (24 x 24
+    tokens). edit: decoding Janus-4o's edits (JanusEditShape)."""
 
     def build(device="meta", dtype=torch.bfloat16, tiny=False) -> ReleaseShape:
         from transformers import JanusConfig, JanusForConditionalGeneration
@@ -265,7 +286,10 @@ def janus_pro(hidden: int, layers: int, ffn: int, heads: int) -> Callable[..., R
             )
         g = TINY_GRID if tiny else 24
         codes = config.vq_config.num_embeddings
-        return ReleaseShape(
+        towers = janus.ReferenceTowers(
+            model.model
+        )  # apart from the module, as the adapter keeps them
+        shape = (JanusEditShape if edit else ReleaseShape)(
             model,
             model.model.language_model,
             raster(codes, g, g, False, 0),
@@ -276,6 +300,8 @@ def janus_pro(hidden: int, layers: int, ffn: int, heads: int) -> Callable[..., R
             decoder=model.model.vqmodel,
             logits_width=codes,
         )
+        shape.towers = towers
+        return shape
 
     return build
 

@@ -22,7 +22,10 @@ from typing import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import torch  # noqa: E402
+
 from benchmarks import releases  # noqa: E402
+from sjdvp_core.engine.adapter import Edit  # noqa: E402
 from sjdvp_core.models.memory import Need, need, pixel_weight_need  # noqa: E402
 
 CARDS_GB = (8, 12, 16, 24, 48, 80)
@@ -49,6 +52,7 @@ class Release:
     pixels: bool = (
         False  # a pixel model apart: its weights alone (it runs after the decode, on its own)
     )
+    conditions: tuple = ()  # what the decode conditions on, where not a text prompt (an edit)
 
 
 RELEASES = (
@@ -63,6 +67,12 @@ RELEASES = (
     Release("Lumina-mGPT-2.0", releases.lumina_mgpt_2, "768 x 768"),
     Release("Emu3-Gen", releases.emu3_gen, "720 x 720"),
     Release("Janus-Pro-7B", releases.janus_pro(4096, 30, 11008, 32), "384 x 384"),
+    Release(
+        "Janus-4o-7B (edit, one reference)",
+        releases.janus_pro(4096, 30, 11008, 32, edit=True),
+        "384 x 384",
+        conditions=(Edit("an edit", (torch.zeros(384, 384, 3),)),),
+    ),
     Release("Janus-Pro-1B", releases.janus_pro(2048, 24, 5632, 16), "384 x 384"),
     Release("LlamaGen-t2i-XL-512", releases.llamagen("GPT-XL", "t2i", 1024), "512 x 512"),
     Release("LlamaGen-c2i-XL-384", releases.llamagen("GPT-XL", "c2i", 576), "384 x 384"),
@@ -74,7 +84,8 @@ def needs(release: Release) -> dict[str, Need]:
     adapter = release.build()
     if release.pixels:
         return {p: Need(p, pixel_weight_need(adapter, p, "bf16"), 0) for p in PRECISIONS}
-    return {p: need(adapter, p, "bf16") for p in PRECISIONS}
+    conditions = list(release.conditions) or None
+    return {p: need(adapter, p, "bf16", conditions=conditions) for p in PRECISIONS}
 
 
 def fits(total: int) -> str:

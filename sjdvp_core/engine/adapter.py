@@ -170,6 +170,11 @@ class ModelAdapter:
         (Janus-4o) runs a third, the text with the reference's understanding alone (cfg_mix)."""
         return 2 if cfg else 1
 
+    def reference_bytes(self, conditions: Sequence[Any] | None) -> int:
+        """Memory these conditions' references take while the prompt is prefilled beyond the
+        weights (the encoders a family moves in for them), for memory managers."""
+        return 0
+
     def forward(self, tokens: Tensor, positions: Tensor) -> Tensor:
         """Score a window: tokens [R, W] placed at generated positions [R, W] (consecutive per row,
         each < layout.length) -> logits [R, W, V]; slot i predicts position positions[:, i] + 1.

@@ -54,7 +54,8 @@ def decode_bytes(
 ) -> int:
     """Memory a decode with these settings needs beyond the weights: the model's KV cache for its
     rows (CFG doubles or triples them; a draft tree adds scratch entries; the prompt's length where
-    conditions are given), one forward's transients, the loop's own state, and LANTERN's
+    conditions are given), one forward's transients (the prefill's with its references' encoders),
+    the loop's own state, and LANTERN's
     neighbour table as it is built (not once it is: it stays with the model). What a memory
     manager is told to keep free. itemsize: of the compute dtype (default: the weights')."""
     cfg, B = settings.sampling.uses_cfg, settings.batch_size
@@ -68,7 +69,8 @@ def decode_bytes(
     window = min(settings.window.size, adapter.layout.length) + scratch
     forward = max(
         adapter.forward_bytes(rows, window, scratch, prompt, itemsize),
-        adapter.forward_bytes(rows, prompt or 0, scratch, prompt, itemsize, scored=1),
+        adapter.forward_bytes(rows, prompt or 0, scratch, prompt, itemsize, scored=1)
+        + adapter.reference_bytes(conditions),
     )
     d = settings.drafter
     lantern = (

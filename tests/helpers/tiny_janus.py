@@ -11,6 +11,7 @@ contract, the check command, quantisation and the ComfyUI workflow:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -267,3 +268,17 @@ def edits() -> list:
     from sjdvp_core.engine.adapter import Edit
 
     return [Edit("make it snow", (REFERENCE,)), Edit("a sky above it", (REFERENCE,))]
+
+
+@contextlib.contextmanager
+def whole(adapter):
+    """The adapter's JanusForConditionalGeneration with its reference towers back in place (the
+    adapter keeps them apart), for transformers' own paths to run as references."""
+    model, towers = adapter.model, adapter.towers
+    inner = model.model
+    inner.vision_model, inner.aligner = towers.vision, towers.aligner
+    inner.vqmodel.encoder, inner.vqmodel.quant_conv = towers.encoder, towers.quant_conv
+    try:
+        yield model
+    finally:
+        inner.vision_model = inner.aligner = inner.vqmodel.encoder = inner.vqmodel.quant_conv = None

@@ -9,6 +9,7 @@ ShareGPT-4o-Image's Janus-4o does (Chen et al. 2025): docs/families.md, "Janus-P
 
 from __future__ import annotations
 
+import contextlib
 from typing import Sequence
 
 import torch
@@ -43,6 +44,28 @@ def reference_blocks(understood: int, tokens: int) -> str:
     return f"{BOI}{PLACEHOLDER * understood}{EOI}{BOI}{PAD * tokens}{EOI}"
 
 
+class ReferenceTowers(torch.nn.Module):
+    """What turns a reference into its prompt embeddings: the understanding tower (SigLIP) and its
+    aligner, the VQ's encoder and quant_conv. Kept on the CPU, apart from the adapter's module
+    (text to image never runs them, so they take no room on the card), and moved to the decode's
+    device for an edit's prefill only."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.vision, self.aligner = inner.vision_model, inner.aligner
+        self.encoder, self.quant_conv = inner.vqmodel.encoder, inner.vqmodel.quant_conv
+        inner.vision_model = inner.aligner = inner.vqmodel.encoder = inner.vqmodel.quant_conv = None
+        self.encoder.float(), self.quant_conv.float()  # with the VQ decoder, in fp32
+
+    @contextlib.contextmanager
+    def on(self, device):
+        self.to(device)
+        try:
+            yield self
+        finally:
+            self.to("cpu")
+
+
 class JanusAdapter(HFAdapter):
     family = "Janus-Pro"
     patch = 16  # the VQ's: 24 x 24 codes are the 384 px image
@@ -50,6 +73,7 @@ class JanusAdapter(HFAdapter):
     def __init__(self, model, tokenizer: TextTokenizer, device="cpu"):
         vq = model.config.vq_config
         n = vq.num_patches  # 384 / 16 = 24
+        self.towers = ReferenceTowers(model.model).to("cpu")
         super().__init__(
             model,
             model.model.language_model,
@@ -136,29 +160,30 @@ class JanusAdapter(HFAdapter):
     def reference_inputs(self, edit: Edit) -> tuple[Tensor, Tensor]:
         """An edit's references as [I, n, C] understanding features and [I, n, C] generation
         embeddings of their VQ tokens."""
-        inner = self.model.model
-        vision = self.model.config.vision_config
-        pixels = torch.stack([square(image, vision.image_size) for image in edit.images])
-        device = weights_device(inner.vision_model)
-        hidden = inner.vision_model(pixel_values=pixels.to(device, self._dtype(inner.vision_model)))
-        features = inner.aligner(hidden.last_hidden_state)
-        codes = self.encode_references(edit.images)
-        return features.to(self.device), self.embed(codes.to(self.device))
+        side = self.model.config.vision_config.image_size
+        pixels = torch.stack([square(image, side) for image in edit.images]).to(self.device)
+        with self.towers.on(self.device) as towers:
+            dtype = towers.aligner.fc1.weight.dtype
+            hidden = towers.vision(pixel_values=pixels.to(dtype)).last_hidden_state
+            features = towers.aligner(hidden)
+            codes = self.encode_references(edit.images, towers)
+        return features, self.embed(codes)
 
-    @torch.no_grad()
-    def encode_references(self, images: Sequence[Tensor]) -> Tensor:
+    def encode_references(self, images: Sequence[Tensor], towers: ReferenceTowers) -> Tensor:
         """References [H, W, 3] -> their VQ codes [I, n], as upstream encodes them: the l2-normalised
         latent's nearest l2-normalised codebook entry (transformers' quantizer skips the norm)."""
-        vq = self.image_decoder
-        side = self.layout.grid.shape[0] * 2 ** (len(vq.config.channel_multiplier) - 1)
-        pixels = torch.stack([square(image, side) for image in images])
-        latent = vq.quant_conv(vq.encoder(pixels.to(weights_device(vq), torch.float32)))
+        levels = len(self.model.config.vq_config.channel_multiplier)
+        side = self.layout.grid.shape[0] * 2 ** (levels - 1)
+        pixels = torch.stack([square(image, side) for image in images]).to(self.device)
+        latent = towers.quant_conv(towers.encoder(pixels))
         latent = F.normalize(latent.flatten(2).transpose(1, 2), dim=-1)
         return (latent @ self.codebook().to(latent.device).T).argmax(-1)
 
-    @staticmethod
-    def _dtype(module: torch.nn.Module) -> torch.dtype:
-        return next(module.parameters()).dtype
+    def reference_bytes(self, conditions) -> int:
+        """The towers, moved in for an edit's prefill."""
+        if conditions is None or not any(isinstance(c, Edit) for c in conditions):
+            return 0
+        return sum(t.numel() * t.element_size() for t in self.towers.state_dict().values())
 
     def embed(self, tokens: Tensor) -> Tensor:
         return self.model.prepare_embeddings_for_image_generation(tokens)

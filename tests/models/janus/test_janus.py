@@ -14,7 +14,7 @@ from sjdvp_core.models.janus.adapter import BOI, PAD, JanusAdapter, chat_prompt
 from sjdvp_core.models.loading import load_model
 from sjdvp_core.models.registry import detect_family, list_models
 from tests.helpers.tiny_hf import PROMPTS, assert_windows_match_recompute
-from tests.helpers.tiny_janus import write_converted
+from tests.helpers.tiny_janus import whole, write_converted
 
 
 @pytest.fixture(scope="module")
@@ -60,13 +60,14 @@ def test_ar_equals_transformers_generate(adapter):
     """Same prompt, same CFG twin, same guidance: transformers' image generation, greedy."""
     rows = adapter.prompt_ids(PROMPTS, None, cfg=False)
     ids, valid = left_pad(rows, adapter.pad_id)
-    expected = adapter.model.generate(
-        input_ids=ids,
-        attention_mask=valid.long(),
-        generation_mode="image",
-        do_sample=False,
-        guidance_scale=5.0,
-    )
+    with whole(adapter) as model:  # transformers' generate reads the understanding tower's config
+        expected = model.generate(
+            input_ids=ids,
+            attention_mask=valid.long(),
+            generation_mode="image",
+            do_sample=False,
+            guidance_scale=5.0,
+        )
     sampling = SamplingSettings(cfg_scale=5.0, greedy=True, temperature=0.0)
     ours = decode(adapter, PROMPTS, method_settings("sjd", 4, sampling, batch_size=2))
     assert torch.equal(ours.tokens, expected)

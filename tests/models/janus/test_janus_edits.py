@@ -12,7 +12,7 @@ from sjdvp_core.engine.adapter import Edit
 from sjdvp_core.engine.settings import SamplingSettings, method_settings
 from sjdvp_core.models.janus.adapter import BOI, EOI, PAD, PLACEHOLDER, square
 from sjdvp_core.models.loading import load_model
-from tests.helpers.tiny_janus import REFERENCE, write_converted
+from tests.helpers.tiny_janus import REFERENCE, whole, write_converted
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +39,12 @@ def upstream_codes(model, image: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def upstream_edit(adapter, text: str, image: torch.Tensor, w1: float, w2: float) -> list[int]:
-    model, tok = adapter.model, adapter.tokenizer
+    with whole(adapter) as model:
+        return _upstream_edit(adapter, model, text, image, w1, w2)
+
+
+def _upstream_edit(adapter, model, text, image, w1, w2) -> list[int]:
+    tok = adapter.tokenizer
     n = model.config.vision_config.num_image_tokens
     blocks = f"{BOI}{PLACEHOLDER * n}{EOI}{BOI}{PAD * n}{EOI}"
     prompt = f"<|User|>: {blocks}{text}\n\n<|Assistant|>:{BOI}"
@@ -122,3 +127,23 @@ def test_placeholders_in_the_text_are_refused(adapter):
             [Edit(f"make it {PLACEHOLDER}", (REFERENCE,))],
             method_settings("ar", 1, SamplingSettings()),
         )
+
+
+def test_reference_towers_stay_apart_and_are_counted_for_an_edit(adapter):
+    """The understanding tower and the VQ encoder are no part of the module a memory manager moves
+    (text to image never runs them): they stay on the CPU, and an edit's memory estimate counts
+    them for its prefill."""
+    from sjdvp_core.engine.budget import decode_bytes
+
+    held = {id(p) for p in adapter.module.parameters()}
+    assert not any(id(p) in held for p in adapter.towers.parameters())
+    settings = method_settings("sjd", 4, adapter.default_sampling)
+    edit = Edit("make it snow", (REFERENCE,))
+    decode(adapter, [edit], settings)
+    assert all(p.device.type == "cpu" for p in adapter.towers.parameters())
+    towers = adapter.reference_bytes([edit])
+    assert towers > 0 and adapter.reference_bytes(["make it snow"]) == 0
+    assert (
+        decode_bytes(adapter, settings, [edit]) - decode_bytes(adapter, settings, ["make it snow"])
+        >= towers
+    )

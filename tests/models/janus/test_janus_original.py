@@ -79,11 +79,13 @@ def test_original_folders_are_detected_listed_and_loaded(folders, adapters):
             )
         # the text head is never run, never read; what edits run is mapped to the converted names
         assert adapter.model.lm_head is None
-        for part in ("vision_model", "aligner", "vqmodel"):
-            mine = getattr(adapter.model.model, part).state_dict()
-            theirs = getattr(reference.model.model, part).state_dict()
+        for mine, theirs in (
+            (adapter.towers, reference.towers),
+            (adapter.model.model.vqmodel, reference.model.model.vqmodel),
+        ):
+            mine, theirs = mine.state_dict(), theirs.state_dict()
             assert mine.keys() == theirs.keys()
-            assert all(torch.equal(mine[k], theirs[k].to(mine[k].dtype)) for k in mine), part
+            assert all(torch.equal(mine[k], theirs[k].to(mine[k].dtype)) for k in mine)
         assert not any(p.is_meta for p in adapter.model.parameters())
 
 
