@@ -9,6 +9,8 @@ split over GPUs, offload to CPU memory"."""
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch import nn
 
@@ -30,6 +32,17 @@ def weights_device(module: torch.nn.Module) -> torch.device:
         for p in m.parameters(recurse=False):
             return p.device
     raise ValueError(f"{type(module).__name__} holds no weights")
+
+
+@contextlib.contextmanager
+def moved_in(module: nn.Module, device):
+    """The module on `device` for the block, back in CPU memory after: encoders a family runs once
+    per edit (a reference's), kept off the card between edits."""
+    module.to(device)
+    try:
+        yield module
+    finally:
+        module.to("cpu")
 
 
 def accelerate_module():

@@ -99,7 +99,7 @@ def qwen_tokenizer(
     return {**vocab, **{t["content"]: t["id"] for t in data["added_tokens"]}}
 
 
-def config_json(vocab: dict[str, int]) -> dict:
+def config_json(vocab: dict[str, int], positions: int = POSITIONS) -> dict:
     return {
         "architectures": ["ChameleonForConditionalGeneration"],
         "model_type": "chameleon",
@@ -112,7 +112,7 @@ def config_json(vocab: dict[str, int]) -> dict:
         "hidden_size": 16,
         "initializer_range": 0.02,
         "intermediate_size": 32,
-        "max_position_embeddings": POSITIONS,
+        "max_position_embeddings": positions,
         "mlp_bias": False,
         "model_parallel_size": 1,
         "num_attention_heads": 2,
@@ -145,16 +145,18 @@ def config_json(vocab: dict[str, int]) -> dict:
 
 
 def write_movqgan(folder: str, seed: int = 0) -> str:
-    """movqgan/movqgan_270M.ckpt: a plain state dict (decoder, codebook, post_quant_conv and
-    encoder keys)."""
-    from sjdvp_core.models.lumina2.movqgan import MoVQConfig, MoVQGAN
+    """movqgan/movqgan_270M.ckpt: a plain state dict (decoder, codebook, post_quant_conv, and the
+    encoder and quant_conv that edits tokenise a reference with)."""
+    from sjdvp_core.models.lumina2.movqgan import EncoderConfig, MoVQConfig, MoVQEncoder, MoVQGAN
 
     torch.manual_seed(seed)
     model = MoVQGAN(MoVQConfig(**MOVQ))
     spread_weights(model, std=0.1, seed=seed)
-    state = dict(model.state_dict())
-    state["encoder.conv_in.weight"] = torch.randn(32, 3, 3, 3)
-    state["quant_conv.weight"] = torch.randn(4, 4, 1, 1)
+    encoder = MoVQEncoder(
+        EncoderConfig(32, MOVQ["channels"], 1, MOVQ["attn_levels"], 4, 4), model.codebook()
+    )
+    spread_weights(encoder, std=0.1, seed=seed + 1)
+    state = dict(model.state_dict()) | encoder.state_dict()
     os.makedirs(os.path.join(folder, "movqgan"), exist_ok=True)
     path = os.path.join(folder, "movqgan", "movqgan_270M.ckpt")
     torch.save(state, path)
@@ -167,12 +169,13 @@ def write_lumina2(
     movqgan: bool = True,
     gap: bool = False,
     image_names: str | None = None,
+    positions: int = POSITIONS,
 ) -> str:
     from transformers import ChameleonConfig, ChameleonForConditionalGeneration
 
     os.makedirs(folder, exist_ok=True)
     vocab = qwen_tokenizer(folder, gap=gap, image_names=image_names)
-    config = config_json(vocab)
+    config = config_json(vocab, positions)
     with open(os.path.join(folder, "config.json"), "w") as f:
         json.dump(config, f)
     model = ChameleonForConditionalGeneration(
@@ -196,3 +199,18 @@ def write_lumina2(
     if movqgan:
         write_movqgan(folder, seed)
     return folder
+
+
+# an edit's reference (a depth map, say), as ComfyUI holds an IMAGE: [H, W, 3] floats in [0, 1]
+REFERENCE = torch.rand(40, 48, 3, generator=torch.Generator().manual_seed(0))
+OMNI_POSITIONS = 1024  # Omni's dual-panel request is long in the tiny byte-level tokenizer
+
+
+def edits() -> list:
+    """Two edits of one reference: Omni's conditions (what the reference shows | the picture)."""
+    from sjdvp_core.engine.adapter import Edit
+
+    return [
+        Edit("depth map | a red fox", (REFERENCE,)),
+        Edit("canny edge map | a cat", (REFERENCE,)),
+    ]

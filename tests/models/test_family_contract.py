@@ -116,6 +116,18 @@ def _lumina2(folder: str) -> str:
     return write_lumina2(folder, image_names="<MOVQGAN_{}>")  # the release's likely tokenizer
 
 
+def _lumina2_omni(folder: str) -> str:
+    from tests.helpers.tiny_lumina2 import OMNI_POSITIONS, write_lumina2
+
+    return write_lumina2(folder, positions=OMNI_POSITIONS)
+
+
+def _lumina2_edits() -> list:
+    from tests.helpers.tiny_lumina2 import edits
+
+    return edits()
+
+
 def _glm_image(folder: str) -> str:
     from tests.helpers.tiny_glm_image import write_glm_image
 
@@ -259,6 +271,17 @@ FIXTURES = [
         "Alpha-VLLM/Lumina-mGPT-2.0",
         4.0,
         dict(width=64, height=32),
+    ),
+    # Omni's edits: a dual panel whose upper half is the reference
+    Fixture(
+        "lumina2",
+        _lumina2_omni,
+        "Lumina-mGPT-2.0-Omni",
+        "Alpha-VLLM/Lumina-mGPT-2.0",
+        4.0,
+        dict(width=32, height=32),
+        broken=None,
+        edits=_lumina2_edits,
     ),
     Fixture(
         "glm_image",

@@ -36,7 +36,14 @@ from sjdvp_core.models.lumina2 import movqgan
 from tests.helpers.paths import TESTS
 
 GOLDEN = TESTS / "golden"
-NAMES = ("llamagen_gpt_c2i", "llamagen_gpt_t2i", "llamagen_vq", "chameleon_vqgan", "movqgan")
+NAMES = (
+    "llamagen_gpt_c2i",
+    "llamagen_gpt_t2i",
+    "llamagen_vq",
+    "chameleon_vqgan",
+    "movqgan",
+    "movqgan_encoder",
+)
 TOL = dict(atol=1e-5, rtol=1e-5)  # fp32 on CPU; the outputs are of order 1
 
 
@@ -63,7 +70,7 @@ def test_golden_files_name_their_upstream():
         )
         assert outputs and "seed" in meta and meta["config"]
         total += (GOLDEN / f"{name}.safetensors").stat().st_size
-    assert total < 1.6e6
+    assert total < 1.8e6
 
 
 # --- LlamaGen GPT ---------------------------------------------------------------------------------
@@ -300,7 +307,7 @@ def write_movqgan(folder: Path, state) -> str:
 def test_golden_movqgan(tmp_path):
     state, inputs, outputs, meta = read_golden("movqgan")
     dd = meta["config"]["ddconfig"]
-    vq = movqgan.load_movqgan(write_movqgan(tmp_path, state))
+    vq, _ = movqgan.load_movqgan(write_movqgan(tmp_path, state))
     assert vq.config.channels == tuple(
         dd["ch"] * m for m in dd["ch_mult"]
     ) and vq.config.attn_levels == (3,)
@@ -313,10 +320,25 @@ def test_golden_movqgan_catches_an_unmodulated_norm(tmp_path, monkeypatch):
     """The spatial modulation is what MoVQ adds to taming's decoder: a plain GroupNorm in its place
     runs without an error, and only the numbers tell."""
     state, inputs, outputs, _ = read_golden("movqgan")
-    vq = movqgan.load_movqgan(write_movqgan(tmp_path, state))
+    vq, _ = movqgan.load_movqgan(write_movqgan(tmp_path, state))
     monkeypatch.setattr(movqgan.SpatialNorm, "forward", lambda self, f, zq: self.norm_layer(f))
     with torch.inference_mode():
         wrong = vq.decode_code(inputs["codes"])
     assert (
         wrong.shape == outputs["decoded"].shape and (wrong - outputs["decoded"]).abs().max() > 1e-2
     )
+
+
+def test_golden_movqgan_encoder():
+    """The encoding side Lumina-mGPT 2.0 edits tokenise a reference with (MOVQ.encode: taming's
+    encoder, quant_conv, VectorQuantizer2's nearest code): upstream's codes, every one."""
+    state, inputs, outputs, meta = read_golden("movqgan_encoder")
+    encoder = movqgan.load_encoder(state, state["quantize.embedding.weight"], "golden")
+    dd = meta["config"]["ddconfig"]
+    assert (
+        len(encoder.encoder.down) == len(dd["ch_mult"]) and len(encoder.encoder.down[1].attn) == 1
+    )
+    with torch.inference_mode():
+        codes = encoder(inputs["pixels"].float())
+    assert torch.equal(codes, outputs["codes"])
+    assert len(codes.unique()) > 8  # the check can tell codes apart

@@ -21,7 +21,7 @@ from torch import Tensor
 from ...engine.adapter import Edit, PixelSettings, TokenLayout
 from ...engine.settings import SamplingSettings
 from ..checkpoint import CheckpointError
-from ..hf_adapter import HFAdapter, SizeChoice, load_pretrained
+from ..hf_adapter import HFAdapter, SizeChoice, load_pretrained, pil_image
 from ..optional import MissingPackage
 from ..placement import weights_device
 from . import ENCODER, GRID, PIPELINE, REPO, is_glm_image
@@ -168,7 +168,9 @@ class GlmImageAdapter(SizeChoice, HFAdapter):
         if not isinstance(text, str):
             raise ValueError(f"GLM-Image needs a text prompt, got {text!r}")
         images = (
-            [{"type": "image", "image": _pil(image)} for image in condition.images] if edit else []
+            [{"type": "image", "image": pil_image(image)} for image in condition.images]
+            if edit
+            else []
         )
         messages = [{"role": "user", "content": [*images, {"type": "text", "text": text}]}]
         size = {"target_h": self.height, "target_w": self.width}
@@ -437,14 +439,7 @@ def source_image(image: Tensor, grid: tuple[int, int]):
     from PIL import Image
 
     h, w = grid
-    return _pil(image).resize((GRID * w, GRID * h), Image.Resampling.LANCZOS)
-
-
-def _pil(image: Tensor):
-    """An IMAGE [H, W, 3] in [0, 1] -> a PIL image, as the processor reads one."""
-    from PIL import Image
-
-    return Image.fromarray((image.detach().float().clamp(0, 1) * 255).round().byte().cpu().numpy())
+    return pil_image(image).resize((GRID * w, GRID * h), Image.Resampling.LANCZOS)
 
 
 # what generate() takes where unset

@@ -9,7 +9,6 @@ ShareGPT-4o-Image's Janus-4o does (Chen et al. 2025): docs/families.md, "Janus-P
 
 from __future__ import annotations
 
-import contextlib
 from typing import Sequence
 
 import torch
@@ -19,7 +18,7 @@ from torch.nn import functional as F
 from ...engine.adapter import Edit, TokenLayout
 from ...engine.settings import SamplingSettings
 from ..hf_adapter import HFAdapter, TextTokenizer, load_pretrained, to_image
-from ..placement import weights_device
+from ..placement import moved_in, weights_device
 
 REPOS = "deepseek-community/Janus-Pro-1B (or Janus-Pro-7B)"
 PAD, BOI, EOI, PLACEHOLDER = (
@@ -56,14 +55,6 @@ class ReferenceTowers(torch.nn.Module):
         self.encoder, self.quant_conv = inner.vqmodel.encoder, inner.vqmodel.quant_conv
         inner.vision_model = inner.aligner = inner.vqmodel.encoder = inner.vqmodel.quant_conv = None
         self.encoder.float(), self.quant_conv.float()  # with the VQ decoder, in fp32
-
-    @contextlib.contextmanager
-    def on(self, device):
-        self.to(device)
-        try:
-            yield self
-        finally:
-            self.to("cpu")
 
 
 class JanusAdapter(HFAdapter):
@@ -162,7 +153,7 @@ class JanusAdapter(HFAdapter):
         embeddings of their VQ tokens."""
         side = self.model.config.vision_config.image_size
         pixels = torch.stack([square(image, side) for image in edit.images]).to(self.device)
-        with self.towers.on(self.device) as towers:
+        with moved_in(self.towers, self.device) as towers:
             dtype = towers.aligner.fc1.weight.dtype
             hidden = towers.vision(pixel_values=pixels.to(dtype)).last_hidden_state
             features = towers.aligner(hidden)

@@ -5,7 +5,8 @@ from the released Alpha-VLLM/Lumina-mGPT-2.0 folder, with Sber AI's MoVQGAN-270M
 the pixels. It keeps 1.0's prompt and guidance branch (lumina/adapter.py); what differs, read from
 upstream's code: a Qwen tokenizer with Lumina's special tokens added, image code c at vocabulary id
 155000 + c, rows of an f8 grid, upstream's sampling. Each difference and its upstream source:
-docs/families.md, "Lumina-mGPT 2.0"."""
+docs/families.md, "Lumina-mGPT 2.0". Edits (Lumina-mGPT 2.0 Omni's) complete a dual panel whose upper
+half is the reference: docs/editing.md."""
 
 from __future__ import annotations
 
@@ -15,12 +16,16 @@ import os
 import re
 from typing import Any
 
+import numpy as np
 import torch
+from torch import Tensor
 
+from ...engine.adapter import Edit, PixelSettings
 from ...engine.settings import SamplingSettings
 from ..checkpoint import CheckpointError, read_json
-from ..hf_adapter import TextTokenizer, check_folder, load_pretrained
+from ..hf_adapter import TextTokenizer, check_folder, load_pretrained, pil_image, to_image
 from ..lumina.adapter import (
+    END_OF_TURN,
     GRID,
     IMAGE_END,
     IMAGE_START,
@@ -29,7 +34,8 @@ from ..lumina.adapter import (
     expand_qk_norm,
     resolution_token,
 )
-from .movqgan import MoVQGAN, find_movqgan, load_movqgan
+from ..placement import moved_in, weights_device
+from .movqgan import MoVQEncoder, MoVQGAN, find_movqgan, load_movqgan
 
 log = logging.getLogger(__name__)
 REPO = "Alpha-VLLM/Lumina-mGPT-2.0"
@@ -37,11 +43,19 @@ MOVQGAN_FILE, MOVQGAN_REPO = "movqgan_270M.ckpt", "ai-forever/MoVQGAN"
 IMAGE_BASE = 155000  # vocabulary id of image code 0 (upstream's get_image_token)
 SAMPLING = SamplingSettings(cfg_scale=4.0, top_k=4096)
 DEFAULT_SIZE = 768  # the release's size (README, generate.py's examples)
+# Omni's image-to-image request (generate_examples/generate.py): the reference fills the upper half
+DUAL = (
+    "Generate a dual-panel image of {w}x{h} where the <upper half> displays a <{shown}>, while the "
+    "<lower half> retains the original image for direct visual comparison:\n{prompt}"
+)
+SHOWN = "|"  # an edit's prompt: what the reference shows, SHOWN, the picture to make
 
 
 class Lumina2Adapter(LuminaAdapter):
     family = "Lumina-mGPT 2.0"
     patch = 8  # MoVQGAN is f8
+    takes_images = True
+    SOURCES_KEPT = 16  # references' codes kept for the pixels (decode_image)
 
     def __init__(
         self,
@@ -50,12 +64,16 @@ class Lumina2Adapter(LuminaAdapter):
         movq: MoVQGAN,
         bos: int,
         *,
+        encoder: MoVQEncoder | None = None,
         listed: str = "",
         width: int | None = None,
         height: int | None = None,
         device="cpu",
     ):
         self.tokenizer, self.bos, self.listed = tokenizer, bos, listed
+        # kept in CPU memory, apart from `module`: moved in for an edit's prefill
+        self.reference_encoder = encoder
+        self.sources: dict[tuple, tuple[Edit, Tensor]] = {}
         self.image_tokens = torch.arange(IMAGE_BASE, IMAGE_BASE + movq.config.n_embed)
         self.positions = model.config.max_position_embeddings
         size = self.default_size()
@@ -139,6 +157,143 @@ class Lumina2Adapter(LuminaAdapter):
             k += 1
         fits = self.needed(k * w * GRID, k * h * GRID) <= self.positions
         return f"{k * w * GRID}x{k * h * GRID}" if fits else "none"
+
+    # --- edits: a dual panel whose upper half is the reference (Lumina-mGPT 2.0 Omni) ---------------
+    def _encode(self, condition) -> list[int]:
+        if not isinstance(condition, Edit):
+            return super()._encode(condition)
+        return self._dual_request(condition) + self._reference_rows(self.reference_codes(condition))
+
+    def prompt_ids(self, conditions, negatives, cfg: bool) -> list[list[int]]:
+        """As 1.0's, but an edit's guidance branch keeps its reference: upstream's unconditional row
+        is the sequence from the image start on."""
+        rows = super().prompt_ids(conditions, negatives, False)
+        if not cfg:
+            return rows
+        return rows + [
+            rows[b][-self._reference_length() - 3 :]
+            if isinstance(c, Edit)
+            else list(self.image_prefix)
+            for b, c in enumerate(conditions)
+        ]
+
+    def prompt_length(self, conditions, negatives, cfg: bool) -> int | None:
+        """Counted without encoding the references (a memory estimate runs first)."""
+        if conditions is None:
+            return None
+        lengths = [
+            len(self._dual_request(c)) + self._reference_length()
+            if isinstance(c, Edit)
+            else len(self._encode(c))
+            for c in conditions
+        ]
+        return max(map(len, self._with_room([[0] * n for n in lengths])))
+
+    def _dual_request(self, edit: Edit) -> list[int]:
+        """BOS, Omni's request for a width x 2 height dual panel, and the panel's image start."""
+        if len(edit.images) != 1:
+            raise ValueError(
+                f"Lumina-mGPT 2.0 edits take one reference image (the upper panel); got "
+                f"{len(edit.images)}: connect one image"
+            )
+        shown, bar, prompt = edit.text.partition(SHOWN)
+        if not bar or not shown.strip():
+            raise ValueError(
+                f"Lumina-mGPT 2.0 edits need what the reference shows, then '{SHOWN}', then the "
+                f"picture to make, e.g. 'depth map {SHOWN} a cabin in the snow' (Omni's tasks: "
+                "depth map, canny edge map, or a few words on the subject)"
+            )
+        image = edit.images[0]
+        if min(image.shape[:2]) < self.patch:
+            raise ValueError(
+                f"Lumina-mGPT 2.0 cannot take the reference images ({image.shape[1]}x"
+                f"{image.shape[0]} px): a reference needs {self.patch} px a side or more (one "
+                "image token); use a larger image"
+            )
+        w, h = self.width, 2 * self.height
+        text = DUAL.format(w=w, h=h, shown=shown.strip(), prompt=prompt.strip())
+        tok = self.tokenizer
+        panel = [tok.id(IMAGE_START), tok.id(resolution_token(h // GRID))]
+        return (
+            [self.bos]
+            + tok.encode(text + END_OF_TURN)
+            + panel
+            + [tok.id(resolution_token(w // GRID))]
+        )
+
+    def _reference_length(self) -> int:
+        return (self.height // self.patch) * (self.width // self.patch + 1)
+
+    def _reference_rows(self, codes: Tensor) -> list[int]:
+        """The reference's codes [h, w] as the panel's first rows: image ids, each row ended."""
+        ids = torch.cat(
+            [codes.cpu() + IMAGE_BASE, torch.full((codes.shape[0], 1), self.tokenizer.id(ROW_END))],
+            1,
+        )
+        return ids.flatten().tolist()
+
+    @torch.no_grad()
+    def reference_codes(self, edit: Edit) -> Tensor:
+        """The reference's MoVQGAN codes [h, w] at this size (kept for the pixels): centre-cropped to
+        width x height as upstream's center_crop does, then encoded."""
+        key = (id(edit), self.width, self.height)
+        kept = self.sources.get(key)
+        if kept is not None and kept[0] is edit:
+            return kept[1]
+        if self.reference_encoder is None:
+            raise ValueError(
+                "this MoVQGAN checkpoint holds no encoder, which edits need to read the reference: "
+                f"download {MOVQGAN_FILE} of {MOVQGAN_REPO} again (it has both sides)"
+            )
+        crop = center_crop(pil_image(edit.images[0]), self.width, self.height)
+        pixels = torch.tensor(np.asarray(crop), dtype=torch.float32).permute(2, 0, 1)[None]
+        with moved_in(self.reference_encoder, self.device) as encoder:
+            codes = encoder((pixels / 255 * 2 - 1).to(self.device))[0].cpu()
+        while len(self.sources) >= self.SOURCES_KEPT:
+            self.sources.pop(next(iter(self.sources)))
+        self.sources[key] = (edit, codes)
+        return codes
+
+    def reference_bytes(self, conditions) -> int:
+        if self.reference_encoder is None or conditions is None:
+            return 0
+        if not any(isinstance(c, Edit) for c in conditions):
+            return 0
+        return sum(
+            t.numel() * t.element_size() for t in self.reference_encoder.state_dict().values()
+        )
+
+    @torch.no_grad()
+    def decode_image(self, codes: Tensor, pixels: PixelSettings | None = None) -> Tensor:
+        """An edit's lower panel is decoded with the reference above it, as upstream decodes the
+        whole panel (the decoder's attention and convolutions see both), then cut out."""
+        prompts = list(pixels.prompts) if pixels is not None else []
+        if not any(isinstance(p, Edit) for p in prompts):
+            return super().decode_image(codes)
+        decoder = self.image_decoder
+        out = []
+        for b in range(codes.shape[0]):
+            if not isinstance(prompts[b], Edit):
+                out.append(super().decode_image(codes[b : b + 1]))
+                continue
+            panel = torch.cat([self.reference_codes(prompts[b]).to(codes.device), codes[b]])
+            image = to_image(decoder.decode_code(panel[None].to(weights_device(decoder))))
+            out.append(image[:, self.height :])
+        return torch.cat(out)
+
+
+def center_crop(image, width: int, height: int):
+    """A PIL image at width x height as upstream's center_crop makes it: halved (box filter) while
+    twice the size, scaled to cover (bicubic), centre cut."""
+    from PIL import Image
+
+    while image.width >= 2 * width and image.height >= 2 * height:
+        image = image.resize((image.width // 2, image.height // 2), resample=Image.BOX)
+    scale = max(width / image.width, height / image.height)
+    size = (round(image.width * scale), round(image.height * scale))
+    image = image.resize(size, resample=Image.BICUBIC)
+    left, top = (image.width - width) // 2, (image.height - height) // 2
+    return image.crop((left, top, left + width, top + height))
 
 
 def check_added_tokens(tokenizer: TextTokenizer, added: list[dict]) -> None:
@@ -285,7 +440,7 @@ def load_lumina2(
         tokenizer.id(name)
     bos = bos_id(folder, tokenizer)
     decoder = find_decoder(folder)
-    movq = load_movqgan(decoder)
+    movq, encoder = load_movqgan(decoder)
     if movq.config.downsample != Lumina2Adapter.patch:
         raise CheckpointError(
             f"{decoder}: an f{movq.config.downsample} MoVQGAN; Lumina-mGPT 2.0's (270M) is f8"
@@ -312,5 +467,13 @@ def load_lumina2(
         config=config,
     )
     return Lumina2Adapter(
-        model, tokenizer, movq, bos, listed=listed, width=width, height=height, device=device
+        model,
+        tokenizer,
+        movq,
+        bos,
+        encoder=encoder,
+        listed=listed,
+        width=width,
+        height=height,
+        device=device,
     )

@@ -1,10 +1,11 @@
-"""MoVQGAN's decoder (Zheng et al. 2022, "MoVQ"; Sber AI's github.com/ai-forever/MoVQGAN).
+"""MoVQGAN (Zheng et al. 2022, "MoVQ"; Sber AI's github.com/ai-forever/MoVQGAN).
 
 Lumina-mGPT 2.0 draws its image tokens from the 270M model's codebook (16,384 codes, f8) and decodes
-them with it: taming's VQGAN decoder with every GroupNorm modulated by the quantized codes. The
-architecture is read from the checkpoint's tensor shapes, so each release loads through one path;
-the encoder is left out. Our own code, checked against Lumina-mGPT 2.0's copy by golden numerics.
-The layers, the releases and the upstream files: docs/families.md, "Lumina-mGPT 2.0"."""
+them with it: taming's VQGAN decoder with every GroupNorm modulated by the quantized codes. Its
+encoder (taming's, plain GroupNorm) tokenises an edit's reference. The architecture is read from
+the checkpoint's tensor shapes, so each release loads through one path. Our own code; the decoder
+checked against Lumina-mGPT 2.0's copy by golden numerics. The layers, the releases and the
+upstream files: docs/families.md, "Lumina-mGPT 2.0"."""
 
 from __future__ import annotations
 
@@ -12,18 +13,22 @@ import os
 import re
 from dataclasses import dataclass
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..checkpoint import CheckpointError, load_decoder, read_state_dict
-from ..llamagen.vq import Upsample, swish
+from ..llamagen.vq import AttnBlock as PlainAttnBlock
+from ..llamagen.vq import Downsample, Upsample, swish
+from ..llamagen.vq import ResnetBlock as PlainResnetBlock
 from ..lumina.vqgan import ChameleonVQGAN
 
 HINT = (
     "the MoVQGAN checkpoint Lumina-mGPT 2.0 decodes with (keys like decoder.conv_in.weight, "
     "quantize.embedding.weight)"
 )
-UNUSED_PREFIXES = ("encoder.", "quant_conv.", "loss.")  # encoding side and training losses
+UNUSED_PREFIXES = ("loss.",)  # training losses
+ENCODING = ("encoder.", "quant_conv.")  # the encoding side (MoVQEncoder)
 GROUPS = 32
 
 
@@ -160,6 +165,81 @@ class MoVQGAN(ChameleonVQGAN):
         return self.decoder(self.post_quant_conv(zq), zq)
 
 
+class DownLevel(nn.Module):
+    """taming's encoder level: residual blocks (each followed by attention where the level has it),
+    then a strided 2x downsampling but at the last level."""
+
+    def __init__(self, cin: int, cout: int, blocks: int, attn: bool, downsample: bool):
+        super().__init__()
+        self.block = nn.ModuleList(
+            PlainResnetBlock(cin if i == 0 else cout, cout, GROUPS) for i in range(blocks)
+        )
+        self.attn = nn.ModuleList(
+            PlainAttnBlock(cout, GROUPS) for _ in range(blocks if attn else 0)
+        )
+        self.downsample = Downsample(cout) if downsample else None
+
+    def forward(self, h: Tensor) -> Tensor:
+        for i, block in enumerate(self.block):
+            h = block(h)
+            if len(self.attn):
+                h = self.attn[i](h)
+        return h if self.downsample is None else self.downsample(h)
+
+
+@dataclass(frozen=True)
+class EncoderConfig:
+    """What the encoder's shapes say: conv_in's width, per-level widths, blocks per level, the
+    levels with attention, the latent and code widths."""
+
+    ch: int
+    channels: tuple
+    blocks: int
+    attn_levels: tuple
+    z_channels: int
+    embed_dim: int
+
+
+class MoVQEncoder(nn.Module):
+    """The encoding side: taming's encoder (its module names, as the checkpoint's encoder.*), the
+    quant_conv, and the nearest codebook entry by squared distance (MoVQ's VectorQuantizer2)."""
+
+    def __init__(self, c: EncoderConfig, codebook: Tensor):
+        super().__init__()
+        n, chans = len(c.channels), c.channels
+        self.encoder = nn.Module()
+        e = self.encoder
+        e.conv_in = nn.Conv2d(3, c.ch, 3, padding=1)
+        e.down = nn.ModuleList(
+            DownLevel(
+                c.ch if i == 0 else chans[i - 1], chans[i], c.blocks, i in c.attn_levels, i < n - 1
+            )
+            for i in range(n)
+        )
+        e.mid = nn.Module()
+        e.mid.block_1, e.mid.attn_1, e.mid.block_2 = (
+            PlainResnetBlock(chans[-1], chans[-1], GROUPS),
+            PlainAttnBlock(chans[-1], GROUPS),
+            PlainResnetBlock(chans[-1], chans[-1], GROUPS),
+        )
+        e.norm_out = nn.GroupNorm(GROUPS, chans[-1], eps=1e-6)
+        e.conv_out = nn.Conv2d(chans[-1], c.z_channels, 3, padding=1)
+        self.quant_conv = nn.Conv2d(c.z_channels, c.embed_dim, 1)
+        self.register_buffer("codebook", codebook.detach().float().clone(), persistent=False)
+
+    def forward(self, pixels: Tensor) -> Tensor:
+        """pixels [B, 3, H, W] in [-1, 1] -> codes [B, H / f, W / f]."""
+        e = self.encoder
+        h = e.conv_in(pixels)
+        for level in e.down:
+            h = level(h)
+        h = e.mid.block_2(e.mid.attn_1(e.mid.block_1(h)))
+        z = self.quant_conv(e.conv_out(swish(e.norm_out(h)))).permute(0, 2, 3, 1)
+        book = self.codebook.to(z.dtype)
+        distances = (z**2).sum(-1, keepdim=True) + (book**2).sum(-1) - 2 * z @ book.T
+        return distances.argmin(-1)
+
+
 def config_from_state(state: dict[str, Tensor], path: str) -> MoVQConfig:
     """The architecture the checkpoint's decoder tensors spell out."""
     try:
@@ -186,9 +266,45 @@ def config_from_state(state: dict[str, Tensor], path: str) -> MoVQConfig:
         ) from e
 
 
-def load_movqgan(path: str) -> MoVQGAN:
-    """A MoVQGAN checkpoint (.ckpt as released, read with weights_only, or .safetensors), decoder
-    side."""
+def encoder_config(state: dict[str, Tensor], path: str) -> EncoderConfig | None:
+    """The encoder the checkpoint's encoder.* tensors spell out; None where it holds none."""
+    if "encoder.conv_in.weight" not in state or "encoder.down.0.block.0.conv1.weight" not in state:
+        return None
+    try:
+        levels = sorted({int(m[1]) for k in state if (m := re.match(r"encoder\.down\.(\d+)\.", k))})
+        return EncoderConfig(
+            ch=int(state["encoder.conv_in.weight"].shape[0]),
+            channels=tuple(
+                int(state[f"encoder.down.{i}.block.0.conv1.weight"].shape[0]) for i in levels
+            ),
+            blocks=len({k.split(".")[4] for k in state if k.startswith("encoder.down.0.block.")}),
+            attn_levels=tuple(i for i in levels if f"encoder.down.{i}.attn.0.q.weight" in state),
+            z_channels=int(state["encoder.conv_out.weight"].shape[0]),
+            embed_dim=int(state["quant_conv.weight"].shape[0]),
+        )
+    except (KeyError, ValueError) as e:
+        raise CheckpointError(
+            f"{path}: its encoder is not MoVQGAN's ({type(e).__name__}: {e}); expected {HINT}"
+        ) from e
+
+
+def load_encoder(state: dict[str, Tensor], codebook: Tensor, path: str) -> MoVQEncoder | None:
+    """The encoding side from a checkpoint's tensors (None: it holds none)."""
+    config = encoder_config(state, path)
+    if config is None:
+        return None
+    encoding = {k: v for k, v in state.items() if k.startswith(ENCODING)}
+    encoder = load_decoder(
+        lambda: MoVQEncoder(config, torch.empty(codebook.shape)), encoding, path, HINT
+    )
+    encoder.codebook = codebook.detach().float().clone()
+    return encoder
+
+
+def load_movqgan(path: str) -> tuple[MoVQGAN, MoVQEncoder | None]:
+    """A MoVQGAN checkpoint (.ckpt as released, read with weights_only, or .safetensors): the
+    decoding side, and the encoding side where the checkpoint holds it (None: it does not, and
+    the model cannot take references)."""
     state, _ = read_state_dict(path, HINT)
     state = {k: v for k, v in state.items() if not k.startswith(UNUSED_PREFIXES)}
     config = config_from_state(state, path)
@@ -196,7 +312,13 @@ def load_movqgan(path: str) -> MoVQGAN:
         raise CheckpointError(
             f"{path}: its decoder has {len(config.channels)} levels; expected {HINT}"
         )
-    return load_decoder(lambda: MoVQGAN(config), state, path, HINT)
+    decoder = load_decoder(
+        lambda: MoVQGAN(config),
+        {k: v for k, v in state.items() if not k.startswith(ENCODING)},
+        path,
+        HINT,
+    )
+    return decoder, load_encoder(state, decoder.codebook(), path)
 
 
 def find_movqgan(folder: str, name: str) -> str | None:
