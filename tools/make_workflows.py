@@ -33,6 +33,8 @@ RUN = DecodeSettings()
 FOX = "a photo of a red fox sitting in fresh snow, morning light"
 GLM_EDIT = "turn this photo into a watercolor painting, keep its composition"
 JANUS_EDIT = "make it a snowy winter evening"
+# Omni's prompt: what the reference shows | the picture (sjdvp_core.models.lumina2.adapter.SHOWN)
+OMNI_EDIT = "depth map | a cozy wooden cabin in the snow at dusk, warm light in the windows"
 GLM_PROMPT = 'a poster of a red fox sitting in fresh snow, the title "WINTER" in bold white letters at the top'
 
 
@@ -75,6 +77,14 @@ EXAMPLES = {
     "lumina": (Example("sjdvp_lumina_mgpt", "Lumina-mGPT-7B-768", "Lumina-mGPT", size=(768, 768)),),
     "lumina2": (
         Example("sjdvp_lumina_mgpt2", "Lumina-mGPT-2.0", "Lumina-mGPT 2.0", size=(768, 768)),
+        Example(
+            "sjdvp_lumina_mgpt2_omni_edit",
+            "Lumina-mGPT-2.0-Omni",
+            "Lumina-mGPT 2.0 Omni edit",
+            OMNI_EDIT,
+            size=(512, 512),
+            reference="example.png",
+        ),
     ),
     "glm_image": (
         Example("sjdvp_glm_image", "GLM-Image", "GLM-Image", GLM_PROMPT, size=(1024, 1024)),

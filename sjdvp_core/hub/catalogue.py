@@ -153,6 +153,18 @@ LUMINA2_FILES = (
 MOVQGAN_LICENCE = (
     "no licence file in github.com/ai-forever/MoVQGAN; see the Hub page of ai-forever/MoVQGAN"
 )
+MOVQGAN_270M = Source(
+    "ai-forever/MoVQGAN", ("movqgan_270M.ckpt",), into="movqgan", licence=MOVQGAN_LICENCE
+)
+# what a repository no stored page lists may hold besides config.json and tokenizer.json
+ANY_WEIGHTS = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "model-*.safetensors",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+    "pytorch_model-*.bin",
+)
 JANUS_FILES = (
     "config.json",
     "preprocessor_config.json",
@@ -251,15 +263,7 @@ def _janus_4o() -> Entry:
             Source(
                 "FreedomIntelligence/Janus-4o-7B",
                 ("config.json", "tokenizer.json"),
-                optional=(
-                    *JANUS_FILES,
-                    "model.safetensors",
-                    "model.safetensors.index.json",
-                    "model-*.safetensors",
-                    "pytorch_model.bin",
-                    "pytorch_model.bin.index.json",
-                    "pytorch_model-*.bin",
-                ),
+                optional=JANUS_FILES + ANY_WEIGHTS,
             ),
         ),
         JANUS_7B_BYTES,
@@ -268,6 +272,32 @@ def _janus_4o() -> Entry:
         approx=True,
         note="edits images: text and a reference image to image",
         estimate="Janus-Pro-7B's download: the same architecture and parameters, fine-tuned",
+    )
+
+
+def _lumina2_omni() -> Entry:
+    """Lumina-mGPT 2.0 Omni: 2.0 fine-tuned for dual panels (depth, canny, subject), the same
+    architecture and MoVQGAN (its code loads both alike). No stored page lists its files: its
+    weights are taken in whichever form it holds them, its size is 2.0's."""
+    return Entry(
+        "Lumina-mGPT-2.0-Omni",
+        "lumina2",
+        "Lumina-mGPT-2.0-Omni",
+        (
+            Source(
+                "Alpha-VLLM/Lumina-mGPT-2.0-Omni",
+                ("config.json", "tokenizer.json"),
+                optional=LUMINA2_FILES + ANY_WEIGHTS,
+                licence=APACHE,
+            ),
+            MOVQGAN_270M,
+        ),
+        LUMINA2_BYTES + MOVQGAN_270M_BYTES,
+        f"{APACHE} (github.com/Alpha-VLLM/Lumina-mGPT-2.0's; its Hub page not read here); "
+        f"MoVQGAN: {MOVQGAN_LICENCE}",
+        approx=True,
+        note="edits: a depth map, canny edge map or subject to a picture; MoVQGAN in movqgan/",
+        estimate="Lumina-mGPT-2.0's download: the same architecture, fine-tuned",
     )
 
 
@@ -363,20 +393,13 @@ ENTRIES: tuple[Entry, ...] = (
         "Lumina-mGPT-2.0",
         "lumina2",
         "Lumina-mGPT-2.0",
-        (
-            Source("Alpha-VLLM/Lumina-mGPT-2.0", LUMINA2_FILES, licence=APACHE),
-            Source(
-                "ai-forever/MoVQGAN",
-                ("movqgan_270M.ckpt",),
-                into="movqgan",
-                licence=MOVQGAN_LICENCE,
-            ),
-        ),
+        (Source("Alpha-VLLM/Lumina-mGPT-2.0", LUMINA2_FILES, licence=APACHE), MOVQGAN_270M),
         LUMINA2_BYTES + MOVQGAN_270M_BYTES,
         f"Lumina-mGPT 2.0: {APACHE}; MoVQGAN: {MOVQGAN_LICENCE}",
         approx=True,
         note="ai-forever/MoVQGAN's movqgan_270M.ckpt (the image decoder) lands in movqgan/",
     ),
+    _lumina2_omni(),
     _janus_1_3b(),
     Entry(
         "GLM-Image",

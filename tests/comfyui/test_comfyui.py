@@ -99,6 +99,7 @@ def test_shipped_workflows_match_the_node_definitions(path, object_info):
         ("sjdvp_emu3", "Emu3-Gen"),
         ("sjdvp_janus_pro", "Janus-Pro-7B"),
         ("sjdvp_janus_4o_edit", "Janus-4o-7B"),
+        ("sjdvp_lumina_mgpt2_omni_edit", "Lumina-mGPT-2.0-Omni"),
         ("sjdvp_lumina_mgpt2", "Lumina-mGPT-2.0"),
         ("sjdvp_glm_image", "GLM-Image"),
     ],
@@ -273,6 +274,31 @@ def test_janus_4o_edit_workflow_runs_the_tiny_model(server, object_info):
         prompt[decode]["inputs"].update(sampling="custom", image_cfg=0.0)
         _, figures = run_ok(server, prompt, workflow)
         assert figures["ar_passes"] == 16
+    finally:
+        shutil.rmtree(folder)
+
+
+def test_lumina2_omni_edit_workflow_runs_the_tiny_model(server, object_info):
+    """The Lumina-mGPT 2.0 Omni workflow as shipped (LoadImage's picture, 80 x 60 px, centre-cropped
+    to the panel -> Speculative Decode's images -> Tokens to Image -> Save), a tiny 2.0 in its
+    catalogue entry's folder, at 32 x 32 px: the lower panel's 4 rows of 4 codes and their row ends
+    decode (the last row end and the image end are known: no pass of their own), and the image is
+    the lower panel alone."""
+    from PIL import Image
+
+    from sjdvp_core.hub.catalogue import BY_NAME
+    from tests.helpers.tiny_lumina2 import OMNI_POSITIONS, write_lumina2
+
+    Image.new("RGB", (80, 60), (30, 30, 30)).save(os.path.join(server.input, "example.png"))
+    workflow = load(os.path.join(REPO, "workflows", "sjdvp_lumina_mgpt2_omni_edit.json"))
+    prompt = to_api(workflow, object_info)
+    folder = os.path.join(server.models, BY_NAME["Lumina-mGPT-2.0-Omni"].folder)
+    write_lumina2(folder, positions=OMNI_POSITIONS)
+    try:
+        decode = next(k for k, v in prompt.items() if v["class_type"] == "SJDVP_SpeculativeDecode")
+        prompt[decode]["inputs"].update(width=32, height=32)
+        image, figures = run_ok(server, prompt, workflow)
+        assert image.size == (32, 32) and figures["ar_passes"] == 4 * 5 - 1
     finally:
         shutil.rmtree(folder)
 

@@ -233,10 +233,11 @@ class Lumina2Adapter(LuminaAdapter):
         return ids.flatten().tolist()
 
     @torch.no_grad()
-    def reference_codes(self, edit: Edit) -> Tensor:
-        """The reference's MoVQGAN codes [h, w] at this size (kept for the pixels): centre-cropped to
-        width x height as upstream's center_crop does, then encoded."""
-        key = (id(edit), self.width, self.height)
+    def reference_codes(self, edit: Edit, size: tuple[int, int] | None = None) -> Tensor:
+        """The reference's MoVQGAN codes [h, w] at this size or `size` (width, height; kept for the
+        pixels): centre-cropped to it as upstream's center_crop does, then encoded."""
+        width, height = size or (self.width, self.height)
+        key = (id(edit), width, height)
         kept = self.sources.get(key)
         if kept is not None and kept[0] is edit:
             return kept[1]
@@ -245,7 +246,7 @@ class Lumina2Adapter(LuminaAdapter):
                 "this MoVQGAN checkpoint holds no encoder, which edits need to read the reference: "
                 f"download {MOVQGAN_FILE} of {MOVQGAN_REPO} again (it has both sides)"
             )
-        crop = center_crop(pil_image(edit.images[0]), self.width, self.height)
+        crop = center_crop(pil_image(edit.images[0]), width, height)
         pixels = torch.tensor(np.asarray(crop), dtype=torch.float32).permute(2, 0, 1)[None]
         with moved_in(self.reference_encoder, self.device) as encoder:
             codes = encoder((pixels / 255 * 2 - 1).to(self.device))[0].cpu()
@@ -270,15 +271,16 @@ class Lumina2Adapter(LuminaAdapter):
         prompts = list(pixels.prompts) if pixels is not None else []
         if not any(isinstance(p, Edit) for p in prompts):
             return super().decode_image(codes)
-        decoder = self.image_decoder
+        decoder, (h, w) = self.image_decoder, codes.shape[1:]
+        size = (w * self.patch, h * self.patch)  # the codes' own (this adapter may be another size)
         out = []
         for b in range(codes.shape[0]):
             if not isinstance(prompts[b], Edit):
                 out.append(super().decode_image(codes[b : b + 1]))
                 continue
-            panel = torch.cat([self.reference_codes(prompts[b]).to(codes.device), codes[b]])
+            panel = torch.cat([self.reference_codes(prompts[b], size).to(codes.device), codes[b]])
             image = to_image(decoder.decode_code(panel[None].to(weights_device(decoder))))
-            out.append(image[:, self.height :])
+            out.append(image[:, size[1] :])
         return torch.cat(out)
 
 
