@@ -93,6 +93,20 @@ class JanusEditShape(ReleaseShape):
         return [ids] * (len(conditions) * self.row_groups(conditions, cfg))
 
 
+class PanelEditShape(ReleaseShape):
+    """Lumina-mGPT 2.0 Omni editing: the reference's rows (as many as the image's) in both rows'
+    prompts, MoVQGAN's encoder moved in for the prefill."""
+
+    encoder: torch.nn.Module
+
+    def reference_bytes(self, conditions) -> int:
+        return sum(t.numel() * t.element_size() for t in self.encoder.state_dict().values())
+
+    def prompt_ids(self, conditions, negatives, cfg):
+        ids = list(range(1, PROMPT + 3 + self.layout.length))  # the image's rows, less its end
+        return [ids] * (len(conditions) * (2 if cfg else 1))
+
+
 def sizes(tiny: bool, **real) -> dict:
     """A text stack's sizes as released, or a tiny stand-in of the same structure (grouped KV
     heads stay grouped)."""
@@ -129,6 +143,8 @@ def _chameleon(
     device,
     dtype,
     tiny: bool,
+    shape: type = ReleaseShape,
+    positions: int | None = None,
 ) -> ReleaseShape:
     """Lumina-mGPT 1.0 / 2.0: Chameleon-7B's stack (transformers' ChameleonConfig defaults: hidden
     4096, 32 layers, FFN 11008, 32 heads, QK-norm) with the release's vocabulary; its image
@@ -139,7 +155,7 @@ def _chameleon(
     g = TINY_GRID if tiny else grid
     config = ChameleonConfig(
         vocab_size=vocab,
-        max_position_embeddings=PROMPT + g * (g + 1) + 512,
+        max_position_embeddings=positions or PROMPT + g * (g + 1) + 512,
         qk_layernorm=True,
         vocabulary_map={"<image>": 8711},
         **sizes(tiny, **LLAMA_7B),
@@ -148,7 +164,7 @@ def _chameleon(
         model = ChameleonForConditionalGeneration._from_config(config, **dtype_kwarg(dtype))
         model.model.vqmodel = None
         image_decoder = None if tiny else decoder()
-    return ReleaseShape(
+    return shape(
         model, model.model, raster(codes, g, g, True, 1), sampling, device, decoder=image_decoder
     )
 
@@ -188,6 +204,34 @@ def lumina_mgpt_2(device="meta", dtype=torch.bfloat16, tiny=False) -> ReleaseSha
         dtype,
         tiny,
     )
+
+
+def lumina_mgpt_2_omni_edit(device="meta", dtype=torch.bfloat16, tiny=False) -> ReleaseShape:
+    """Lumina-mGPT 2.0 Omni editing at 512 x 512 (upstream's i2i panels): 2.0's architecture and
+    its 10,240 positions, the reference's 64 x 65 tokens in the prompt, MoVQGAN-270M's encoder
+    (ch 256 x (1, 2, 2, 4), two blocks a level, attention at the lowest, as its decoder)."""
+    from sjdvp_core.models.lumina2 import adapter as lumina2
+    from sjdvp_core.models.lumina2.movqgan import EncoderConfig, MoVQConfig, MoVQEncoder, MoVQGAN
+
+    shape = _chameleon(
+        172032,
+        16384,
+        512 // 8,
+        lambda: MoVQGAN(MoVQConfig()),
+        lumina2.SAMPLING,
+        device,
+        dtype,
+        tiny,
+        PanelEditShape,
+        positions=10240,
+    )
+    c = MoVQConfig()
+    with torch.device(device):
+        shape.encoder = MoVQEncoder(
+            EncoderConfig(c.channels[0], c.channels, 2, c.attn_levels, c.z_channels, c.embed_dim),
+            torch.empty(c.n_embed, c.embed_dim),
+        )
+    return shape
 
 
 def emu3_gen(device="meta", dtype=torch.bfloat16, tiny=False) -> ReleaseShape:

@@ -29,6 +29,7 @@ from sjdvp_core.engine.adapter import Edit  # noqa: E402
 from sjdvp_core.models.memory import Need, need, pixel_weight_need  # noqa: E402
 
 CARDS_GB = (8, 12, 16, 24, 48, 80)
+EDIT = Edit("an edit", (torch.zeros(512, 512, 3),))  # one reference
 PRECISIONS = ("bf16", "int8", "nf4")
 # what a card keeps for the CUDA context and the framework (ComfyUI's own reserve is ~1 GB)
 RESERVE = 1.0e9
@@ -37,11 +38,8 @@ BEGIN, END = (
     "<!-- end of memory table -->",
 )
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# each holds the table
-PAGES = (
-    os.path.join(REPO, "README.md"),
-    os.path.join(REPO, "docs", "memory.md"),
-)
+README = os.path.join(REPO, "README.md")
+PAGES = (README, os.path.join(REPO, "docs", "memory.md"))  # each holds the table
 
 
 @dataclass(frozen=True)
@@ -53,6 +51,7 @@ class Release:
         False  # a pixel model apart: its weights alone (it runs after the decode, on its own)
     )
     conditions: tuple = ()  # what the decode conditions on, where not a text prompt (an edit)
+    readme: bool = True  # in README.md's table too (edits: docs/memory.md's only)
 
 
 RELEASES = (
@@ -65,13 +64,21 @@ RELEASES = (
     ),
     Release("Lumina-mGPT-7B-768", releases.lumina_mgpt_7b, "768 x 768"),
     Release("Lumina-mGPT-2.0", releases.lumina_mgpt_2, "768 x 768"),
+    Release(
+        "Lumina-mGPT-2.0-Omni (edit)",
+        releases.lumina_mgpt_2_omni_edit,
+        "512 x 512",
+        conditions=(EDIT,),
+        readme=False,
+    ),
     Release("Emu3-Gen", releases.emu3_gen, "720 x 720"),
     Release("Janus-Pro-7B", releases.janus_pro(4096, 30, 11008, 32), "384 x 384"),
     Release(
         "Janus-4o-7B (edit, one reference)",
         releases.janus_pro(4096, 30, 11008, 32, edit=True),
         "384 x 384",
-        conditions=(Edit("an edit", (torch.zeros(384, 384, 3),)),),
+        conditions=(EDIT,),
+        readme=False,
     ),
     Release("Janus-Pro-1B", releases.janus_pro(2048, 24, 5632, 16), "384 x 384"),
     Release("LlamaGen-t2i-XL-512", releases.llamagen("GPT-XL", "t2i", 1024), "512 x 512"),
@@ -94,14 +101,16 @@ def fits(total: int) -> str:
     return f"{card} GB" if card else f"over {CARDS_GB[-1]} GB"
 
 
-def table() -> str:
-    """Markdown: per release, the decode's share and each precision's total with the smallest
-    card it fits."""
+def table(readme: bool = False) -> str:
+    """Markdown: per release (README.md's: the main releases), the decode's share and each
+    precision's total with the smallest card it fits."""
     lines = [
         "| release | image | decode | " + " | ".join(PRECISIONS) + " |",
         "|---|---|---|" + "---|" * len(PRECISIONS),
     ]
     for r in RELEASES:
+        if readme and not r.readme:
+            continue
         n = needs(r)
         cells = " | ".join(f"{n[p].total / 1e9:.1f} GB: {fits(n[p].total)}" for p in PRECISIONS)
         decode = "apart" if r.pixels else f"{n['bf16'].decode / 1e9:.1f} GB"
@@ -122,13 +131,12 @@ def main() -> None:
         help="put the table in README.md and docs/memory.md between their markers",
     )
     args = parser.parse_args()
-    text = table()
-    print(text)
+    print(table())
     for page in PAGES if args.write else ():
         with open(page, encoding="utf-8") as f:
             old = f.read()
         with open(page, "w", encoding="utf-8") as f:
-            f.write(readme_with(text, old))
+            f.write(readme_with(table(readme=page == README), old))
 
 
 if __name__ == "__main__":

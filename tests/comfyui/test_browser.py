@@ -153,9 +153,9 @@ def test_workflow_loads_as_dropped(ui, path):
             assert dialogs == []
         boxes = page.evaluate(B.BOXES, vue)
         assert all(b["box"] for b in boxes), boxes
-        # under the model's sampling defaults the four sampling widgets do nothing: greyed out
+        # under the model's sampling defaults the sampling widgets do nothing: greyed out
         assert page.evaluate(GREYED, "SJDVP_SpeculativeDecode") == [
-            ["cfg", "temperature", "top_k", "top_p"]
+            ["cfg", "temperature", "top_k", "top_p", "image_cfg"]
         ] * len(decodes(path)), path
         # the DiT's steps and guidance do nothing for a model whose VQ decoder draws the pixels:
         # greyed out
