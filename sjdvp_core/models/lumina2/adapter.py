@@ -117,6 +117,13 @@ class Lumina2Adapter(LuminaAdapter):
                 True,
             ),
             ("BOS", str(self.token_names([self.bos])), True),
+            (
+                "edits",
+                "MoVQGAN's encoder found: reference images can be read"
+                if self.reference_encoder is not None
+                else "the MoVQGAN checkpoint holds no encoder: text to image only",
+                True,
+            ),
         ]
 
     @property
