@@ -19,7 +19,7 @@ WEIGHTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "weights")
 
 def load_demo(device="cpu", dtype=torch.float32) -> LlamaGenAdapter:
     gpt = load_gpt(os.path.join(WEIGHTS, "demo_gpt.safetensors"))
-    vq = load_vq(os.path.join(WEIGHTS, "demo_vq.safetensors"))
+    vq = load_vq(os.path.join(WEIGHTS, "demo_vq.safetensors"), encoder=True)
     return LlamaGenAdapter(
         gpt,
         vq,

@@ -109,3 +109,14 @@ def write_t5(d) -> str:
         )
     )
     return str(d)
+
+
+# a reference to complete, as ComfyUI holds an IMAGE: [H, W, 3] floats in [0, 1] (not square)
+REFERENCE = torch.rand(40, 36, 3, generator=torch.Generator().manual_seed(0))
+
+
+def edits(prompts=("golden retriever", "tabby")) -> list:
+    """Completions of one reference: its upper half given, the lower half drawn."""
+    from sjdvp_core.engine.adapter import Edit
+
+    return [Edit(p, (REFERENCE,)) for p in prompts]

@@ -86,6 +86,12 @@ def _llamagen(folder: str) -> str:
     return folder
 
 
+def _llamagen_edits() -> list:
+    from tests.helpers.tiny_llamagen import edits
+
+    return edits()
+
+
 def _llamagen_broken(folder: str, tmp_path) -> list[tuple[str, str]]:
     return [
         (
@@ -223,6 +229,7 @@ FIXTURES = [
         prompts=("golden retriever", "tabby"),
         broken=_llamagen_broken,
         freed=lambda adapter: all(layer.attention.kv_cache is None for layer in adapter.gpt.layers),
+        edits=_llamagen_edits,
     ),
     Fixture(
         "emu3", _emu3, "Emu3-Gen-hf", "BAAI/Emu3-Gen-hf", 3.0, dict(image_area=128, ratio="2:1")

@@ -14,16 +14,18 @@ import re
 from functools import lru_cache
 from typing import Any, Sequence
 
+import numpy as np
 import torch
 from torch import Tensor
 
-from ...engine.adapter import ModelAdapter, TokenLayout
+from ...engine.adapter import Edit, ModelAdapter, PixelSettings, TokenLayout
 from ...engine.settings import SamplingSettings
 from ..checkpoint import WEIGHT_EXT, CheckpointError, load_strict, read_state_dict
+from ..hf_adapter import pil_image
 from ..kv_cache import ForwardShape, adopt_branch, forward_bytes, kv_bytes, tree_slots
-from ..placement import weights_device
+from ..placement import moved_in, weights_device
 from .gpt import GPT_SIZES, GPTConfig, LlamaGenGPT, rope_table_2d
-from .vq import LlamaGenVQ, VQConfig
+from .vq import LlamaGenVQ, VQConfig, VQEncoding
 
 SAMPLING = {
     "c2i": SamplingSettings(cfg_scale=4.0, top_k=2000),  # LlamaGen's own sampling scripts
@@ -157,7 +159,7 @@ def load_llamagen(path: str, device: torch.device, dtype: torch.dtype) -> "Llama
         )
     gpt = load_gpt(gpts[0])
     kind = gpt.config.model_type
-    vq = load_vq(pick_vq(folder, os.path.basename(gpts[0]), kind))
+    vq = load_vq(pick_vq(folder, os.path.basename(gpts[0]), kind), encoder=True)
     text_encoder = None
     if kind == "t2i":
         from .t5_text import T5CaptionEncoder
@@ -204,7 +206,9 @@ def imagenet_classes() -> list[str]:
 class LlamaGenAdapter(ModelAdapter):
     """The engine's view of a LlamaGen GPT + VQ pair. Conditions: class ids or names (c2i, with
     `class_names`), or prompts encoded by `text_encoder` into ([B, T, caption_dim], mask [B, T])
-    (t2i)."""
+    (t2i). An edit completes its reference: the reference's upper half, tokenised by the VQ's
+    encoder (kept apart, in CPU memory), is given; the model draws the lower half (docs/editing.md,
+    "Completing a picture")."""
 
     trees = True
 
@@ -237,6 +241,18 @@ class LlamaGenAdapter(ModelAdapter):
         self.text_encoder = text_encoder
         grid = self.config.grid
         self.layout = TokenLayout.raster(torch.arange(self.config.vocab_size), grid, grid)
+        given = grid // 2  # an edit's rows of its reference, from the top
+        self.layouts = {
+            False: (self.layout, self.config.cls_token_num),
+            True: (
+                TokenLayout.raster(torch.arange(self.config.vocab_size), grid - given, grid),
+                self.config.cls_token_num + given * grid,
+            ),
+        }
+        self.offset = self.config.cls_token_num  # the GPT position of generated position 0
+        # the VQ's encoding side where its file holds it: what an edit reads its reference with
+        self.reference_encoder = VQEncoding(vq) if vq.encoder is not None else None
+        self.takes_images = self.reference_encoder is not None
         if vq.config.codebook_size != self.config.vocab_size:
             raise CheckpointError(
                 f"the VQ tokenizer has {vq.config.codebook_size} codes but the GPT expects "
@@ -344,26 +360,75 @@ class LlamaGenAdapter(ModelAdapter):
 
     # --- the adapter interface -----------------------------------------------------------------
     def start(self, conditions, negatives, cfg: bool, scratch: int = 0):
-        prefix, mask = self._prefix(conditions, negatives, cfg)
+        edits = _edits(conditions)
+        texts = [c.text if isinstance(c, Edit) else c for c in conditions]
+        prefix, mask = self._prefix(texts, negatives, cfg)
         self.gpt.setup_caches(prefix.shape[0], prefix_valid=mask, scratch=scratch)
-        return self.layout, self.gpt.prefill(prefix)
+        logits = self.gpt.prefill(prefix)
+        self.layout, self.offset = self.layouts[edits]
+        if not edits:
+            return self.layout, logits
+        given = torch.stack([self.given_codes(c) for c in conditions]).to(self.device)
+        given = torch.cat([given] * (prefix.shape[0] // len(conditions)))  # the CFG rows'
+        at = self.config.cls_token_num + torch.arange(given.shape[1], device=self.device)
+        return self.layout, self.gpt.decode(given, at.expand_as(given))[:, -1]
 
     def forward(self, tokens: Tensor, positions: Tensor) -> Tensor:
-        return self.gpt.decode(tokens, positions + self.config.cls_token_num)
+        return self.gpt.decode(tokens, positions + self.offset)
 
     def forward_tree(
         self, tokens: Tensor, positions: Tensor, ancestors: Tensor, chain: int
     ) -> Tensor:
-        at = positions + self.config.cls_token_num
+        at = positions + self.offset
         return self.gpt.decode_tree(tokens, at, tree_slots(at, chain, self.gpt.max_len), ancestors)
 
     def adopt(self, tokens: Tensor, positions: Tensor, chain: int, nodes: Tensor) -> None:
-        adopt_branch(
-            self.gpt.caches(), positions + self.config.cls_token_num, chain, self.gpt.max_len, nodes
-        )
+        adopt_branch(self.gpt.caches(), positions + self.offset, chain, self.gpt.max_len, nodes)
 
     def finish(self) -> None:
         self.gpt.release_caches()
+        self.layout, self.offset = self.layouts[False]
+
+    @torch.no_grad()
+    def reference_grid(self, edit: Edit) -> Tensor:
+        """An edit's reference as codes [grid, grid]: centre-cropped to a square, resized to the
+        model's image size (bicubic), encoded by the VQ's encoder."""
+        image = edit.images[0]
+        if len(edit.images) != 1:
+            raise ValueError(
+                f"{self.family} completes one reference image; got {len(edit.images)}: connect one"
+            )
+        side = self.config.grid * self.patch
+        if min(image.shape[:2]) < self.patch:
+            raise ValueError(
+                f"{self.family} cannot take the reference images ({image.shape[1]}x"
+                f"{image.shape[0]} px): a reference needs {self.patch} px a side or more (one "
+                "image token); use a larger image"
+            )
+        from PIL import Image
+
+        picture = pil_image(image)
+        crop = min(picture.size)
+        left, top = (picture.width - crop) // 2, (picture.height - crop) // 2
+        picture = picture.crop((left, top, left + crop, top + crop))
+        picture = picture.resize((side, side), resample=Image.BICUBIC)
+        pixels = torch.tensor(np.asarray(picture), dtype=torch.float32).permute(2, 0, 1)[None]
+        with moved_in(self.reference_encoder, self.device) as encoder:
+            return encoder((pixels / 255 * 2 - 1).to(self.device))[0].cpu()
+
+    def given_codes(self, edit: Edit) -> Tensor:
+        """The reference's rows an edit keeps: its upper half, flat."""
+        grid = self.reference_grid(edit)
+        return grid[: grid.shape[0] // 2].flatten()
+
+    def reference_bytes(self, conditions) -> int:
+        if self.reference_encoder is None or conditions is None:
+            return 0
+        if not any(isinstance(c, Edit) for c in conditions):
+            return 0
+        return sum(
+            t.numel() * t.element_size() for t in self.reference_encoder.state_dict().values()
+        )
 
     def blocks(self) -> list[torch.nn.Module]:
         """The GPT's blocks, then the T5 caption encoder's (t2i)."""
@@ -414,6 +479,24 @@ class LlamaGenAdapter(ModelAdapter):
         return self._codebook
 
     @torch.no_grad()
-    def decode_image(self, codes: Tensor, pixels=None) -> Tensor:
+    def decode_image(self, codes: Tensor, pixels: PixelSettings | None = None) -> Tensor:
+        """codes [B, h, w]; an edit's lower half is decoded under the reference's upper half, and
+        the whole picture returned."""
+        prompts = list(pixels.prompts) if pixels is not None else []
+        if any(isinstance(p, Edit) for p in prompts):
+            w = codes.shape[-1]
+            given = torch.stack([self.given_codes(p).view(-1, w) for p in prompts])
+            codes = torch.cat([given.to(codes.device), codes], 1)
         images = self.vq.decode_code(codes.to(weights_device(self.vq)))
         return ((images.float() + 1) / 2).clamp(0, 1).permute(0, 2, 3, 1).cpu()
+
+
+def _edits(conditions: Sequence) -> bool:
+    """Whether a batch's conditions are edits (all of them) or prompts alone (none)."""
+    kinds = {isinstance(c, Edit) for c in conditions}
+    if len(kinds) > 1:
+        raise ValueError(
+            "LlamaGen decodes a batch either as completions of images or from prompts alone: "
+            "connect the images to every decode of the batch, or to none"
+        )
+    return kinds == {True}

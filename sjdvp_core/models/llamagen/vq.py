@@ -217,3 +217,20 @@ class LlamaGenVQ(nn.Module):
     def decode_code(self, codes: Tensor) -> Tensor:
         """codes [B, h, w] -> images [B, 3, H, W], nominally in [-1, 1]."""
         return self.decode_latent(self.quantize.lookup(codes))
+
+
+class VQEncoding(nn.Module):
+    """A LlamaGenVQ's encoding side, taken off it (its encoder, quant_conv and a copy of the
+    codebook): what a completion edit tokenises its reference with, kept apart from the weights a
+    decode holds on the card."""
+
+    def __init__(self, vq: LlamaGenVQ):
+        super().__init__()
+        self.encoder, self.quant_conv = vq.encoder, vq.quant_conv
+        self.quantize = Quantizer(vq.config)
+        self.quantize.embedding.weight = nn.Parameter(vq.quantize.embedding.weight.detach().clone())
+        vq.encoder = vq.quant_conv = None
+
+    def forward(self, images: Tensor) -> Tensor:
+        """images [B, 3, H, W] in [-1, 1] -> codes [B, h, w]."""
+        return self.quantize.nearest(self.quant_conv(self.encoder(images)))
