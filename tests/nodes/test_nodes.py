@@ -441,9 +441,12 @@ def test_previews_off_decode_no_partial_image(pack, demo, monkeypatch):
     assert sent[stubs.PreviewMethod.NONE] == (0, 0, False)
 
 
-def test_reference_images_edit_with_glm_image_and_are_refused_elsewhere(pack, demo, glm):
+def test_reference_images_edit_with_glm_image_and_are_refused_elsewhere(
+    pack, demo, glm, monkeypatch
+):
     """An IMAGE on Speculative Decode: GLM-Image writes only the image grid after the sources, and
-    Tokens to Image hands them to the DiT; a family that takes no images says to disconnect them."""
+    Tokens to Image hands them to the DiT; the demo completes one picture's lower half; a family
+    that takes no images says to disconnect them."""
     images = torch.rand(2, 64, 64, 3, generator=torch.Generator().manual_seed(0))
     out = run(
         pack,
@@ -459,6 +462,13 @@ def test_reference_images_edit_with_glm_image_and_are_refused_elsewhere(pack, de
     assert tokens.result.tokens.shape[1] == 3 * 2 + 1 and len(tokens.prompts[0].images) == 2
     image = pack["decode"].DecodeImage.execute(tokens, steps=1, guidance=1.5).values[0]
     assert image.shape == (1, 96, 64, 3)
+    completed = run(pack, demo, images=images[:1]).values[0]
+    assert completed.result.tokens.shape[1] == demo.adapter.layout.length // 2
+    picture = pack["decode"].DecodeImage.execute(completed, steps=1, guidance=1.5).values[0]
+    assert picture.shape == (1, 64, 64, 3)
+    with pytest.raises(ValueError, match="completes one reference image; got 2"):
+        run(pack, demo, images=images)
+    monkeypatch.setattr(demo.adapter, "takes_images", False)
     with pytest.raises(
         ValueError, match="does not take reference images: disconnect the images input"
     ):

@@ -438,8 +438,8 @@ class LlamaGenAdapter(ModelAdapter):
         return list(self.gpt.layers) + encoder
 
     def prompt_length(self, conditions, negatives, cfg: bool) -> int:
-        if conditions is not None:
-            self._class_ids(conditions, negatives)  # an unknown class is told before anything runs
+        if conditions is not None:  # an unknown class is told before anything runs
+            self._class_ids([c.text if isinstance(c, Edit) else c for c in conditions], negatives)
         # a fixed prefix: the class token, or the caption's 120 slots
         return self.config.cls_token_num
 
