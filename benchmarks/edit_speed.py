@@ -28,9 +28,10 @@ METHODS = ("ar", "sjd", "sjd-vp")
 
 
 def conditions(prompts: int, mode: str) -> list:
-    """The first `prompts` scene prompts, as text or as completions of a scene of their class."""
-    out = []
-    for i, prompt in enumerate(scenes.PROMPTS[:prompts]):
+    """`prompts` scene prompts spread over the classes, as text or as completions of a scene of
+    their class."""
+    out, stride = [], max(len(scenes.PROMPTS) // prompts, 1)
+    for i, prompt in enumerate(scenes.PROMPTS[::stride][:prompts]):
         if mode == "text":
             out.append(prompt)
             continue

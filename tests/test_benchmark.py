@@ -162,3 +162,17 @@ def test_gpu_check_tiny_runs_every_section_and_writes_its_tables(
         page = f.read()
     assert all(a.name in page for a in gpu_check.ARCHS) and "## Quantised layers" in page
     assert "## Forward passes captured" in page and "## Token stage per image" in page
+
+
+def test_edit_speed_compares_edits_and_text_on_the_same_prompts():
+    """benchmarks/edit_speed.py: each mode runs AR, SJD and SJD-VP; an edit draws half the demo's
+    tokens, and AR takes a pass for each."""
+    from benchmarks import edit_speed
+
+    rows = edit_speed.run(prompts=1, seeds=1, window=8)
+    assert [(r["mode"], r["method"]) for r in rows] == [
+        (mode, method) for mode in ("text", "edit") for method in edit_speed.METHODS
+    ]
+    ar = {r["mode"]: r for r in rows if r["method"] == "ar"}
+    assert ar["text"]["tokens"] == 2 * ar["edit"]["tokens"] == ar["text"]["passes"]
+    assert all(r["step_compression"] >= 1 for r in rows)

@@ -241,6 +241,12 @@ INDEX = (
         "from latency.json and gpu_check.json",
     ),
     Result(
+        ("edit_speed.md", "edit_speed.json"),
+        "edits (completing a picture) against text to image on the demo: passes, step "
+        "compression, tokens per pass",
+        f"python -m benchmarks.edit_speed --prompts 16 --seeds 4 {OUT}edit_speed",
+    ),
+    Result(
         ("offload.md",),
         "modelled latency with weights offloaded to CPU memory",
         "python -m benchmarks.offload",
