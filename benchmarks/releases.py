@@ -80,11 +80,6 @@ class JanusEditShape(ReleaseShape):
     prompt grown by the reference's two blocks of 576 tokens and their four markers, the reference
     towers moved in for the prefill."""
 
-    towers: torch.nn.Module
-
-    def reference_bytes(self, conditions) -> int:
-        return sum(t.numel() * t.element_size() for t in self.towers.state_dict().values())
-
     def row_groups(self, conditions, cfg: bool) -> int:
         return 3 if cfg else 1
 
@@ -96,11 +91,6 @@ class JanusEditShape(ReleaseShape):
 class PanelEditShape(ReleaseShape):
     """Lumina-mGPT 2.0 Omni editing: the reference's rows (as many as the image's) in both rows'
     prompts, MoVQGAN's encoder moved in for the prefill."""
-
-    encoder: torch.nn.Module
-
-    def reference_bytes(self, conditions) -> int:
-        return sum(t.numel() * t.element_size() for t in self.encoder.state_dict().values())
 
     def prompt_ids(self, conditions, negatives, cfg):
         ids = list(range(1, PROMPT + 3 + self.layout.length))  # the image's rows, less its end
@@ -227,7 +217,7 @@ def lumina_mgpt_2_omni_edit(device="meta", dtype=torch.bfloat16, tiny=False) -> 
     )
     c = MoVQConfig()
     with torch.device(device):
-        shape.encoder = MoVQEncoder(
+        shape.reference_encoder = MoVQEncoder(
             EncoderConfig(c.channels[0], c.channels, 2, c.attn_levels, c.z_channels, c.embed_dim),
             torch.empty(c.n_embed, c.embed_dim),
         )
@@ -344,7 +334,7 @@ def janus_pro(
             decoder=model.model.vqmodel,
             logits_width=codes,
         )
-        shape.towers = towers
+        shape.reference_encoder = towers
         return shape
 
     return build

@@ -113,6 +113,18 @@ class Edit:
                 )
 
 
+def edit_batch(conditions: Sequence[Any], family: str, edits: str = "edits of images") -> bool:
+    """Whether a batch's conditions are edits (all of them) or text alone (none), for a family that
+    decodes one kind a batch; the error that says so for a mixed batch."""
+    kinds = {isinstance(c, Edit) for c in conditions}
+    if len(kinds) > 1:
+        raise ValueError(
+            f"{family} decodes a batch either as {edits} or from text alone: connect the images to "
+            "every decode of the batch, or to none"
+        )
+    return kinds == {True}
+
+
 @dataclass(frozen=True)
 class PixelSettings:
     """How a family whose pixels come from a diffusion model (GLM-Image's DiT) draws them from the
@@ -151,6 +163,9 @@ class ModelAdapter:
     example_condition: Any = "a red fox in the snow"  # what the check command's test forward uses
     precision: str = ""  # how the weights were loaded where a loader chose it (auto: its reasons)
     patch: int = 0  # pixels per image code (its side), where the family knows it
+    # what reads an edit's references (encoders), kept in CPU memory apart from `module` and moved
+    # to the device for an edit's prefill; None: the family takes no references, or needs no model
+    reference_encoder: torch.nn.Module | None = None
 
     def start(
         self,
@@ -172,8 +187,11 @@ class ModelAdapter:
 
     def reference_bytes(self, conditions: Sequence[Any] | None) -> int:
         """Memory these conditions' references take while the prompt is prefilled beyond the
-        weights (the encoders a family moves in for them), for memory managers."""
-        return 0
+        weights (reference_encoder, moved in for them), for memory managers."""
+        encoder = self.reference_encoder
+        if encoder is None or not any(isinstance(c, Edit) for c in conditions or ()):
+            return 0
+        return sum(t.numel() * t.element_size() for t in encoder.state_dict().values())
 
     def forward(self, tokens: Tensor, positions: Tensor) -> Tensor:
         """Score a window: tokens [R, W] placed at generated positions [R, W] (consecutive per row,

@@ -274,7 +274,7 @@ def edits() -> list:
 def whole(adapter):
     """The adapter's JanusForConditionalGeneration with its reference towers back in place (the
     adapter keeps them apart), for transformers' own paths to run as references."""
-    model, towers = adapter.model, adapter.towers
+    model, towers = adapter.model, adapter.reference_encoder
     inner = model.model
     inner.vision_model, inner.aligner = towers.vision, towers.aligner
     inner.vqmodel.encoder, inner.vqmodel.quant_conv = towers.encoder, towers.quant_conv

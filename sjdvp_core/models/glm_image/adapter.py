@@ -18,7 +18,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from ...engine.adapter import Edit, PixelSettings, TokenLayout
+from ...engine.adapter import Edit, PixelSettings, TokenLayout, edit_batch
 from ...engine.settings import SamplingSettings
 from ..checkpoint import CheckpointError
 from ..hf_adapter import HFAdapter, SizeChoice, load_pretrained, pil_image
@@ -140,7 +140,7 @@ class GlmImageAdapter(SizeChoice, HFAdapter):
     def start(self, conditions, negatives, cfg: bool, scratch: int = 0):
         """Text to image writes the prior grid then the image's; a batch of edits only the
         image's."""
-        self.layout, rope = self.layouts[_edits(conditions)]
+        self.layout, rope = self.layouts[edit_batch(conditions, "GLM-Image")]
         self.rope = rope.to(self.device)  # once a decode, not every forward
         return super().start(conditions, negatives, cfg, scratch)
 
@@ -297,7 +297,7 @@ class GlmImageAdapter(SizeChoice, HFAdapter):
                 "GLM-Image's DiT draws the image from the tokens and the prompt: give the prompts "
                 "(decode_image(codes, PixelSettings(prompts=...)))"
             )
-        if not _edits(pixels.prompts):
+        if not edit_batch(pixels.prompts, "GLM-Image"):
             return self.dit(codes, pixels)
         sources = []
         for e in pixels.prompts:
@@ -417,17 +417,6 @@ def _one_row(negatives: Sequence | None, cfg: bool) -> None:
         raise ValueError(
             "GLM-Image's token stage has no guidance branch, so no negative prompt: leave it empty"
         )
-
-
-def _edits(conditions: Sequence) -> bool:
-    """Whether a batch's conditions are edits (all of them) or text alone (none)."""
-    kinds = {isinstance(c, Edit) for c in conditions}
-    if len(kinds) > 1:
-        raise ValueError(
-            "GLM-Image decodes a batch either as edits of images or from text alone: connect the "
-            "images to every decode of the batch, or to none"
-        )
-    return kinds == {True}
 
 
 def source_image(image: Tensor, grid: tuple[int, int]):

@@ -64,7 +64,7 @@ class JanusAdapter(HFAdapter):
     def __init__(self, model, tokenizer: TextTokenizer, device="cpu"):
         vq = model.config.vq_config
         n = vq.num_patches  # 384 / 16 = 24
-        self.towers = ReferenceTowers(model.model).to("cpu")
+        self.reference_encoder = ReferenceTowers(model.model).to("cpu")
         super().__init__(
             model,
             model.model.language_model,
@@ -153,7 +153,7 @@ class JanusAdapter(HFAdapter):
         embeddings of their VQ tokens."""
         side = self.model.config.vision_config.image_size
         pixels = torch.stack([square(image, side) for image in edit.images]).to(self.device)
-        with moved_in(self.towers, self.device) as towers:
+        with moved_in(self.reference_encoder, self.device) as towers:
             dtype = towers.aligner.fc1.weight.dtype
             hidden = towers.vision(pixel_values=pixels.to(dtype)).last_hidden_state
             features = towers.aligner(hidden)
@@ -169,12 +169,6 @@ class JanusAdapter(HFAdapter):
         latent = towers.quant_conv(towers.encoder(pixels))
         latent = F.normalize(latent.flatten(2).transpose(1, 2), dim=-1)
         return (latent @ self.codebook().to(latent.device).T).argmax(-1)
-
-    def reference_bytes(self, conditions) -> int:
-        """The towers, moved in for an edit's prefill."""
-        if conditions is None or not any(isinstance(c, Edit) for c in conditions):
-            return 0
-        return sum(t.numel() * t.element_size() for t in self.towers.state_dict().values())
 
     def embed(self, tokens: Tensor) -> Tensor:
         return self.model.prepare_embeddings_for_image_generation(tokens)

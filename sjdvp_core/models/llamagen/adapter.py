@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ...engine.adapter import Edit, ModelAdapter, PixelSettings, TokenLayout
+from ...engine.adapter import Edit, ModelAdapter, PixelSettings, TokenLayout, edit_batch
 from ...engine.settings import SamplingSettings
 from ..checkpoint import WEIGHT_EXT, CheckpointError, load_strict, read_state_dict
 from ..hf_adapter import pil_image
@@ -360,7 +360,7 @@ class LlamaGenAdapter(ModelAdapter):
 
     # --- the adapter interface -----------------------------------------------------------------
     def start(self, conditions, negatives, cfg: bool, scratch: int = 0):
-        edits = _edits(conditions)
+        edits = edit_batch(conditions, "LlamaGen", "completions of images")
         texts = [c.text if isinstance(c, Edit) else c for c in conditions]
         prefix, mask = self._prefix(texts, negatives, cfg)
         self.gpt.setup_caches(prefix.shape[0], prefix_valid=mask, scratch=scratch)
@@ -421,15 +421,6 @@ class LlamaGenAdapter(ModelAdapter):
         grid = self.reference_grid(edit)
         return grid[: grid.shape[0] // 2].flatten()
 
-    def reference_bytes(self, conditions) -> int:
-        if self.reference_encoder is None or conditions is None:
-            return 0
-        if not any(isinstance(c, Edit) for c in conditions):
-            return 0
-        return sum(
-            t.numel() * t.element_size() for t in self.reference_encoder.state_dict().values()
-        )
-
     def blocks(self) -> list[torch.nn.Module]:
         """The GPT's blocks, then the T5 caption encoder's (t2i)."""
         encoder = (
@@ -489,14 +480,3 @@ class LlamaGenAdapter(ModelAdapter):
             codes = torch.cat([given.to(codes.device), codes], 1)
         images = self.vq.decode_code(codes.to(weights_device(self.vq)))
         return ((images.float() + 1) / 2).clamp(0, 1).permute(0, 2, 3, 1).cpu()
-
-
-def _edits(conditions: Sequence) -> bool:
-    """Whether a batch's conditions are edits (all of them) or prompts alone (none)."""
-    kinds = {isinstance(c, Edit) for c in conditions}
-    if len(kinds) > 1:
-        raise ValueError(
-            "LlamaGen decodes a batch either as completions of images or from prompts alone: "
-            "connect the images to every decode of the batch, or to none"
-        )
-    return kinds == {True}

@@ -262,15 +262,6 @@ class Lumina2Adapter(LuminaAdapter):
         self.sources[key] = (edit, codes)
         return codes
 
-    def reference_bytes(self, conditions) -> int:
-        if self.reference_encoder is None or conditions is None:
-            return 0
-        if not any(isinstance(c, Edit) for c in conditions):
-            return 0
-        return sum(
-            t.numel() * t.element_size() for t in self.reference_encoder.state_dict().values()
-        )
-
     @torch.no_grad()
     def decode_image(self, codes: Tensor, pixels: PixelSettings | None = None) -> Tensor:
         """An edit's lower panel is decoded with the reference above it, as upstream decodes the

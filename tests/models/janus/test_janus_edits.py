@@ -136,11 +136,11 @@ def test_reference_towers_stay_apart_and_are_counted_for_an_edit(adapter):
     from sjdvp_core.engine.budget import decode_bytes
 
     held = {id(p) for p in adapter.module.parameters()}
-    assert not any(id(p) in held for p in adapter.towers.parameters())
+    assert not any(id(p) in held for p in adapter.reference_encoder.parameters())
     settings = method_settings("sjd", 4, adapter.default_sampling)
     edit = Edit("make it snow", (REFERENCE,))
     decode(adapter, [edit], settings)
-    assert all(p.device.type == "cpu" for p in adapter.towers.parameters())
+    assert all(p.device.type == "cpu" for p in adapter.reference_encoder.parameters())
     towers = adapter.reference_bytes([edit])
     assert towers > 0 and adapter.reference_bytes(["make it snow"]) == 0
     assert (

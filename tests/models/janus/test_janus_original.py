@@ -80,7 +80,7 @@ def test_original_folders_are_detected_listed_and_loaded(folders, adapters):
         # the text head is never run, never read; what edits run is mapped to the converted names
         assert adapter.model.lm_head is None
         for mine, theirs in (
-            (adapter.towers, reference.towers),
+            (adapter.reference_encoder, reference.reference_encoder),
             (adapter.model.model.vqmodel, reference.model.model.vqmodel),
         ):
             mine, theirs = mine.state_dict(), theirs.state_dict()

@@ -51,5 +51,5 @@ def test_completion_keeps_the_reference_above_and_is_exact(demo):
 
 
 def test_a_batch_mixing_completions_and_prompts_is_refused(demo):
-    with pytest.raises(ValueError, match="either as completions of images or from prompts"):
+    with pytest.raises(ValueError, match="either as completions of images or from text alone"):
         decode(demo, [EDIT, PROMPT], method_settings("ar", 1, GREEDY, batch_size=2))
