@@ -23,7 +23,7 @@ from ..sjdvp_core.engine.settings import (
 )
 from ..sjdvp_core.figures import commit_figure
 from ..sjdvp_core.models.glm_image.dit import GUIDANCE, STEPS
-from ..sjdvp_core.models.janus.adapter import SAMPLING as JANUS_SAMPLING
+from ..sjdvp_core.models.janus import IMAGE_CFG
 from . import runtime
 from .drafting_nodes import DRAFTER, WINDOW
 from .model_nodes import MODEL
@@ -187,7 +187,7 @@ class SpeculativeDecode(io.ComfyNode):
                 # 1.1.0, optional: a prompt without it keeps its meaning
                 io.Float.Input(
                     "image_cfg",
-                    default=JANUS_SAMPLING.image_cfg_scale,
+                    default=IMAGE_CFG,
                     min=0.0,
                     max=20.0,
                     step=0.5,
@@ -220,7 +220,7 @@ class SpeculativeDecode(io.ComfyNode):
         images=None,
         window=None,
         drafter=None,
-        image_cfg=JANUS_SAMPLING.image_cfg_scale,
+        image_cfg=IMAGE_CFG,
     ) -> io.NodeOutput:
         adapter = at_size(model.adapter, width, height)
         condition = prompt if images is None else edit(adapter, prompt, images)

@@ -493,10 +493,3 @@ def to_image(
     mean = torch.tensor(mean, device=pixels.device).view(1, 3, 1, 1)
     std = torch.tensor(std, device=pixels.device).view(1, 3, 1, 1)
     return (pixels.float() * std + mean).clamp(0, 1).permute(0, 2, 3, 1).cpu()
-
-
-def pil_image(image: Tensor):
-    """An IMAGE [H, W, 3] in [0, 1] (ComfyUI's) -> a PIL image, as a family's processor reads one."""
-    from PIL import Image
-
-    return Image.fromarray((image.detach().float().clamp(0, 1) * 255).round().byte().cpu().numpy())

@@ -21,7 +21,8 @@ from torch import Tensor
 from ...engine.adapter import Edit, PixelSettings, TokenLayout, edit_batch
 from ...engine.settings import SamplingSettings
 from ..checkpoint import CheckpointError
-from ..hf_adapter import HFAdapter, SizeChoice, load_pretrained, pil_image
+from ..hf_adapter import HFAdapter, SizeChoice, load_pretrained
+from ..images import pil_image
 from ..optional import MissingPackage
 from ..placement import weights_device
 from . import ENCODER, GRID, PIPELINE, REPO, is_glm_image

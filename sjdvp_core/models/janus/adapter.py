@@ -19,6 +19,7 @@ from ...engine.adapter import Edit, TokenLayout
 from ...engine.settings import SamplingSettings
 from ..hf_adapter import HFAdapter, TextTokenizer, load_pretrained, to_image
 from ..placement import moved_in, weights_device
+from . import IMAGE_CFG
 
 REPOS = "deepseek-community/Janus-Pro-1B (or Janus-Pro-7B)"
 PAD, BOI, EOI, PLACEHOLDER = (
@@ -29,7 +30,7 @@ PAD, BOI, EOI, PLACEHOLDER = (
 )
 # upstream generation: CFG 5, temperature 1, no top-k; Janus-4o's edits weigh the row without the
 # reference's VQ tokens 5 too (ShareGPT-4o-Image's cfg_weight2)
-SAMPLING = SamplingSettings(cfg_scale=5.0, image_cfg_scale=5.0)
+SAMPLING = SamplingSettings(cfg_scale=5.0, image_cfg_scale=IMAGE_CFG)
 GREY = 127 / 255  # what upstream pads a reference to a square with (its image mean, 0.5, in bytes)
 
 

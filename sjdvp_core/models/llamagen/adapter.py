@@ -21,7 +21,7 @@ from torch import Tensor
 from ...engine.adapter import Edit, ModelAdapter, PixelSettings, TokenLayout, edit_batch
 from ...engine.settings import SamplingSettings
 from ..checkpoint import WEIGHT_EXT, CheckpointError, load_strict, read_state_dict
-from ..hf_adapter import pil_image
+from ..images import pil_image
 from ..kv_cache import ForwardShape, adopt_branch, forward_bytes, kv_bytes, tree_slots
 from ..placement import moved_in, weights_device
 from .gpt import GPT_SIZES, GPTConfig, LlamaGenGPT, rope_table_2d

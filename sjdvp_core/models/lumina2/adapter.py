@@ -23,7 +23,8 @@ from torch import Tensor
 from ...engine.adapter import Edit, PixelSettings
 from ...engine.settings import SamplingSettings
 from ..checkpoint import CheckpointError, read_json
-from ..hf_adapter import TextTokenizer, check_folder, load_pretrained, pil_image, to_image
+from ..hf_adapter import TextTokenizer, check_folder, load_pretrained, to_image
+from ..images import pil_image
 from ..lumina.adapter import (
     END_OF_TURN,
     GRID,

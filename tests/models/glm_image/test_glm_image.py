@@ -318,7 +318,7 @@ def _upstream_inputs(adapter, edit: Edit):
     """Upstream's inputs for one edit. transformers 5.17's processor leaves the sources' grids out
     of one prompt's (its model then fails): they are put back as 5.18's processor gives them, so
     that its model is the reference."""
-    from sjdvp_core.models.hf_adapter import pil_image as _pil
+    from sjdvp_core.models.images import pil_image as _pil
 
     content = [{"type": "image", "image": _pil(i)} for i in edit.images] + [
         {"type": "text", "text": edit.text}

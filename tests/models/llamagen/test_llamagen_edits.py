@@ -53,3 +53,16 @@ def test_completion_keeps_the_reference_above_and_is_exact(demo):
 def test_a_batch_mixing_completions_and_prompts_is_refused(demo):
     with pytest.raises(ValueError, match="either as completions of images or from text alone"):
         decode(demo, [EDIT, PROMPT], method_settings("ar", 1, GREEDY, batch_size=2))
+
+
+def test_the_demo_and_its_edits_import_no_transformers():
+    """The quick start (and a ComfyUI start) stay light: the demo, LlamaGen and what reads a
+    reference image import no transformers (only the families that live there do)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, sjdvp_core.demo, sjdvp_core.models.llamagen.adapter, sjdvp_core.models.images, "
+        "sjdvp_core.models.janus; assert 'transformers' not in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

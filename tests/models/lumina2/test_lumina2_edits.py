@@ -13,7 +13,8 @@ from PIL import Image
 from sjdvp_core import decode
 from sjdvp_core.engine.adapter import Edit, PixelSettings
 from sjdvp_core.engine.settings import SamplingSettings, method_settings
-from sjdvp_core.models.hf_adapter import pil_image, to_image
+from sjdvp_core.models.hf_adapter import to_image
+from sjdvp_core.models.images import pil_image
 from sjdvp_core.models.loading import load_model
 from sjdvp_core.models.lumina2.adapter import DUAL, IMAGE_BASE, center_crop
 from tests.helpers.tiny_lumina2 import OMNI_POSITIONS, REFERENCE, write_lumina2
