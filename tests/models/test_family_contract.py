@@ -393,7 +393,8 @@ def test_family_refuses_a_prompt_past_its_positions(family):
 def test_family_edits_keep_the_law_or_are_refused(family):
     """Editing is a capability of the contract. A family that takes reference images decodes greedy
     SJD and SJD-VP to AR's tokens with them, on chains and trees, its tree forward equals its
-    branches' forwards with them, and a reference too small for its encoder is named. A family
+    branches' forwards with them, LANTERN-VP and GSD-VP decode them, and a reference too small for
+    its encoder is named. A family
     that takes none refuses an edit by name before anything decodes."""
     spec, _, adapter = family
     settings = method_settings("sjd", 4, adapter.default_sampling)
@@ -413,6 +414,14 @@ def test_family_edits_keep_the_law_or_are_refused(family):
     edits = spec.edits()
     assert_greedy_sjd_equals_ar(adapter, edits, windows=(4, 16), cfg_scales=sorted({1.0, spec.cfg}))
     assert_tree_matches_chains(adapter, edits, spec.cfg > 1)
+    # the relaxed verifiers draft and verify edits too (their law is not the model's: no equality)
+    for method in ("lantern-vp", "gsd-vp"):
+        codes = decode(adapter, edits, method_settings(method, 8, adapter.default_sampling)).codes
+        assert (
+            codes.shape[0] == len(edits)
+            and 0 <= int(codes.min())
+            and int(codes.max()) < (adapter.layout.image_tokens.numel())
+        )
     small = Edit(edits[0].text, (edits[0].images[0][:4, :4],))
     with pytest.raises(ValueError, match=r"reference images \(4x4 px\)"):
         decode(adapter, [small], settings)
