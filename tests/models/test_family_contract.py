@@ -416,7 +416,8 @@ def test_family_edits_keep_the_law_or_are_refused(family):
     assert_tree_matches_chains(adapter, edits, spec.cfg > 1)
     # the relaxed verifiers draft and verify edits too (their law is not the model's: no equality)
     for method in ("lantern-vp", "gsd-vp"):
-        codes = decode(adapter, edits, method_settings(method, 8, adapter.default_sampling)).codes
+        settings = method_settings(method, 8, adapter.default_sampling, batch_size=len(edits))
+        codes = decode(adapter, edits, settings).codes
         assert (
             codes.shape[0] == len(edits)
             and 0 <= int(codes.min())
