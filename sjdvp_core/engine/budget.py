@@ -55,9 +55,9 @@ def decode_bytes(
     """Memory a decode with these settings needs beyond the weights: the model's KV cache for its
     rows (CFG doubles or triples them; a draft tree adds scratch entries; the prompt's length where
     conditions are given), one forward's transients (the prefill's with its references' encoders),
-    the loop's own state, and LANTERN's
-    neighbour table as it is built (not once it is: it stays with the model). What a memory
-    manager is told to keep free. itemsize: of the compute dtype (default: the weights')."""
+    the loop's own state, and LANTERN's neighbour table as it is built (not once it is: it stays
+    with the model). What a memory manager is told to keep free. itemsize: of the compute dtype
+    (default: the weights')."""
     cfg, B = settings.sampling.uses_cfg, settings.batch_size
     conditions = None if conditions is None else per_image(conditions, B, "conditions")
     rows = B * adapter.row_groups(conditions, cfg)

@@ -135,13 +135,13 @@ class JanusAdapter(HFAdapter):
         x = super().prompt_embeddings(ids, conditions)
         B, n = len(conditions), self.layout.grid.numel()
         m = self.model.config.vision_config.num_image_tokens
-        full_rows = ids.shape[0] // B  # 1: no cfg; 3: full, part, uncond (row_groups)
+        groups = ids.shape[0] // B  # 1: no cfg; 3: full, part, uncond (row_groups)
         for b, condition in enumerate(conditions):
             if not isinstance(condition, Edit):
                 continue
             features, tokens = self.reference_inputs(condition)
             starts = (ids[b] == self.placeholder).nonzero()[::m, 0].tolist()
-            for row in (b, b + B) if full_rows == 3 else (b,):
+            for row in (b, b + B) if groups == 3 else (b,):
                 for k, at in enumerate(starts):
                     x[row, at : at + m] = features[k].to(x.dtype)
             for k, at in enumerate(starts):  # past the placeholders' end and the next start
@@ -190,6 +190,12 @@ class JanusAdapter(HFAdapter):
                 True,
             ),
             ("image size", f"{size} px (Janus-Pro generates 384 x 384)", size == 384),
+            (
+                "edits",
+                "the understanding tower and the VQ encoder are loaded (held in CPU memory): "
+                "reference images can be read, Janus-4o's way",
+                True,
+            ),
         ]
 
     def codebook(self) -> Tensor:
