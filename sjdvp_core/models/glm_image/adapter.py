@@ -22,7 +22,7 @@ from ...engine.adapter import Edit, PixelSettings, TokenLayout, edit_batch
 from ...engine.settings import SamplingSettings
 from ..checkpoint import CheckpointError
 from ..hf_adapter import HFAdapter, SizeChoice, load_pretrained
-from ..images import pil_image
+from ..images import KeptForEdits, pil_image
 from ..optional import MissingPackage
 from ..placement import weights_device
 from . import ENCODER, GRID, PIPELINE, REPO, is_glm_image
@@ -55,7 +55,6 @@ class GlmImageAdapter(SizeChoice, HFAdapter):
         False  # 3-D positions: an image grid's tokens take its rows' and columns' positions
     )
     # edits whose source tokens are kept for the DiT (it runs after the token stage may be gone)
-    SOURCES_KEPT = 16
 
     def __init__(
         self,
@@ -85,7 +84,7 @@ class GlmImageAdapter(SizeChoice, HFAdapter):
         self.split_kwargs = (
             "processor_kwargs" in inspect.signature(processor.apply_chat_template).parameters
         )
-        self.sources: dict[int, tuple[Edit, Tensor, tuple]] = {}
+        self.sources = KeptForEdits()
         self.layout = self.size_to(width, height)
 
     @property
@@ -228,9 +227,9 @@ class GlmImageAdapter(SizeChoice, HFAdapter):
         """An edit's source images as codes (flat, image after image, on the CPU) and their grids:
         the vision encoder's features quantised by the VQ, as GlmImageModel.forward does; kept
         for the edit's DiT run."""
-        kept = self.sources.get(id(edit))
-        if kept is not None and kept[0] is edit:
-            return kept[1], kept[2]
+        return self.sources.get(edit, lambda: self._source_tokens(edit, row))
+
+    def _source_tokens(self, edit: Edit, row: Encoded | None) -> tuple[Tensor, tuple]:
         row = row or self._encode(edit)
         inner = self.model.model
         device = weights_device(inner.visual)
@@ -241,11 +240,7 @@ class GlmImageAdapter(SizeChoice, HFAdapter):
             codes = inner.get_image_tokens(torch.cat(features), grids)
         else:  # 5.18 on: each image's [C, h, w]
             codes = inner.get_image_tokens(features)
-        codes = codes.flatten().cpu()
-        while len(self.sources) >= self.SOURCES_KEPT:
-            self.sources.pop(next(iter(self.sources)))
-        self.sources[id(edit)] = (edit, codes, row.grids)
-        return codes, row.grids
+        return codes.flatten().cpu(), row.grids
 
     def prompt_positions(
         self, ids: Tensor, valid: Tensor, conditions: Sequence

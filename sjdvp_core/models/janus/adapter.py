@@ -18,6 +18,7 @@ from torch.nn import functional as F
 from ...engine.adapter import Edit, TokenLayout
 from ...engine.settings import SamplingSettings
 from ..hf_adapter import HFAdapter, TextTokenizer, load_pretrained, to_image
+from ..images import check_reference
 from ..placement import moved_in, weights_device
 from . import IMAGE_CFG
 
@@ -117,7 +118,7 @@ class JanusAdapter(HFAdapter):
         if not isinstance(text, str):
             raise ValueError(f"Janus-Pro needs a text prompt, got {text!r}")
         for image in images:
-            reference_size(image)  # a reference too small is said before anything runs
+            check_reference(image, "Janus", self.patch)  # said before anything runs
         understood = self.model.config.vision_config.num_image_tokens
         blocks = reference_blocks(understood, self.layout.grid.numel()) * len(images)
         ids = [self.bos] + self.tokenizer.encode(chat_prompt(text, blocks))
@@ -220,18 +221,6 @@ def load_converted(folder: str, device="cpu", dtype=torch.float32) -> JanusAdapt
 
     model = load_pretrained(JanusForConditionalGeneration, folder, REPOS, dtype)
     return JanusAdapter(model, TextTokenizer(folder, REPOS), device=device)
-
-
-MIN_REFERENCE = 16  # px a side: one VQ cell; less holds no token of the image
-
-
-def reference_size(image: Tensor) -> None:
-    h, w = image.shape[:2]
-    if min(h, w) < MIN_REFERENCE:
-        raise ValueError(
-            f"Janus cannot take the reference images ({w}x{h} px): a reference needs "
-            f"{MIN_REFERENCE} px a side or more (one image token); use a larger image"
-        )
 
 
 def square(image: Tensor, side: int) -> Tensor:

@@ -14,14 +14,13 @@ import re
 from functools import lru_cache
 from typing import Any, Sequence
 
-import numpy as np
 import torch
 from torch import Tensor
 
 from ...engine.adapter import Edit, ModelAdapter, PixelSettings, TokenLayout, edit_batch
 from ...engine.settings import SamplingSettings
 from ..checkpoint import WEIGHT_EXT, CheckpointError, load_strict, read_state_dict
-from ..images import pil_image
+from ..images import KeptForEdits, check_reference, pil_image, signed_pixels
 from ..kv_cache import ForwardShape, adopt_branch, forward_bytes, kv_bytes, tree_slots
 from ..placement import moved_in, weights_device
 from .gpt import GPT_SIZES, GPTConfig, LlamaGenGPT, rope_table_2d
@@ -253,6 +252,7 @@ class LlamaGenAdapter(ModelAdapter):
         # the VQ's encoding side where its file holds it: what an edit reads its reference with
         self.reference_encoder = VQEncoding(vq) if vq.encoder is not None else None
         self.takes_images = self.reference_encoder is not None
+        self.sources = KeptForEdits()  # references' codes, kept for the pixels (decode_image)
         if vq.config.codebook_size != self.config.vocab_size:
             raise CheckpointError(
                 f"the VQ tokenizer has {vq.config.codebook_size} codes but the GPT expects "
@@ -389,32 +389,29 @@ class LlamaGenAdapter(ModelAdapter):
         self.gpt.release_caches()
         self.layout, self.offset = self.layouts[False]
 
-    @torch.no_grad()
     def reference_grid(self, edit: Edit) -> Tensor:
-        """An edit's reference as codes [grid, grid]: centre-cropped to a square, resized to the
-        model's image size (bicubic), encoded by the VQ's encoder."""
-        image = edit.images[0]
+        """An edit's reference as codes [grid, grid] (kept for the pixels): centre-cropped to a
+        square, resized to the model's image size (bicubic), encoded by the VQ's encoder."""
+        return self.sources.get(edit, lambda: self._encode_reference(edit))
+
+    @torch.no_grad()
+    def _encode_reference(self, edit: Edit) -> Tensor:
         if len(edit.images) != 1:
             raise ValueError(
                 f"{self.family} completes one reference image; got {len(edit.images)}: connect one"
             )
-        side = self.config.grid * self.patch
-        if min(image.shape[:2]) < self.patch:
-            raise ValueError(
-                f"{self.family} cannot take the reference images ({image.shape[1]}x"
-                f"{image.shape[0]} px): a reference needs {self.patch} px a side or more (one "
-                "image token); use a larger image"
-            )
+        check_reference(edit.images[0], self.family, self.patch)
         from PIL import Image
 
-        picture = pil_image(image)
+        picture = pil_image(edit.images[0])
         crop = min(picture.size)
         left, top = (picture.width - crop) // 2, (picture.height - crop) // 2
-        picture = picture.crop((left, top, left + crop, top + crop))
-        picture = picture.resize((side, side), resample=Image.BICUBIC)
-        pixels = torch.tensor(np.asarray(picture), dtype=torch.float32).permute(2, 0, 1)[None]
+        side = self.config.grid * self.patch
+        picture = picture.crop((left, top, left + crop, top + crop)).resize(
+            (side, side), resample=Image.BICUBIC
+        )
         with moved_in(self.reference_encoder, self.device) as encoder:
-            return encoder((pixels / 255 * 2 - 1).to(self.device))[0].cpu()
+            return encoder(signed_pixels(picture).to(self.device))[0].cpu()
 
     def given_codes(self, edit: Edit) -> Tensor:
         """The reference's rows an edit keeps: its upper half, flat."""

@@ -16,7 +16,6 @@ import os
 import re
 from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor
 
@@ -24,7 +23,7 @@ from ...engine.adapter import Edit, PixelSettings
 from ...engine.settings import SamplingSettings
 from ..checkpoint import CheckpointError, read_json
 from ..hf_adapter import TextTokenizer, check_folder, load_pretrained, to_image
-from ..images import pil_image
+from ..images import KeptForEdits, check_reference, pil_image, signed_pixels
 from ..lumina.adapter import (
     END_OF_TURN,
     GRID,
@@ -56,7 +55,6 @@ class Lumina2Adapter(LuminaAdapter):
     family = "Lumina-mGPT 2.0"
     patch = 8  # MoVQGAN is f8
     takes_images = True
-    SOURCES_KEPT = 16  # references' codes kept for the pixels (decode_image)
 
     def __init__(
         self,
@@ -74,7 +72,7 @@ class Lumina2Adapter(LuminaAdapter):
         self.tokenizer, self.bos, self.listed = tokenizer, bos, listed
         # kept in CPU memory, apart from `module`: moved in for an edit's prefill
         self.reference_encoder = encoder
-        self.sources: dict[tuple, tuple[Edit, Tensor]] = {}
+        self.sources = KeptForEdits()  # references' codes, kept for the pixels (decode_image)
         self.image_tokens = torch.arange(IMAGE_BASE, IMAGE_BASE + movq.config.n_embed)
         self.positions = model.config.max_position_embeddings
         size = self.default_size()
@@ -211,13 +209,7 @@ class Lumina2Adapter(LuminaAdapter):
                 f"picture to make, e.g. 'depth map {SHOWN} a cabin in the snow' (Omni's tasks: "
                 "depth map, canny edge map, or a few words on the subject)"
             )
-        image = edit.images[0]
-        if min(image.shape[:2]) < self.patch:
-            raise ValueError(
-                f"Lumina-mGPT 2.0 cannot take the reference images ({image.shape[1]}x"
-                f"{image.shape[0]} px): a reference needs {self.patch} px a side or more (one "
-                "image token); use a larger image"
-            )
+        check_reference(edit.images[0], "Lumina-mGPT 2.0", self.patch)
         w, h = self.width, 2 * self.height
         text = DUAL.format(w=w, h=h, shown=shown.strip(), prompt=prompt.strip())
         tok = self.tokenizer
@@ -245,23 +237,19 @@ class Lumina2Adapter(LuminaAdapter):
         """The reference's MoVQGAN codes [h, w] at this size or `size` (width, height; kept for the
         pixels): centre-cropped to it as upstream's center_crop does, then encoded."""
         width, height = size or (self.width, self.height)
-        key = (id(edit), width, height)
-        kept = self.sources.get(key)
-        if kept is not None and kept[0] is edit:
-            return kept[1]
+        return self.sources.get(
+            edit, lambda: self._encode_reference(edit, width, height), (width, height)
+        )
+
+    def _encode_reference(self, edit: Edit, width: int, height: int) -> Tensor:
         if self.reference_encoder is None:
             raise ValueError(
                 "this MoVQGAN checkpoint holds no encoder, which edits need to read the reference: "
                 f"download {MOVQGAN_FILE} of {MOVQGAN_REPO} again (it has both sides)"
             )
-        crop = center_crop(pil_image(edit.images[0]), width, height)
-        pixels = torch.tensor(np.asarray(crop), dtype=torch.float32).permute(2, 0, 1)[None]
+        pixels = signed_pixels(center_crop(pil_image(edit.images[0]), width, height))
         with moved_in(self.reference_encoder, self.device) as encoder:
-            codes = encoder((pixels / 255 * 2 - 1).to(self.device))[0].cpu()
-        while len(self.sources) >= self.SOURCES_KEPT:
-            self.sources.pop(next(iter(self.sources)))
-        self.sources[key] = (edit, codes)
-        return codes
+            return encoder(pixels.to(self.device))[0].cpu()
 
     @torch.no_grad()
     def decode_image(self, codes: Tensor, pixels: PixelSettings | None = None) -> Tensor:
